@@ -1,0 +1,114 @@
+"""The umbrella ``icml26`` CLI: list, reproduce, report, env.
+
+Each package's own CLI reuses ``add_reproduce_arguments`` / ``reproduce_from_args`` for its
+``reproduce`` verb, so every package reproduces the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .errors import UserError, cli_entry
+from .results import SCALES
+
+
+def add_reproduce_arguments(p: argparse.ArgumentParser, default_scale: str = "quick") -> None:
+    p.add_argument("--scale", default=default_scale,
+                   help=f"one of {', '.join(SCALES)}: smoke = seconds (tests), quick = minutes on "
+                        "2 CPU cores, full = the GPU-scale recipe (default: %(default)s)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="output folder (default: runs/reproduce-<scale>)")
+    p.add_argument("--seed", type=int, default=0, help="base seed (default: %(default)s)")
+
+
+def reproduce_from_args(names: list[str] | None, args: argparse.Namespace) -> int:
+    """Run the named packages' reproductions (all registered when ``names`` is empty)."""
+    from . import registry, runner
+    from .report import print_summary
+
+    runner.check_scale(args.scale)
+    out = args.out or Path("runs") / f"reproduce-{args.scale}"
+    methods = registry.discover()
+    if names:
+        unknown = [n for n in names if n not in methods]
+        if unknown:
+            known = ", ".join(methods) or "none registered"
+            raise UserError(f"unknown package {', '.join(unknown)} (registered: {known})")
+        descs = [methods[n] for n in names]
+    else:
+        descs = list(methods.values())
+    if not descs:
+        print("no paper packages are registered yet (entry-point group icml26.methods); nothing to run")
+        return 0
+    results = runner.run_many(descs, args.scale, out, args.seed)
+    print_summary(results)
+    print(f"report: {out / 'REPORT.md'}")
+    return 0 if all(r.status == "ok" for r in results) else 1
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from . import registry
+
+    methods = registry.discover()
+    if not methods:
+        print("no paper packages are registered yet (entry-point group icml26.methods)")
+        return 0
+    for d in methods.values():
+        arxiv = f" (arXiv {d.paper.arxiv})" if d.paper.arxiv else ""
+        print(f"{d.name} {d.version} — {d.paper.title}, {d.paper.venue}{arxiv}")
+        for c in d.claims:
+            paper = f" [paper: {c.paper_value:g}{c.unit}]" if c.paper_value is not None else ""
+            print(f"    - {c.description} ({c.metric}, {c.direction} is better){paper}")
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from .report import print_summary, write_report
+    from .runner import load_results_dir
+
+    results = load_results_dir(args.dir)
+    path = write_report(results, args.dir)
+    print_summary(results)
+    print(f"report: {path}")
+    return 0
+
+
+def _cmd_env(args: argparse.Namespace) -> int:
+    from .data import device_name
+    from .results import EnvInfo
+
+    env = EnvInfo.capture()
+    print(f"python    {env.python} on {env.platform}")
+    print(f"cpu       {env.cpu} x{env.cpu_count}")
+    print(f"device    {device_name()}")
+    print(f"commit    {env.git_commit or 'unknown'}")
+    for name, ver in env.packages.items():
+        print(f"{name:<16}{ver}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="icml26", description="Reproduce ICML 2026 papers.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="registered packages, their papers and claims").set_defaults(fn=_cmd_list)
+    p = sub.add_parser("reproduce", help="run reproductions, print the summary, write REPORT.md")
+    p.add_argument("packages", nargs="*", help="package names (default: all registered)")
+    add_reproduce_arguments(p)
+    p.set_defaults(fn=lambda a: reproduce_from_args(a.packages, a))
+    p = sub.add_parser("report", help="re-render REPORT.md from a results folder")
+    p.add_argument("dir", type=Path)
+    p.set_defaults(fn=_cmd_report)
+    sub.add_parser("env", help="versions and devices").set_defaults(fn=_cmd_env)
+    return parser
+
+
+@cli_entry("icml26")
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""The method registry: every paper package registers one ``MethodDescriptor`` under the entry-point
+group ``icml26.methods``. The core never imports a package by name.
+
+A package's ``pyproject.toml``::
+
+    [project.entry-points."icml26.methods"]
+    circumerge = "circumerge.registry:DESCRIPTOR"
+
+and ``circumerge/registry.py`` must stay light (no torch / jax import): ``reproduce`` is a string
+``"module:function"`` imported only when the reproduction runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .errors import UserError
+from .results import Claim
+
+if TYPE_CHECKING:
+    from .results import Results
+
+GROUP = "icml26.methods"
+ReproduceFn = Callable[[str, Path, int], "Results"]
+
+
+@dataclass(frozen=True)
+class Paper:
+    title: str
+    venue: str = "ICML 2026"
+    arxiv: str | None = None
+    url: str | None = None
+
+
+@dataclass(frozen=True)
+class MethodDescriptor:
+    """What a package tells the core about itself.
+
+    ``reproduce`` names a function ``f(scale: str, out_dir: Path, seed: int) -> Results`` as
+    ``"module:function"``; it may write figures into ``out_dir`` and list them in
+    ``Results.figures``. ``scales`` documents what each scale runs.
+    """
+
+    name: str
+    version: str
+    paper: Paper
+    claims: tuple[Claim, ...]
+    reproduce: str
+    summary: str = ""
+    scales: dict[str, str] = field(default_factory=dict)
+
+    def load_reproduce(self) -> ReproduceFn:
+        module, _, func = self.reproduce.partition(":")
+        return getattr(importlib.import_module(module), func)
+
+
+def discover() -> dict[str, MethodDescriptor]:
+    """All registered descriptors by name. A broken registration raises ``RuntimeError``."""
+    found: dict[str, MethodDescriptor] = {}
+    for ep in metadata.entry_points(group=GROUP):
+        try:
+            desc = ep.load()
+        except Exception as exc:  # a broken package must not hide the others
+            raise RuntimeError(f"entry point {ep.name!r} ({ep.value}) failed to load: {exc}") from exc
+        if callable(desc) and not isinstance(desc, MethodDescriptor):
+            desc = desc()
+        if not isinstance(desc, MethodDescriptor):
+            raise RuntimeError(f"entry point {ep.name!r} is not a MethodDescriptor")
+        found[desc.name] = desc
+    return dict(sorted(found.items()))
+
+
+def get(name: str) -> MethodDescriptor:
+    methods = discover()
+    if name not in methods:
+        known = ", ".join(methods) or "none registered"
+        raise UserError(f"unknown package {name!r} (registered: {known})")
+    return methods[name]
+
+
+def package_version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
