@@ -41,14 +41,15 @@ class ContractTests:
         return self.cli_module or self.package.replace("-", "_") + ".cli"
 
     @pytest.fixture(scope="class")
-    def smoke_runs(self, tmp_path_factory):
+    @classmethod
+    def smoke_runs(cls, tmp_path_factory):
         from .runner import run_one
 
-        desc = registry.get(self.package)
+        desc = registry.get(cls.package)
         out_a, out_b = tmp_path_factory.mktemp("a"), tmp_path_factory.mktemp("b")
         a = run_one(desc, "smoke", out_a, seed=0, catch=False)
         b = run_one(desc, "smoke", out_b, seed=0, catch=False)
-        return a, b, out_a / self.package / "results.json"
+        return a, b, out_a / cls.package / "results.json"
 
     def test_entry_point_resolves(self):
         desc = registry.get(self.package)

@@ -1,0 +1,69 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from icml26_shared import registry
+from icml26_shared.cli import main
+
+
+def test_discover_finds_the_demo_entry_point(demo_package):
+    methods = registry.discover()
+    assert demo_package in methods
+    assert methods[demo_package].paper.title == "A Demo Paper"
+
+
+def test_list(demo_package, capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "icml26-demo 0.1.0" in out and "demo beats baseline" in out
+
+
+def test_reproduce_writes_results_and_report(demo_package, tmp_path, capsys):
+    assert main(["reproduce", demo_package, "--scale", "smoke", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / demo_package / "results.json").read_text())
+    assert data["status"] == "ok" and data["claims"][0]["held"] is True
+    assert data["env"]["packages"]["icml26-shared"]
+    report = (tmp_path / "REPORT.md").read_text()
+    assert "demo beats baseline" in report and "held" in report
+    assert main(["report", str(tmp_path)]) == 0
+
+
+def test_failed_package_is_reported_and_others_run(demo_package, tmp_path):
+    assert main(["reproduce", demo_package, "--scale", "full", "--out", str(tmp_path)]) == 1
+    data = json.loads((tmp_path / demo_package / "results.json").read_text())
+    assert data["status"] == "failed" and "boom" in data["error"]
+    assert "RuntimeError" in (tmp_path / demo_package / "error.txt").read_text()
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["reproduce", "no-such-package", "--scale", "smoke"], "unknown package"),
+    (["reproduce", "--scale", "huge"], "unknown scale"),
+    (["report", "/nonexistent/dir"], "not a directory"),
+])
+def test_user_errors_exit_2_with_one_line(demo_package, argv, needle, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0] and err[0].startswith("icml26: error:")
+
+
+def test_out_that_is_a_file_exits_2(demo_package, tmp_path, capsys):
+    f = tmp_path / "file.txt"
+    f.write_text("keep me")
+    assert main(["reproduce", demo_package, "--scale", "smoke", "--out", str(f)]) == 2
+    assert f.read_text() == "keep me"
+    assert main(["reproduce", demo_package, "--scale", "smoke", "--out", str(f / "sub")]) == 2
+
+
+def test_console_script_help_is_light():
+    code = ("import sys; from icml26_shared.cli import main\n"
+            "try: main(['--help'])\nexcept SystemExit: pass\n"
+            "print([m for m in ('torch', 'jax', 'matplotlib', 'rich') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_env_command(capsys):
+    assert main(["env"]) == 0
+    assert "icml26-shared" in capsys.readouterr().out
