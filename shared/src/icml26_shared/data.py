@@ -166,11 +166,14 @@ def load_local_dataset(path: str | Path, split: str = "train") -> Any:
     kind = kinds.get(path.suffix.lower())
     if kind is None:
         raise UserError(f"{path}: unsupported file type {path.suffix!r} (use {', '.join(kinds)})")
+    if path.stat().st_size == 0:
+        raise UserError(f"{path} is empty")
     try:
         ds = datasets.load_dataset(kind, data_files=str(path), split="train",
                                    cache_dir=str(cache_dir("datasets")))
     except Exception as exc:  # datasets raises many types for malformed files
-        raise UserError(f"{path}: cannot read as {kind}: {str(exc).splitlines()[0]}") from None
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise UserError(f"{path}: cannot read as {kind}: {first}") from None
     if len(ds) == 0:
         raise UserError(f"{path} is empty")
     return ds
