@@ -2,8 +2,7 @@ import json
 
 import pytest
 
-from icml26_shared import UserError
-from icml26_shared import data
+from icml26_shared import UserError, data
 
 
 def test_cache_dir_honours_env(tmp_path, monkeypatch):

@@ -14,8 +14,8 @@ import argparse
 import csv
 import os
 import sys
-from contextlib import contextmanager
 from collections.abc import Callable, Iterable
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -69,11 +69,11 @@ def bench_token_logprobs(quick: bool = False,
         x = torch.randn(b, t, v, device=dev, dtype=dtype, requires_grad=True)
         ids = torch.randint(0, v, (b, t), device=dev)
 
-        def torch_naive():
+        def torch_naive(x=x, ids=ids):
             lp = torch.log_softmax(x.float(), -1).gather(-1, ids[..., None]).squeeze(-1)
             lp.sum().backward()
 
-        def ours(backend: str) -> Callable[[], None]:
+        def ours(backend: str, x=x, ids=ids) -> Callable[[], None]:
             def run() -> None:
                 with forced_backend(backend):
                     op(x, ids).sum().backward()

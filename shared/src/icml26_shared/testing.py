@@ -16,6 +16,7 @@ import math
 import subprocess
 import sys
 import textwrap
+
 import pytest
 
 from . import registry
