@@ -51,3 +51,14 @@ def test_seed_everything_is_reproducible():
     a = np.random.rand(3)
     data.seed_everything(3)
     assert (a == np.random.rand(3)).all()
+
+
+@pytest.mark.slow
+def test_smollm2_loads_and_generates_offline():
+    import torch
+
+    model, tok = data.load_smollm2()
+    ids = tok("The capital of France is", return_tensors="pt").input_ids
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=3, do_sample=False)
+    assert "Paris" in tok.decode(out[0, ids.shape[1]:])

@@ -99,9 +99,32 @@ def smollm2_gguf_path() -> Path:
 def smollm2_hf_dir() -> Path:
     """SmolLM2-135M-Instruct as a plain Hugging Face folder (bf16), converted once from the GGUF
     file and cached under ``ICML26_CACHE``; reloads in under a second afterwards."""
-    out = cache_dir("smollm2-135m-instruct")
-    if (out / "config.json").is_file() and any(out.glob("*.safetensors")):
+    out = cache_dir() / "smollm2-135m-instruct"
+    if (out / "config.json").is_file():
         return out
+    gguf = smollm2_gguf_path()
+    import shutil
+    import tempfile
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    clean = LlamaForCausalLM(config)
+    clean.load_state_dict(model.state_dict())
+    # write a private folder, then rename it into place: concurrent callers never see half a model
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
+    clean.to(torch.bfloat16).save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    try:
+        tmp.rename(out)
+    except OSError:  # another process finished first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
     gguf = smollm2_gguf_path()
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
