@@ -70,7 +70,8 @@ def gc_q_network(cfg: TrainConfig, k: int, a: int) -> GoalConditionedQ:
 
 def _pick(q_all, goal):
     """``q_all [..., K, A]``, ``goal [...]`` -> ``[..., A]``."""
-    return jnp.take_along_axis(q_all, goal[..., None, None], axis=-2)[..., 0, :]
+    idx = jnp.broadcast_to(goal[..., None, None], (*goal.shape, 1, q_all.shape[-1]))
+    return jnp.take_along_axis(q_all, idx, axis=-2)[..., 0, :]
 
 
 class LEOParts:
