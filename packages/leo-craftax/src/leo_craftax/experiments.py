@@ -22,7 +22,7 @@ from .registry import CLAIMS, DESCRIPTOR
 
 ARMS = {"LEO": "leo", "PQN": "pqn", "PQN+HER (mixed)": "pqn_her", "Dual LEO (PQN)": "dual_leo_pqn"}
 SETTINGS = {  # [R] CPU scales
-    "smoke": {"size": 5, "steps": 64 * 16 * 8, "evals": 2, "seeds": 2, "ks": (4, 16),
+    "smoke": {"size": 5, "steps": 64 * 16 * 8, "evals": 1, "seeds": 2, "ks": (8,),
               "arms": ("LEO", "PQN")},
     "quick": {"size": 10, "steps": 64 * 16 * 200, "evals": 4, "seeds": 3,
               "ks": (16, 64, 256, 512, 1024), "arms": tuple(ARMS)},
