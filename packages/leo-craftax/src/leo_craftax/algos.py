@@ -74,6 +74,12 @@ def _pick(q_all, goal):
     return jnp.take_along_axis(q_all, idx, axis=-2)[..., 0, :]
 
 
+def _any_goal(rng, traj, k):
+    """One goal per transition drawn uniformly among all K: the teacher knows every goal, so the
+    actor is distilled on the commanded goal and on this one [R]."""
+    return jax.random.randint(rng, traj["goal"].shape, 0, k)
+
+
 class LEOParts:
     """LEO's pieces, reused by the Dual LEO variants (the teacher)."""
 
@@ -111,7 +117,8 @@ def build_leo(cfg: TrainConfig, k: int, a: int) -> AlgoSpec:
 @register("dual_leo_pqn")
 def build_dual_leo_pqn(cfg: TrainConfig, k: int, a: int) -> AlgoSpec:
     """A PQN actor Q(s, g) acts; a LEO teacher learns every goal from the same data; the actor's
-    loss adds ``distill_coef``·CE(softmax(Q_actor(s, g)/τ), argmax_a Q_LEO(s, g, a)) [C, τ: R]."""
+    loss adds ``distill_coef``·CE(softmax(Q_actor(s, g)/τ), argmax_a Q_LEO(s, g, a)) [C], averaged
+    over the commanded goal and one uniformly drawn goal per transition [R] (τ [R])."""
     leo, actor = LEOParts(cfg, k, a), gc_q_network(cfg, k, a)
     temp = 0.05  # [R] temperature turning sigmoid Q-values into distillation logits
 
@@ -126,14 +133,16 @@ def build_dual_leo_pqn(cfg: TrainConfig, k: int, a: int) -> AlgoSpec:
     def prepare(params, traj, rng):
         q_next = act_q(params, traj["next_obs"], traj["goal"])
         ach_g = jnp.take_along_axis(traj["achieved"], traj["goal"][..., None], -1)[..., 0]
-        return {"y_all": leo.targets(params["leo"], traj),
+        return {"y_all": leo.targets(params["leo"], traj), "g_any": _any_goal(rng, traj, k),
                 "y": goal_td_target(ach_g, traj["done"], q_next, cfg.gamma)}
 
     def loss(params, mb):
         q = act_q(params, mb["obs"], mb["goal"])
         l_actor = td_loss(q, mb["action"], mb["y"])
         l_leo = leo.loss(params["leo"], mb, mb["y_all"])
-        l_distill = distill_ce(q / temp, leo.q(params["leo"], mb["obs"], mb["goal"]))
+        q_any = act_q(params, mb["obs"], mb["g_any"])
+        l_distill = 0.5 * (distill_ce(q / temp, leo.q(params["leo"], mb["obs"], mb["goal"]))
+                           + distill_ce(q_any / temp, leo.q(params["leo"], mb["obs"], mb["g_any"])))
         total = l_actor + l_leo + cfg.distill_coef * l_distill
         return total, {"actor_loss": l_actor, "leo_loss": l_leo, "distill": l_distill}
 
@@ -145,7 +154,8 @@ def build_dual_leo_pqn(cfg: TrainConfig, k: int, a: int) -> AlgoSpec:
 @register("dual_leo_ppo")
 def build_dual_leo_ppo(cfg: TrainConfig, k: int, a: int) -> AlgoSpec:
     """A goal-conditioned PPO actor-critic acts; a LEO teacher learns every goal off-policy; the
-    actor's loss adds ``distill_coef``·CE(π(·|s, g), argmax_a Q_LEO(s, g, a)) [C]."""
+    actor's loss adds ``distill_coef``·CE(π(·|s, g), argmax_a Q_LEO(s, g, a)) [C], averaged over
+    the commanded goal and one uniformly drawn goal per transition [R]."""
     from .baselines import PPOParts
 
     leo, ppo = LEOParts(cfg, k, a), PPOParts(cfg, k, a)
@@ -155,12 +165,15 @@ def build_dual_leo_ppo(cfg: TrainConfig, k: int, a: int) -> AlgoSpec:
         return {"actor": ppo.init(r1, obs), "leo": leo.net.init(r2, obs)["params"]}
 
     def prepare(params, traj, rng):
-        return {"y_all": leo.targets(params["leo"], traj), **ppo.prepare(params["actor"], traj)}
+        return {"y_all": leo.targets(params["leo"], traj), "g_any": _any_goal(rng, traj, k),
+                **ppo.prepare(params["actor"], traj)}
 
     def loss(params, mb):
         l_ppo, aux, logits = ppo.loss(params["actor"], mb)
         l_leo = leo.loss(params["leo"], mb, mb["y_all"])
-        l_distill = distill_ce(logits, leo.q(params["leo"], mb["obs"], mb["goal"]))
+        logits_any = ppo.net.apply({"params": params["actor"]}, mb["obs"], mb["g_any"])[0]
+        l_distill = 0.5 * (distill_ce(logits, leo.q(params["leo"], mb["obs"], mb["goal"]))
+                           + distill_ce(logits_any, leo.q(params["leo"], mb["obs"], mb["g_any"])))
         return l_ppo + l_leo + cfg.distill_coef * l_distill, {**aux, "leo_loss": l_leo,
                                                                "distill": l_distill}
 
