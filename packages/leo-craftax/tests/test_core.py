@@ -39,12 +39,16 @@ def test_all_goals_target_equals_per_goal_relabelled_target(batch):
     env, net, params, obs, action, nxt, done = batch
     achieved = jax.vmap(env.goal_set.achieved)(nxt)
     y_all = all_goals_td_targets(achieved, done, net.apply({"params": params}, nxt), GAMMA)
-    for g in range(env.goal_set.num_goals):
-        goal = jnp.full(obs.shape[0], g)
-        # the goal's own predicate, evaluated goal by goal: the agent stands on cell g
+
+    @jax.jit
+    def relabelled(g):
+        # goal g alone: its own predicate (the agent stands on cell g) and its slice of the head
         hit = jnp.all(jax.vmap(env.position)(nxt) == env.cells[g], -1)
-        y_g = goal_td_target(hit, done, q_for_goal(net, params, nxt, goal), GAMMA)
-        np.testing.assert_allclose(y_all[:, g], y_g, rtol=1e-6, atol=1e-6)
+        return goal_td_target(hit, done, q_for_goal(net, params, nxt, jnp.full(nxt.shape[0], g)),
+                              GAMMA)
+
+    for g in range(env.goal_set.num_goals):
+        np.testing.assert_allclose(y_all[:, g], relabelled(g), rtol=1e-6, atol=1e-6)
 
 
 def test_all_goals_loss_equals_mean_of_per_goal_losses(batch):
@@ -52,15 +56,19 @@ def test_all_goals_loss_equals_mean_of_per_goal_losses(batch):
     k = env.goal_set.num_goals
     achieved = jax.vmap(env.goal_set.achieved)(nxt)
     y_all = all_goals_td_targets(achieved, done, net.apply({"params": params}, nxt), GAMMA)
-    loss = leo_loss(net.apply({"params": params}, obs), action, y_all)
-    per_goal = [td_loss(q_for_goal(net, params, obs, jnp.full(obs.shape[0], g)), action, y_all[:, g])
-                for g in range(k)]
-    assert float(loss) == pytest.approx(float(np.mean(per_goal)), rel=1e-5)
-    grad_all = jax.grad(lambda p: leo_loss(net.apply({"params": p}, obs), action, y_all))(params)
-    grad_goal = jax.grad(lambda p: jnp.mean(jnp.stack([
-        td_loss(q_for_goal(net, p, obs, jnp.full(obs.shape[0], g)), action, y_all[:, g])
-        for g in range(k)])))(params)
-    for a, b in zip(jax.tree.leaves(grad_all), jax.tree.leaves(grad_goal)):
+
+    def leo(p):
+        return leo_loss(net.apply({"params": p}, obs), action, y_all)
+
+    def goal_by_goal(p):  # K separate relabelled losses, one goal-conditioned pass each
+        def one(g):
+            return td_loss(q_for_goal(net, p, obs, jnp.full(obs.shape[0], g)), action, y_all[:, g])
+        return jax.lax.map(one, jnp.arange(k)).mean()
+
+    l1, g1 = jax.jit(jax.value_and_grad(leo))(params)
+    l2, g2 = jax.jit(jax.value_and_grad(goal_by_goal))(params)
+    assert float(l1) == pytest.approx(float(l2), rel=1e-5)
+    for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7)
 
 

@@ -6,6 +6,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 CODE = textwrap.dedent("""
     import jax, jax.numpy as jnp, numpy as np
     assert len(jax.devices()) == 2, jax.devices()
@@ -13,7 +15,7 @@ CODE = textwrap.dedent("""
     from leo_craftax.config import gridworld_cpu
     from leo_craftax.parallel import data_mesh, sharded_sgd_step
     from leo_craftax.train import make_optimizer, sgd_step, make_train
-    for algo in ("leo", "pqn"):
+    for algo in ALGOS:
         cfg = gridworld_cpu(algo, env_size=5, total_timesteps=64 * 16 * 2)
         k, a, n, d = 12, 4, 64, 10
         spec = build_algo(cfg, k, a)
@@ -29,18 +31,29 @@ CODE = textwrap.dedent("""
         two = sharded_sgd_step(spec, tx, mesh)(params, opt, mb)
         for x, y in zip(jax.tree.leaves(one[:3]), jax.tree.leaves(two[:3])):
             np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-5, atol=1e-6)
-    cfg = gridworld_cpu("leo", env_size=5, total_timesteps=64 * 16 * 3, num_devices=2)
-    a = jax.jit(make_train(cfg))(jax.random.PRNGKey(1))
-    b = jax.jit(make_train(cfg, mesh=data_mesh(2)))(jax.random.PRNGKey(1))
-    for x, y in zip(jax.tree.leaves(a["params"]), jax.tree.leaves(b["params"])):
-        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-3, atol=1e-4)
+    if FULL_TRAIN:
+        cfg = gridworld_cpu("leo", env_size=5, total_timesteps=64 * 16 * 3, num_devices=2)
+        a = jax.jit(make_train(cfg))(jax.random.PRNGKey(1))
+        b = jax.jit(make_train(cfg, mesh=data_mesh(2)))(jax.random.PRNGKey(1))
+        for x, y in zip(jax.tree.leaves(a["params"]), jax.tree.leaves(b["params"])):
+            np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-3, atol=1e-4)
     print("SHARDED-OK")
 """)
 
 
-def test_two_device_sharded_update_equals_one_device():
+def _run(algos, full_train):
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
                JAX_PLATFORMS="cpu")
-    out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, env=env,
-                         timeout=300)
+    code = f"ALGOS = {algos!r}\nFULL_TRAIN = {full_train!r}\n" + CODE
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=600)
     assert out.returncode == 0 and "SHARDED-OK" in out.stdout, out.stderr[-3000:]
+
+
+def test_two_device_sharded_update_equals_one_device():
+    _run(("leo",), False)
+
+
+@pytest.mark.slow  # the fast test above covers the sharded update itself
+def test_two_device_sharded_training_matches():
+    _run(("leo", "pqn"), True)
