@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-
 from leo_craftax.cli import main
 from leo_craftax.config import gridworld_cpu
 from leo_craftax.io import load_checkpoint, save_checkpoint
@@ -33,7 +32,6 @@ def test_bad_input_exits_2(capsys, tmp_path, argv, text):
 
 def test_checkpoint_errors(capsys, tmp_path):
     import jax
-
     from leo_craftax.core import LEONetwork
 
     cfg = gridworld_cpu("leo", env_size=5)

@@ -4,7 +4,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from leo_craftax.baselines import relabel
 from leo_craftax.core import (
     LEONetwork,
@@ -68,7 +67,7 @@ def test_all_goals_loss_equals_mean_of_per_goal_losses(batch):
     l1, g1 = jax.jit(jax.value_and_grad(leo))(params)
     l2, g2 = jax.jit(jax.value_and_grad(goal_by_goal))(params)
     assert float(l1) == pytest.approx(float(l2), rel=1e-5)
-    for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
+    for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7)
 
 

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
+from icml26_shared import UserError
 from leo_craftax.craftax_goals import craftax_classic_goal_set, craftax_goal_set
 from leo_craftax.envs import GoalSet, Gridworld
 
@@ -82,5 +82,24 @@ def test_goal_set_from_predicates():
     gs = GoalSet.from_predicates({"pos": lambda o: o[0] > 0, "big": lambda o: o.sum() > 2})
     np.testing.assert_array_equal(gs.achieved(jnp.array([1.0, 2.0])), [True, True])
     np.testing.assert_array_equal(gs.achieved(jnp.array([-1.0, 0.5])), [False, False])
-    with pytest.raises(Exception):
+    with pytest.raises(UserError, match="at least one predicate"):
         GoalSet.from_predicates({})
+
+
+def test_craftax_classic_goals_match_a_real_reset_state():
+    from craftax.craftax_classic.constants import BlockType
+
+    from leo_craftax.craftax_goals import _DELTAS, CLASSIC_BLOCKS, DIRECTIONS
+    from leo_craftax.envs import CraftaxGC
+
+    env = CraftaxGC(classic=True)
+    obs, state = jax.jit(env.reset)(jax.random.PRNGKey(0))
+    on = {env.goal_set.names[i] for i in np.nonzero(np.asarray(env.goal_set.achieved(obs)))[0]}
+    pos = np.asarray(state.player_position)
+    want = set()
+    for d, name in zip(_DELTAS, DIRECTIONS, strict=True):
+        b = int(state.map[pos[0] + d[0], pos[1] + d[1]])
+        if b in CLASSIC_BLOCKS:
+            want.add(f"block_map/{BlockType(b).name}_{name}")
+    assert {n for n in on if n.startswith("block_map/")} == want and want
+    assert not any(n.startswith(("inventory/", "tools/")) for n in on)  # empty inventory at reset

@@ -3,7 +3,6 @@
 import jax
 import numpy as np
 import pytest
-
 from leo_craftax.algos import build_algo
 from leo_craftax.config import gridworld_cpu
 from leo_craftax.io import load_checkpoint, save_checkpoint

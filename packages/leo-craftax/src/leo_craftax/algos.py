@@ -15,7 +15,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-
 from icml26_shared import UserError
 
 from .config import ALGOS, TrainConfig

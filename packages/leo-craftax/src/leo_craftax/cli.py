@@ -90,11 +90,11 @@ def _cmd_eval(args) -> int:
                                             cfg.test_steps or env.max_steps))(
         params, jax.random.PRNGKey(args.seed))
     if args.per_goal:
-        for name, s in zip(env.goal_set.names, success.tolist()):
+        for name, s in zip(env.goal_set.names, success.tolist(), strict=True):
             print(f"{name}\t{s:.3f}")
     print(f"success over {env.goal_set.num_goals} goals: {float(success.mean()):.4f}")
     if args.json:
-        Path(args.json).write_text(json.dumps(dict(zip(env.goal_set.names, success.tolist()))))
+        Path(args.json).write_text(json.dumps(dict(zip(env.goal_set.names, success.tolist(), strict=True))))
     return 0
 
 

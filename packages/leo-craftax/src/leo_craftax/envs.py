@@ -21,7 +21,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-
 from icml26_shared import UserError
 
 ENV_NAMES = ("gridworld", "craftax-classic", "craftax")
@@ -80,7 +79,7 @@ def make_gridworld_map(size: int, wall_prob: float, seed: int) -> np.ndarray:
     free = rng.random((size, size)) >= wall_prob
     label = -np.ones((size, size), int)
     best, best_n, n_lab = -1, 0, 0
-    for r0, c0 in zip(*np.nonzero(free)):
+    for r0, c0 in zip(*np.nonzero(free), strict=True):
         if label[r0, c0] >= 0:
             continue
         stack, count = [(r0, c0)], 0

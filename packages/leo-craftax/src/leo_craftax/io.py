@@ -11,7 +11,6 @@ from typing import Any
 
 import jax
 import numpy as np
-
 from icml26_shared import UserError
 
 from .config import TrainConfig
