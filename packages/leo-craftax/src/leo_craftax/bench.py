@@ -56,8 +56,19 @@ def make_update(algo: str, k: int, *, batch: int = 64, obs_dim: int = 64, num_ac
     return update
 
 
+def flop_model_speedup(k: int, *, obs_dim: int = 64, width: int = 128, layers: int = 2,
+                       num_actions: int = 4, embed: int = 64) -> float:
+    """Predicted HER-all / LEO cost ratio from multiply-adds per transition [R]:
+    LEO = torso(D) + W·K·|A| (one pass, a K·|A| head); HER-all = K·(torso(D + E) + W·|A|)."""
+    torso = (layers - 1) * width * width
+    leo = obs_dim * width + torso + width * k * num_actions
+    her = k * ((obs_dim + embed) * width + torso + width * num_actions)
+    return her / leo
+
+
 def speed_table(ks: Sequence[int], *, batch: int = 64, repeats: int = 5, **kw) -> list[dict]:
-    """Per K: median seconds per update of LEO and of all-goals relabelling, and their ratio."""
+    """Per K: median seconds per update of LEO and of all-goals relabelling, their ratio, and the
+    ratio the multiply-add model predicts."""
     from icml26_shared.eval import compare
 
     rows = []
@@ -66,5 +77,8 @@ def speed_table(ks: Sequence[int], *, batch: int = 64, repeats: int = 5, **kw) -
                "her_all": make_update("her_all", k, batch=batch, **kw)}
         t = compare(fns, warmup=1, repeats=repeats)
         rows.append({"K": k, "leo_s": t["leo"].median, "her_all_s": t["her_all"].median,
-                     "speedup": t["her_all"].median / t["leo"].median})
+                     "speedup": t["her_all"].median / t["leo"].median,
+                     "flop_model": flop_model_speedup(k, **{n: v for n, v in kw.items()
+                                                            if n in ("obs_dim", "width", "layers",
+                                                                     "num_actions")})})
     return rows
