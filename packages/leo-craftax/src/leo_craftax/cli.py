@@ -39,6 +39,8 @@ def _config(args):
     kw = {"total_timesteps": _num(args.steps), "num_evals": args.evals, "her_mode": args.her_mode}
     if args.num_envs:
         kw["num_envs"] = _num(args.num_envs)
+    if args.devices > 1:
+        kw["num_devices"] = args.devices
     if args.env == "gridworld":
         return gridworld_cpu(args.algo, env_size=args.size, **kw).validate()
     return TrainConfig(algo=args.algo, env=EnvConfig(args.env), **kw).validate()
@@ -135,6 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--size", type=int, default=10, help="gridworld side (default %(default)s)")
     t.add_argument("--num-envs", default=None, help="parallel environments")
+    t.add_argument("--devices", type=int, default=1,
+                   help="split the environments over this many devices (jax.sharding)")
     t.add_argument("--her-mode", default="mixed", help="pqn_her: random|positive|mixed|all")
     t.add_argument("--evals", type=int, default=1, help="evaluation points during training")
     t.add_argument("--out", default="leo-checkpoint.msgpack", help="checkpoint file")

@@ -68,8 +68,13 @@ def make_train(cfg: TrainConfig, env: Any = None, mesh: Any = None):
     """Returns ``train(rng) -> {"params", "metrics" [U], "success" [num_evals + 1, K]}``.
 
     ``mesh``: a ``jax.sharding.Mesh`` with a ``"data"`` axis; environments (and so the rollout and
-    its minibatches) are split over it, parameters replicated (data parallelism [R])."""
+    its minibatches) are split over it, parameters replicated (data parallelism [R]); built from
+    ``cfg.num_devices`` when that is above 1."""
     cfg = cfg.validate()
+    if mesh is None and cfg.num_devices > 1:
+        from .parallel import data_mesh
+
+        mesh = data_mesh(cfg.num_devices)
     env = env if env is not None else env_from_config(cfg)
     gs = env.goal_set
     k, a = gs.num_goals, env.num_actions
