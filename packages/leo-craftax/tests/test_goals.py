@@ -88,7 +88,6 @@ def test_goal_set_from_predicates():
 
 def test_craftax_classic_goals_match_a_real_reset_state():
     from craftax.craftax_classic.constants import BlockType
-
     from leo_craftax.craftax_goals import _DELTAS, CLASSIC_BLOCKS, DIRECTIONS
     from leo_craftax.envs import CraftaxGC
 

@@ -36,3 +36,12 @@ def test_checkpoint_roundtrip_evaluates_the_same(runs, tmp_path):
     spec = build_algo(cfg, env.goal_set.num_goals, env.num_actions)
     ev = jax.jit(lambda p: evaluate(spec, p, env, jax.random.PRNGKey(0), 2, env.max_steps))
     np.testing.assert_array_equal(np.asarray(ev(params)), np.asarray(ev(out["params"])))
+
+
+@pytest.mark.slow  # compiles all six algorithms; the LEO run above covers the shared loop
+@pytest.mark.parametrize("algo", ["pqn", "pqn_her", "ppo_gc", "dual_leo_pqn", "dual_leo_ppo"])
+def test_every_algorithm_trains(algo):
+    cfg = gridworld_cpu(algo, env_size=5, total_timesteps=64 * 16 * 4, test_repeats=1)
+    out = jax.jit(make_train(cfg))(jax.random.PRNGKey(0))
+    assert np.all(np.isfinite(np.asarray(out["metrics"]["loss"])))
+    assert out["success"].shape == (2, env_from_config(cfg).goal_set.num_goals)
