@@ -102,3 +102,36 @@ def test_craftax_classic_goals_match_a_real_reset_state():
             want.add(f"block_map/{BlockType(b).name}_{name}")
     assert {n for n in on if n.startswith("block_map/")} == want and want
     assert not any(n.startswith(("inventory/", "tools/")) for n in on)  # empty inventory at reset
+
+
+class _Chain:
+    """A minimal gymnax-API environment: position 0..4 on a line, actions left / right."""
+
+    default_params = None
+
+    def action_space(self, params):
+        return type("D", (), {"n": 2})()
+
+    def observation_space(self, params):
+        return type("B", (), {"shape": (5,)})()
+
+    def reset_env(self, rng, params):
+        return jax.nn.one_hot(0, 5), {"x": jnp.int32(0), "t": jnp.int32(0)}
+
+    def step_env(self, rng, state, action, params):
+        x = jnp.clip(state["x"] + 2 * action - 1, 0, 4)
+        s = {"x": x, "t": state["t"] + 1}
+        return jax.nn.one_hot(x, 5), s, jnp.float32(0), s["t"] >= 10, {}
+
+
+def test_any_gymnax_env_gets_a_goal_set_from_predicates():
+    from leo_craftax.envs import GymnaxGC
+
+    gs = GoalSet.from_predicates({f"x={i}": (lambda o, i=i: o[i] > 0.5) for i in range(5)})
+    env = GymnaxGC(_Chain(), gs, max_steps=10)
+    assert (env.num_actions, env.obs_dim, env.max_steps) == (2, 5, 10)
+    obs, state = env.reset(jax.random.PRNGKey(0))
+    for _ in range(3):
+        obs, state, done = env.step(jax.random.PRNGKey(0), state, 1)
+    np.testing.assert_array_equal(gs.achieved(obs), [False, False, False, True, False])
+    assert not bool(done)

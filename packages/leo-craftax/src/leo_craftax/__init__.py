@@ -13,7 +13,7 @@ except PackageNotFoundError:  # pragma: no cover
 
 _LAZY = {
     "TrainConfig": "config", "EnvConfig": "config", "gridworld_cpu": "config",
-    "GoalSet": "envs", "Gridworld": "envs", "CraftaxGC": "envs", "make_env": "envs",
+    "GoalSet": "envs", "Gridworld": "envs", "CraftaxGC": "envs", "GymnaxGC": "envs", "make_env": "envs",
     "LEONetwork": "core", "AllGoalsQHead": "core", "GoalConditionedQ": "core",
     "all_goals_td_targets": "core", "goal_td_target": "core", "leo_loss": "core",
     "q_for_goal": "core", "make_train": "train", "train_seeds": "train", "evaluate": "train",

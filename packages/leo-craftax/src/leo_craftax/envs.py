@@ -146,7 +146,31 @@ class Gridworld:
         return self._obs(new), {"pos": new, "t": t}, t >= self.max_steps
 
 
-class CraftaxGC:
+class GymnaxGC:
+    """Any environment with the gymnax API (``reset_env(rng, params)``, ``step_env(rng, state,
+    action, params)``, ``action_space``, ``observation_space``, ``default_params``) plus a
+    ``GoalSet`` — e.g. ``GoalSet.from_predicates`` — becomes a goal-conditioned environment."""
+
+    def __init__(self, env: Any, goal_set: GoalSet, params: Any = None, max_steps: int | None = None):
+        self.env, self.goal_set = env, goal_set
+        self.params = params if params is not None else env.default_params
+        if max_steps is None:
+            max_steps = int(getattr(self.params, "max_steps_in_episode",
+                                    getattr(self.params, "max_timesteps", 1000)))
+        self.max_steps = int(max_steps)
+        self.num_actions = int(env.action_space(self.params).n)
+        self.obs_dim = int(np.prod(env.observation_space(self.params).shape))
+
+    def reset(self, rng, start_time: bool | None = None):
+        obs, state = self.env.reset_env(rng, self.params)
+        return jnp.ravel(obs).astype(jnp.float32), state
+
+    def step(self, rng, state, action):
+        obs, state, _, done, *_ = self.env.step_env(rng, state, action, self.params)
+        return jnp.ravel(obs).astype(jnp.float32), state, jnp.asarray(done, bool)
+
+
+class CraftaxGC(GymnaxGC):
     """A Craftax environment (PyPI ``craftax``, symbolic observations) with its goal set:
     Craftax-Classic (136 goals) or Craftax (512 goals) [C: envs/craftax/craftax_goals.py]."""
 
@@ -155,24 +179,13 @@ class CraftaxGC:
 
         from .craftax_goals import craftax_classic_goal_set, craftax_goal_set
 
-        name = "Craftax-Classic-Symbolic-v1" if classic else "Craftax-Symbolic-v1"
-        self.name = name
-        self.env = make_craftax_env_from_name(name, auto_reset=False)
-        self.params = self.env.default_params
+        self.name = "Craftax-Classic-Symbolic-v1" if classic else "Craftax-Symbolic-v1"
+        env = make_craftax_env_from_name(self.name, auto_reset=False)
+        params = env.default_params
         if max_steps is not None:
-            self.params = self.params.replace(max_timesteps=int(max_steps))
-        self.max_steps = int(self.params.max_timesteps)
-        self.num_actions = int(self.env.action_space(self.params).n)
-        self.obs_dim = int(np.prod(self.env.observation_space(self.params).shape))
-        self.goal_set = craftax_classic_goal_set() if classic else craftax_goal_set()
-
-    def reset(self, rng, start_time: bool | None = None):
-        obs, state = self.env.reset_env(rng, self.params)
-        return obs.astype(jnp.float32), state
-
-    def step(self, rng, state, action):
-        obs, state, _, done, _ = self.env.step_env(rng, state, action, self.params)
-        return obs.astype(jnp.float32), state, done
+            params = params.replace(max_timesteps=int(max_steps))
+        gs = craftax_classic_goal_set() if classic else craftax_goal_set()
+        super().__init__(env, gs, params, int(params.max_timesteps))
 
 
 def auto_reset_step(env: Any, rng, state, action):
