@@ -1,0 +1,174 @@
+"""The baselines of the paper behind LEO's interface [C: purejaxgcrl pqn.py, ppo.py]:
+PQN on the commanded goal, PQN + HER (random / positive / mixed / all-goals relabelling) and
+goal-conditioned PPO."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from .algos import AlgoSpec, gc_q_network, register
+from .config import TrainConfig
+from .core import Torso, eps_greedy, goal_td_target, td_loss
+
+
+def _take(x, idx):
+    """``x [..., K]`` at ``idx [...]``."""
+    return jnp.take_along_axis(x, idx[..., None], -1)[..., 0]
+
+
+def relabel(rng, goal, achieved_next, mode, ratio):
+    """HER goals for ``goal [N]`` given ``achieved_next [N, K]`` [C modes, R ratio]:
+    ``random`` — a uniform goal; ``positive`` — a goal achieved in s' (kept when none is);
+    ``mixed`` — either, half and half; each applied to a ``ratio`` fraction of the transitions."""
+    n, k = achieved_next.shape
+    r_sel, r_rand, r_pos, r_mix = jax.random.split(rng, 4)
+    rand = jax.random.randint(r_rand, (n,), 0, k)
+    logits = jnp.where(achieved_next, 0.0, -jnp.inf)
+    any_ach = achieved_next.any(-1)
+    pos = jnp.where(any_ach, jax.random.categorical(r_pos, jnp.where(any_ach[:, None], logits, 0.0)),
+                    goal)
+    if mode == "random":
+        new = rand
+    elif mode == "positive":
+        new = pos
+    elif mode == "mixed":
+        new = jnp.where(jax.random.uniform(r_mix, (n,)) < 0.5, rand, pos)
+    else:
+        raise ValueError(mode)
+    return jnp.where(jax.random.uniform(r_sel, (n,)) < ratio, new, goal)
+
+
+def _build_pqn(cfg: TrainConfig, k: int, a: int, mode: str) -> AlgoSpec:
+    net = gc_q_network(cfg, k, a)
+
+    def q(params, obs, goal):
+        return net.apply({"params": params}, obs, goal)
+
+    def init(rng, obs):
+        return net.init(rng, obs, jnp.zeros(obs.shape[:1], jnp.int32))["params"]
+
+    def prepare(params, traj, rng):
+        t, e = traj["goal"].shape
+        if mode == "all":
+            # every transition relabelled with every goal: K goal-conditioned passes per state
+            goals = jnp.broadcast_to(jnp.arange(k), (t, e, k))
+            nxt = jnp.broadcast_to(traj["next_obs"][:, :, None], (t, e, k, traj["next_obs"].shape[-1]))
+            y = goal_td_target(traj["achieved"], traj["done"][..., None], q(params, nxt, goals),
+                               cfg.gamma)
+            return {"g_all": goals, "y_all": y}
+        goal = traj["goal"]
+        if mode != "none":
+            flat = relabel(rng, goal.reshape(-1), traj["achieved"].reshape(t * e, k), mode,
+                           cfg.her_ratio)
+            goal = flat.reshape(t, e)
+        y = goal_td_target(_take(traj["achieved"], goal), traj["done"], q(params, traj["next_obs"], goal),
+                           cfg.gamma)
+        return {"g": goal, "y": y}
+
+    def loss(params, mb):
+        if mode == "all":
+            n = mb["obs"].shape[0]
+            obs = jnp.repeat(mb["obs"], k, axis=0)
+            qv = q(params, obs, mb["g_all"].reshape(-1))
+            value = td_loss(qv, jnp.repeat(mb["action"], k), mb["y_all"].reshape(n * k))
+        else:
+            value = td_loss(q(params, mb["obs"], mb["g"]), mb["action"], mb["y"])
+        return value, {"td_loss": value}
+
+    return AlgoSpec(
+        "pqn" if mode == "none" else f"pqn_her_{mode}", init,
+        lambda rng, p, o, g, eps: (eps_greedy(rng, q(p, o, g), eps), {}),
+        lambda p, o, g: jnp.argmax(q(p, o, g), -1), prepare, loss, cfg.minibatch_size)
+
+
+@register("pqn")
+def build_pqn(cfg: TrainConfig, k: int, a: int) -> AlgoSpec:
+    return _build_pqn(cfg, k, a, "none")
+
+
+@register("pqn_her")
+def build_pqn_her(cfg: TrainConfig, k: int, a: int) -> AlgoSpec:
+    return _build_pqn(cfg, k, a, cfg.her_mode)
+
+
+# --- goal-conditioned PPO -------------------------------------------------------------------------
+
+class GCActorCritic(nn.Module):
+    num_goals: int
+    num_actions: int
+    width: int = 512
+    layers: int = 2
+    embed: int = 64
+
+    @nn.compact
+    def __call__(self, obs, goal):
+        x = jnp.concatenate([obs, nn.Embed(self.num_goals, self.embed)(goal)], -1)
+        pi = nn.Dense(self.num_actions, kernel_init=nn.initializers.orthogonal(0.01))(
+            Torso(self.width, self.layers, False, name="actor")(x))
+        v = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0))(
+            Torso(self.width, self.layers, False, name="critic")(x))
+        return pi, v[..., 0]
+
+
+class PPOParts:
+    """Goal-conditioned PPO: reward [achieved_g(s')], the goal's episode ends when it is achieved
+    or the environment's episode ends; GAE(λ) and the clipped objective [C: ppo.py]."""
+
+    def __init__(self, cfg: TrainConfig, k: int, a: int):
+        self.cfg = cfg
+        self.net = GCActorCritic(k, a, cfg.width, cfg.layers, cfg.goal_embed)
+
+    def init(self, rng, obs):
+        return self.net.init(rng, obs, jnp.zeros(obs.shape[:1], jnp.int32))["params"]
+
+    def policy(self, rng, params, obs, goal):
+        logits, v = self.net.apply({"params": params}, obs, goal)
+        action = jax.random.categorical(rng, logits)
+        logp = _take(jax.nn.log_softmax(logits), action)
+        return action, {"logp": logp, "value": v}
+
+    def greedy(self, params, obs, goal):
+        return jnp.argmax(self.net.apply({"params": params}, obs, goal)[0], -1)
+
+    def prepare(self, params, traj):
+        c = self.cfg
+        _, v_next = self.net.apply({"params": params}, traj["next_obs"], traj["goal"])
+        r = _take(traj["achieved"], traj["goal"]).astype(jnp.float32)
+        term = jnp.logical_or(r > 0, traj["done"]).astype(jnp.float32)
+        delta = r + c.ppo_gamma * v_next * (1 - term) - traj["value"]
+
+        def back(adv, x):
+            d, m = x
+            adv = d + c.ppo_gamma * c.gae_lambda * (1 - m) * adv
+            return adv, adv
+
+        _, adv = jax.lax.scan(back, jnp.zeros_like(delta[0]), (delta, term), reverse=True)
+        return {"adv": adv, "ret": adv + traj["value"]}
+
+    def loss(self, params, mb):
+        c = self.cfg
+        logits, v = self.net.apply({"params": params}, mb["obs"], mb["goal"])
+        logp_all = jax.nn.log_softmax(logits)
+        logp = _take(logp_all, mb["action"])
+        adv = (mb["adv"] - mb["adv"].mean()) / (mb["adv"].std() + 1e-8)
+        ratio = jnp.exp(logp - mb["logp"])
+        l_pi = -jnp.mean(jnp.minimum(ratio * adv, jnp.clip(ratio, 1 - c.clip_eps, 1 + c.clip_eps) * adv))
+        l_v = 0.5 * jnp.mean(jnp.square(v - mb["ret"]))
+        ent = -jnp.mean(jnp.sum(jnp.exp(logp_all) * logp_all, -1))
+        total = l_pi + c.vf_coef * l_v - c.ent_coef * ent
+        return total, {"pi_loss": l_pi, "v_loss": l_v, "entropy": ent}, logits
+
+
+@register("ppo_gc")
+def build_ppo(cfg: TrainConfig, k: int, a: int) -> AlgoSpec:
+    ppo = PPOParts(cfg, k, a)
+
+    def loss(params, mb):
+        total, aux, _ = ppo.loss(params, mb)
+        return total, aux
+
+    return AlgoSpec("ppo_gc", ppo.init, lambda rng, p, o, g, eps: ppo.policy(rng, p, o, g),
+                    ppo.greedy, lambda p, traj, rng: ppo.prepare(p, traj), loss,
+                    cfg.ppo_minibatch_size)

@@ -1,0 +1,107 @@
+"""Configurations. Defaults are the authors' Craftax settings, each cited:
+[C] = MichaelTMatthews/purejaxgcrl (``leo.py`` / ``pqn.py`` / ``dual_leo_*.py`` argument defaults),
+[R] = reconstructed (not in the public code, or changed for CPU scale — said where)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from icml26_shared import UserError
+
+ALGOS = ("leo", "pqn", "pqn_her", "ppo_gc", "dual_leo_pqn", "dual_leo_ppo")
+HER_MODES = ("none", "random", "positive", "mixed", "all")
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    name: str = "gridworld"            # gridworld | craftax-classic | craftax
+    size: int = 16                     # [C] --gridworld_map_size 16
+    wall_prob: float = 0.3             # [C] --gridworld_wall_threshold 0.3
+    map_seed: int = 0                  # [C] --gridworld_map_rng_seed 0
+    max_steps: int | None = None       # None: 200 for the gridworld [C], the Craftax default [C]
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    algo: str = "leo"
+    env: EnvConfig = field(default_factory=EnvConfig)
+    total_timesteps: int = int(1e9)    # [C] --total_timesteps 1e9
+    num_envs: int = 1024               # [C] --num_envs 1024
+    num_steps: int = 32                # [C] --num_steps 32 (rollout length per update)
+    minibatch_size: int = 512          # [C] --minibatch_size 512 (PQN / LEO)
+    num_epochs: int = 2                # [C] --num_epochs 2
+    lr: float = 2e-4                   # [C] --lr 2e-4 (RAdam)
+    anneal_lr: bool = True             # [C] linear to ~0 over training
+    max_grad_norm: float = 1.0         # [C] --max_grad_norm 1.0
+    gamma: float = 0.99                # [C] --gamma 0.99 (PQN / LEO)
+    eps_start: float = 0.2             # [C] --eps_start 0.2
+    eps_finish: float = 0.01           # [C] --eps_finish 0.01
+    eps_decay: float = 0.2             # [C] --eps_decay 0.2 (fraction of updates)
+    width: int = 1024                  # [C] --network_layer_width 1024
+    layers: int = 4                    # [C] --network_dense_layers 4
+    norm_input: bool = True            # [C] --norm_input (BatchRenorm there; LayerNorm here [R])
+    sigmoid: bool = True               # [C] --network_sigmoid_value (values in [0, 1])
+    goal_embed: int = 64               # [R] goal embedding width of goal-conditioned networks
+    only_seen_goals: bool = True       # [C] --only_sample_from_seen_goals
+    her_mode: str = "mixed"            # [C] pqn.py --her_mode none|random|positive|mixed|all
+    her_ratio: float = 0.5             # [R] fraction of transitions relabelled (random/positive/mixed)
+    distill_coef: float = 0.1          # [C] dual_leo_*: weight of CE(actor, argmax Q_LEO)
+    # PPO (ppo.py / dual_leo_ppo.py)
+    ppo_gamma: float = 0.995           # [C] dual_leo_ppo --gamma 0.995
+    gae_lambda: float = 0.95           # [C] --gae_lambda 0.95
+    clip_eps: float = 0.2              # [C] --clip_eps 0.2
+    ent_coef: float = 0.005            # [C] --ent_coef 0.005
+    vf_coef: float = 0.5               # [R] PureJaxRL default
+    ppo_minibatch_size: int = 2048     # [C] dual_leo_ppo minibatch 2048
+    # evaluation (success over all goals, first episode, greedy)
+    test_repeats: int = 16             # [C] --test_num_repeats 16
+    test_steps: int | None = None      # [C] 512 on Craftax; None = the episode length
+    num_evals: int = 1                 # [R] points on the success-vs-steps curve
+    num_devices: int = 1               # [R] data parallel over environments (jax.sharding)
+
+    @property
+    def num_updates(self) -> int:
+        return max(1, self.total_timesteps // (self.num_steps * self.num_envs))
+
+    def replace(self, **kw) -> TrainConfig:
+        env_kw = {k[4:]: kw.pop(k) for k in list(kw) if k.startswith("env_")}
+        env = dataclasses.replace(self.env, **env_kw) if env_kw else self.env
+        return dataclasses.replace(self, env=env, **kw)
+
+    def validate(self) -> TrainConfig:
+        if self.algo not in ALGOS:
+            raise UserError(f"unknown algo {self.algo!r} (choose one of {', '.join(ALGOS)})")
+        if self.her_mode not in HER_MODES:
+            raise UserError(f"unknown HER mode {self.her_mode!r} (choose one of {', '.join(HER_MODES)})")
+        batch = self.num_steps * self.num_envs
+        mb = self.ppo_minibatch_size if self.algo in ("ppo_gc", "dual_leo_ppo") else self.minibatch_size
+        if batch % mb:
+            raise UserError(f"num_steps*num_envs = {batch} is not a multiple of the minibatch size {mb}")
+        if self.num_envs % self.num_devices:
+            raise UserError(f"num_envs {self.num_envs} not divisible by num_devices {self.num_devices}")
+        if self.num_evals < 1 or self.num_updates % self.num_evals:
+            raise UserError(f"num_evals {self.num_evals} must divide the {self.num_updates} updates")
+        return self
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TrainConfig:
+        d = dict(d)
+        env = EnvConfig(**d.pop("env", {}))
+        try:
+            return cls(env=env, **d)
+        except TypeError as exc:
+            raise UserError(f"not a leo-craftax config: {exc}") from None
+
+
+def gridworld_cpu(algo: str = "leo", **kw) -> TrainConfig:
+    """CPU-scale gridworld settings [R]: a smaller network and batch than the Craftax defaults, a
+    higher learning rate, and γ = 0.9 (with γ = 0.99 one step changes a value by 1 %, which a small
+    sigmoid network resolves only after far more updates than a CPU run affords)."""
+    base = TrainConfig(algo=algo, env=EnvConfig("gridworld", size=10), total_timesteps=200_000,
+                       num_envs=64, num_steps=16, minibatch_size=256, width=128, layers=2,
+                       lr=3e-3, gamma=0.9, test_repeats=2, ppo_minibatch_size=256)
+    return base.replace(**kw)

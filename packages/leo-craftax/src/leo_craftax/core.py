@@ -1,0 +1,152 @@
+"""LEO's maths: the all-goals Q head and its per-goal TD targets, as pure functions.
+
+Q_θ(s) ∈ [0, 1]^{K×|A|} in one pass; for every goal g at once
+    y_g = r_g(s') + γ · max_a Q(s', g, a) · (1 − [achieved_g(s') ∨ done])
+with r_g(s') = [achieved_g(s')], and the loss ½·mean_{batch, goals} (Q(s, g, a_taken) − y_g)²
+[C: purejaxgcrl leo.py]. ``q_for_goal`` is the same network read as a goal-conditioned Q(s, g)
+(one slice of the head's weights) — the relabelling view that the equivalence tests compare with.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+
+class Torso(nn.Module):
+    """(LayerNorm on the input) → ``layers`` × [Dense(width) → LayerNorm → ReLU] [C: pqn_models_gc]."""
+
+    width: int = 1024
+    layers: int = 4
+    norm_input: bool = True
+
+    @nn.compact
+    def __call__(self, x):
+        if self.norm_input:
+            x = nn.LayerNorm(use_scale=False, use_bias=False, name="input_norm")(x)
+        for i in range(self.layers):
+            x = nn.relu(nn.LayerNorm(name=f"ln{i}")(nn.Dense(self.width, name=f"dense{i}")(x)))
+        return x
+
+
+class AllGoalsQHead(nn.Module):
+    """One Dense with K·|A| outputs, reshaped to ``[..., K, |A|]``; sigmoid keeps values in [0, 1]."""
+
+    num_goals: int
+    num_actions: int
+    sigmoid: bool = True
+
+    @nn.compact
+    def __call__(self, h):
+        q = nn.Dense(self.num_goals * self.num_actions, name="dense")(h)
+        q = q.reshape(*h.shape[:-1], self.num_goals, self.num_actions)
+        return nn.sigmoid(q) if self.sigmoid else q
+
+
+class LEONetwork(nn.Module):
+    """Q(s) for every goal at once: ``obs [..., D] -> [..., K, |A|]``."""
+
+    num_goals: int
+    num_actions: int
+    width: int = 1024
+    layers: int = 4
+    norm_input: bool = True
+    sigmoid: bool = True
+
+    @nn.compact
+    def __call__(self, obs):
+        h = Torso(self.width, self.layers, self.norm_input, name="torso")(obs)
+        return AllGoalsQHead(self.num_goals, self.num_actions, self.sigmoid, name="head")(h)
+
+
+class GoalConditionedQ(nn.Module):
+    """Q(s, g) for one commanded goal per row (PQN, PQN + HER): ``obs [N, D], goal [N] -> [N, |A|]``.
+    The goal enters as a learned embedding concatenated to the observation [R]."""
+
+    num_goals: int
+    num_actions: int
+    width: int = 1024
+    layers: int = 4
+    embed: int = 64
+    norm_input: bool = True
+    sigmoid: bool = True
+
+    @nn.compact
+    def __call__(self, obs, goal):
+        g = nn.Embed(self.num_goals, self.embed, name="goal_embed")(goal)
+        if self.norm_input:
+            obs = nn.LayerNorm(use_scale=False, use_bias=False, name="input_norm")(obs)
+        h = Torso(self.width, self.layers, False, name="torso")(jnp.concatenate([obs, g], -1))
+        q = nn.Dense(self.num_actions, name="head")(h)
+        return nn.sigmoid(q) if self.sigmoid else q
+
+
+def q_for_goal(net: LEONetwork, params, obs, goal):
+    """Q(s, g, ·) of a LEO network for one goal per row, reading only goal g's slice of the head's
+    weights (what a goal-conditioned head sharing those weights computes): ``[N, |A|]``."""
+    h = Torso(net.width, net.layers, net.norm_input).apply({"params": params["torso"]}, obs)
+    kernel = params["head"]["dense"]["kernel"].reshape(h.shape[-1], net.num_goals, net.num_actions)
+    bias = params["head"]["dense"]["bias"].reshape(net.num_goals, net.num_actions)
+    q = jnp.einsum("nh,hna->na", h, kernel[:, goal]) + bias[goal]
+    return nn.sigmoid(q) if net.sigmoid else q
+
+
+# --- TD targets and losses --------------------------------------------------------------------------
+
+def all_goals_td_targets(achieved_next, done, q_next, gamma):
+    """y_g for every goal: ``achieved_next [..., K] bool, done [...], q_next [..., K, A] -> [..., K]``.
+    Goal g terminates where it is achieved (per-goal termination) or where the episode ends."""
+    r = achieved_next.astype(jnp.float32)
+    terminal = jnp.logical_or(achieved_next, done[..., None])
+    return r + gamma * jnp.max(q_next, axis=-1) * (1.0 - terminal.astype(jnp.float32))
+
+
+def goal_td_target(achieved_g, done, q_next_g, gamma):
+    """The relabelled target for one goal per row: ``achieved_g [...], done [...], q_next_g [..., A]``."""
+    terminal = jnp.logical_or(achieved_g, done).astype(jnp.float32)
+    return achieved_g.astype(jnp.float32) + gamma * jnp.max(q_next_g, -1) * (1.0 - terminal)
+
+
+def leo_loss(q_all, actions, targets):
+    """½·mean over (batch, goals) of (Q(s, g, a_taken) − y_g)²; ``q_all [N, K, A]``, ``targets [N, K]``."""
+    q_taken = jnp.take_along_axis(q_all, actions[:, None, None], axis=-1)[..., 0]
+    return 0.5 * jnp.mean(jnp.square(q_taken - jax.lax.stop_gradient(targets)))
+
+
+def td_loss(q, actions, targets):
+    """½·mean (Q(s, g, a_taken) − y)² for one goal per row; ``q [N, A]``, ``targets [N]``."""
+    q_taken = jnp.take_along_axis(q, actions[:, None], axis=-1)[:, 0]
+    return 0.5 * jnp.mean(jnp.square(q_taken - jax.lax.stop_gradient(targets)))
+
+
+def distill_ce(student_logits, teacher_q):
+    """CE(π_student(·|s, g), argmax_a Q_teacher(s, g, a)) — the Dual LEO teacher term [C]."""
+    teacher = jnp.argmax(jax.lax.stop_gradient(teacher_q), -1)
+    logp = jax.nn.log_softmax(student_logits, -1)
+    return -jnp.mean(jnp.take_along_axis(logp, teacher[..., None], -1))
+
+
+# --- acting ---------------------------------------------------------------------------------------
+
+def epsilon(update, num_updates, start=0.2, finish=0.01, decay=0.2):
+    """Linear ε from ``start`` to ``finish`` over the first ``decay`` fraction of updates [C]."""
+    steps = jnp.maximum(decay * num_updates, 1.0)
+    frac = jnp.clip(update / steps, 0.0, 1.0)
+    return start + frac * (finish - start)
+
+
+def eps_greedy(rng, q, eps):
+    """ε-greedy actions from ``q [E, A]``."""
+    r1, r2 = jax.random.split(rng)
+    greedy = jnp.argmax(q, -1)
+    rand = jax.random.randint(r1, greedy.shape, 0, q.shape[-1])
+    return jnp.where(jax.random.uniform(r2, greedy.shape) < eps, rand, greedy)
+
+
+def sample_goals(rng, seen, n, only_seen=True):
+    """``n`` goals drawn uniformly among the goals seen so far (all goals when none is seen or
+    ``only_seen`` is off) [C: sample_goal]."""
+    k = seen.shape[0]
+    weights = jnp.where(only_seen & jnp.any(seen), seen.astype(jnp.float32), 1.0)
+    return jax.random.categorical(rng, jnp.log(weights)[None, :].repeat(n, 0), axis=-1) % k

@@ -1,0 +1,187 @@
+"""The registered reproduction: ``reproduce(scale, out_dir, seed) -> Results``.
+
+(a) speed: time per update of LEO vs all-goals relabelling at K = 16…1024, side by side;
+(b) learning: gridworld (73 goals at ``quick``), LEO / PQN / PQN + HER (mixed) / Dual LEO (PQN),
+    same steps, 3 seeds (vmap), success over all goals with spread, curves vs steps and wall clock;
+(c) a Craftax-Classic (136 goals) pipeline smoke run (``quick`` only).
+"""
+
+from __future__ import annotations
+
+import csv
+import time
+from pathlib import Path
+
+import numpy as np
+from icml26_shared import ClaimCheck, Results, UserError
+from icml26_shared.data import cache_dir
+from icml26_shared.report import line_plot
+
+from .registry import CLAIMS, DESCRIPTOR
+
+ARMS = {"LEO": "leo", "PQN": "pqn", "PQN+HER (mixed)": "pqn_her", "Dual LEO (PQN)": "dual_leo_pqn"}
+SETTINGS = {  # [R] CPU scales
+    "smoke": {"size": 5, "steps": 64 * 16 * 8, "evals": 1, "seeds": 2, "ks": (8,),
+              "arms": ("LEO", "PQN")},
+    "quick": {"size": 10, "steps": 64 * 16 * 200, "evals": 4, "seeds": 3,
+              "ks": (16, 64, 256, 512, 1024), "arms": tuple(ARMS)},
+}
+
+
+def enable_compile_cache() -> None:
+    """JAX's persistent compilation cache under ``$ICML26_CACHE/jax`` (repeat runs skip compiles)."""
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", str(cache_dir("jax")))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+
+def _learning(res: Results, s: dict, seeds: list[int], out_dir: Path) -> dict[str, np.ndarray]:
+    from .config import gridworld_cpu
+    from .train import env_from_config, train_seeds
+
+    finals, curves = {}, {}
+    per_goal_rows = []
+    for arm in s["arms"]:
+        cfg = gridworld_cpu(ARMS[arm], env_size=s["size"], total_timesteps=s["steps"],
+                            num_evals=s["evals"])
+        env = env_from_config(cfg)
+        t0 = time.perf_counter()
+        out = train_seeds(cfg, seeds, env)
+        success = np.asarray(out["success"])  # [seeds, evals + 1, K]
+        wall = time.perf_counter() - t0
+        final = success[:, -1].mean(-1)
+        finals[arm] = final
+        res.add("gridworld", arm, "success_all_goals", final.tolist(), seeds=seeds,
+                goals=env.goal_set.num_goals, env_steps=cfg.num_updates * cfg.num_envs * cfg.num_steps)
+        res.add("gridworld", arm, "train_seconds_incl_compile", wall, unit="s")
+        steps = np.linspace(0, cfg.num_updates * cfg.num_envs * cfg.num_steps, s["evals"] + 1)
+        curves[arm] = (steps, success.mean(-1), wall)
+        for g, name in enumerate(env.goal_set.names):
+            per_goal_rows.append([arm, name, float(success[:, -1, g].mean())])
+    with open(out_dir / "per_goal_success.csv", "w", newline="") as f:
+        csv.writer(f).writerows([["method", "goal", "success"], *per_goal_rows])
+    line_plot(out_dir / "success_vs_steps.png",
+              {a: (c[0], c[1].mean(0), c[1].std(0)) for a, c in curves.items()},
+              xlabel="environment steps", ylabel="success over all goals")
+    line_plot(out_dir / "success_vs_wallclock.png",
+              {a: (c[0] / c[0][-1] * c[2], c[1].mean(0)) for a, c in curves.items()},
+              xlabel="seconds (incl. compilation, linear in steps)", ylabel="success over all goals")
+    res.figures += ["success_vs_steps.png", "success_vs_wallclock.png", "per_goal_success.csv"]
+    return finals
+
+
+def _speed(res: Results, ks, out_dir: Path) -> dict[int, float]:
+    from .bench import speed_table
+
+    rows = speed_table(ks, repeats=5)
+    for r in rows:
+        res.add("speed", f"K={r['K']}", "ms_per_update_leo", 1e3 * r["leo_s"], unit="ms")
+        res.add("speed", f"K={r['K']}", "ms_per_update_her_all", 1e3 * r["her_all_s"], unit="ms")
+        res.add("speed", f"K={r['K']}", "speedup", r["speedup"], unit="x")
+        res.add("speed", f"K={r['K']}", "speedup_flop_model", r["flop_model"], unit="x")
+    line_plot(out_dir / "speedup_vs_K.png", {"HER-all / LEO": ([r["K"] for r in rows],
+                                                                [r["speedup"] for r in rows])},
+              xlabel="number of goals K", ylabel="time per update ratio", logx=True, logy=True)
+    res.figures.append("speedup_vs_K.png")
+    return {r["K"]: r["speedup"] for r in rows}
+
+
+def _craftax_smoke(res: Results, seed: int) -> None:
+    from .config import EnvConfig, TrainConfig
+    from .train import train_seeds
+
+    cfg = TrainConfig(algo="leo", env=EnvConfig("craftax-classic"), total_timesteps=16 * 8 * 4,
+                      num_envs=16, num_steps=8, minibatch_size=64, width=128, layers=2,
+                      test_repeats=1, test_steps=32, num_evals=1)
+    t0 = time.perf_counter()
+    out = train_seeds(cfg, [seed])
+    res.add("craftax-classic", "LEO", "success_all_goals", float(np.asarray(out["success"])[0, -1].mean()),
+            seeds=[seed], goals=136, env_steps=cfg.num_updates * cfg.num_envs * cfg.num_steps)
+    res.add("craftax-classic", "LEO", "goals_seen", float(np.asarray(out["metrics"]["goals_seen"])[0, -1]))
+    res.add("craftax-classic", "LEO", "pipeline_seconds_incl_compile", time.perf_counter() - t0,
+            unit="s")
+
+
+FULL_ALGOS = {"PPO": "ppo_gc", "PQN": "pqn", "PQN+HER (mixed)": "pqn_her", "LEO": "leo",
+              "Dual LEO (PQN)": "dual_leo_pqn", "Dual LEO (PPO)": "dual_leo_ppo"}
+
+
+def _full(out_dir: Path, seed: int) -> Results:
+    """The GPU recipe [C]: the six methods on Craftax-Classic and Craftax, 1e9 steps, 3 seeds,
+    the authors' default config (1024 envs, 32 steps, width 1024 x 4), 5 evaluation points."""
+    import jax
+
+    from .config import EnvConfig, TrainConfig
+    from .train import train_seeds
+
+    if jax.default_backend() != "gpu":
+        raise UserError("the full scale is the GPU recipe (six methods on Craftax-Classic and "
+                        "Craftax, 1e9 steps, 3 seeds) and needs a CUDA build of JAX and a GPU")
+    enable_compile_cache()
+    res = Results(package=DESCRIPTOR.name, version=DESCRIPTOR.version, scale="full", seed=seed)
+    seeds = [seed + i for i in range(3)]
+    finals = {}
+    for env_name in ("craftax-classic", "craftax"):
+        for arm, algo in FULL_ALGOS.items():
+            updates = int(1e9) // (32 * 1024) // 5 * 5
+            cfg = TrainConfig(algo=algo, env=EnvConfig(env_name), total_timesteps=updates * 32 * 1024,
+                              test_steps=512, num_evals=5)
+            t0 = time.perf_counter()
+            success = np.asarray(train_seeds(cfg, seeds)["success"])
+            finals[(env_name, arm)] = success[:, -1].mean(-1)
+            res.add(env_name, arm, "success_all_goals", finals[(env_name, arm)].tolist(), seeds=seeds)
+            res.add(env_name, arm, "train_seconds_incl_compile", time.perf_counter() - t0, unit="s")
+    speed = _speed(res, (16, 64, 256, 512, 1024), out_dir)
+    res.claims.append(ClaimCheck.compare(CLAIMS[0], speed[512], threshold=250.0,
+                                         note="K=512, batch 64, width-128 MLP on the GPU"))
+    for claim, arm, env_name in ((CLAIMS[1], "LEO", "craftax"),
+                                 (CLAIMS[2], "Dual LEO (PQN)", "craftax-classic")):
+        b = max(("PQN", "PQN+HER (mixed)"), key=lambda a, e=env_name: finals[(e, a)].mean())
+        res.claims.append(ClaimCheck.compare(claim, float(finals[(env_name, arm)].mean()),
+                                             float(finals[(env_name, b)].mean()), b))
+    res.notes.append("GPU recipe with the authors' Craftax defaults; see README for what is [R].")
+    return res
+
+
+def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
+    if scale == "full":
+        return _full(Path(out_dir), seed)
+    s = SETTINGS[scale]
+    out_dir = Path(out_dir)
+    enable_compile_cache()
+    res = Results(package=DESCRIPTOR.name, version=DESCRIPTOR.version, scale=scale, seed=seed)
+    seeds = [seed + i for i in range(s["seeds"])]
+    speed = _speed(res, s["ks"], out_dir)
+    finals = _learning(res, s, seeds, out_dir)
+    if scale == "quick":
+        _craftax_smoke(res, seed)
+    k_ref = 512 if 512 in speed else max(speed)
+    res.claims.append(ClaimCheck.compare(
+        CLAIMS[0], speed[k_ref], threshold=250.0,
+        note=f"K={k_ref}, batch 64, width 128 MLP on CPU; ratio by K: "
+             + ", ".join(f"{k}: {v:.1f}x" for k, v in speed.items())))
+    base = {a: float(finals[a].mean()) for a in finals if not a.startswith(("LEO", "Dual"))}
+    best_name = max(base, key=base.get)
+    for claim, arm in ((CLAIMS[1], "LEO"), (CLAIMS[2], "Dual LEO (PQN)")):
+        if arm in finals:
+            res.claims.append(ClaimCheck.compare(
+                claim, float(finals[arm].mean()), base[best_name], best_name,
+                note=f"gridworld, {len(seeds)} seeds, same steps; the paper's figure is Craftax's"))
+    from .bench import flop_model_speedup
+
+    paper_scale = flop_model_speedup(512, obs_dim=8268, width=1024, layers=4, num_actions=43)
+    res.notes += [
+        f"Multiply-add model of the speed-up at the paper's Craftax scale (obs 8268, 4x1024 MLP, "
+        f"43 actions, K=512): {paper_scale:.0f}x. At K >= 256 our measured CPU ratios scatter around "
+        f"the model's (timing noise on a shared CPU is large); at small K fixed per-update costs "
+        f"dominate. The conv layer and GPU effects are not modelled.",
+        "Faithful [C]: all-goals sigmoid Q head, per-goal TD targets with per-goal termination, "
+        "no replay buffer / target network, ε 0.2→0.01 over 20% of updates, goals sampled among "
+        "those seen, RAdam + clipping + annealed lr, Craftax goal sets (136 / 512).",
+        "Reconstructed [R]: CPU sizes (gridworld 10x10, 64 envs, width-128 MLP, lr 3e-3, γ 0.9), "
+        "LayerNorm instead of BatchRenorm on the input, no conv layer on Craftax maps, HER ratio, "
+        "Dual LEO (PQN) distillation temperature, the throughput benchmark.",
+        "Speed ratios are measured on this machine's CPU and depend on width, batch and K.",
+    ]
+    return res

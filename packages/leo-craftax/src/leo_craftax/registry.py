@@ -1,0 +1,32 @@
+"""The descriptor registered under ``icml26.methods`` (imports nothing heavy)."""
+
+from icml26_shared import MethodDescriptor, Paper
+from icml26_shared.registry import package_version
+from icml26_shared.results import Claim
+
+CLAIMS = (
+    Claim("speedup", "LEO's update is far faster than all-goals relabelling (>250x at Craftax "
+          "scale)", "speedup (HER-all time / LEO time per update)", "higher", 250.0, "x",
+          "abstract"),
+    Claim("leo_success", "LEO beats PQN and PQN + HER in success over all goals at equal steps",
+          "success_all_goals", "higher", 0.16, "",
+          "results figure, Craftax 512 goals (PQN + HER 0.12, PQN 0.11)"),
+    Claim("dual_leo_success", "Dual LEO (a LEO teacher for the acting policy) beats PQN and "
+          "PQN + HER", "success_all_goals", "higher", 0.75, "",
+          "results figure, Dual LEO (PQN) on Craftax-Classic (PQN + HER 0.67)"),
+)
+
+DESCRIPTOR = MethodDescriptor(
+    name="leo-craftax",
+    version=package_version("leo-craftax"),
+    paper=Paper("Goal-Conditioned Agents that Learn Everything All at Once", arxiv="2605.23551"),
+    claims=CLAIMS,
+    reproduce="leo_craftax.experiments:reproduce",
+    summary="All-goals Q head (LEO) vs commanded-goal PQN, HER and PPO, in JAX on Craftax.",
+    scales={
+        "smoke": "5x5 gridworld, LEO vs PQN, 2 seeds, 8 updates; speed at K=4,16 (seconds)",
+        "quick": "speed at K=16..1024; 10x10 gridworld (73 goals), LEO / PQN / PQN+HER / Dual LEO, "
+                 "3 seeds, 205k steps; Craftax-Classic pipeline smoke (minutes on 2 CPU cores)",
+        "full": "GPU recipe: six methods on Craftax-Classic and Craftax, 1e9 steps, 3 seeds",
+    },
+)

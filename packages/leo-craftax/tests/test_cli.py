@@ -1,0 +1,60 @@
+"""Bad input: one clear line on stderr, exit 2, nothing written."""
+
+import numpy as np
+import pytest
+from leo_craftax.cli import main
+from leo_craftax.config import gridworld_cpu
+from leo_craftax.io import load_checkpoint, save_checkpoint
+
+
+def _err(capsys, argv):
+    rc = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and err.startswith("leo-craftax: error:"), err
+    return err
+
+
+@pytest.mark.parametrize("argv, text", [
+    (["train", "--env", "minecraft"], "unknown env"),
+    (["train", "--algo", "dqn"], "unknown algo"),
+    (["train", "--steps", "lots"], "not a number"),
+    (["train", "--algo", "pqn_her", "--her-mode", "future"], "unknown HER mode"),
+    (["goals", "--env", "atari"], "unknown env"),
+    (["bench", "--goals", "16,x"], "--goals"),
+    (["eval", "missing.msgpack"], "does not exist"),
+])
+def test_bad_input_exits_2(capsys, tmp_path, argv, text):
+    if argv[0] == "train":
+        argv = [*argv, "--out", str(tmp_path / "ck.msgpack")]
+    assert text in _err(capsys, argv)
+    assert not (tmp_path / "ck.msgpack").exists()
+
+
+def test_checkpoint_errors(capsys, tmp_path):
+    import jax
+    from leo_craftax.core import LEONetwork
+
+    cfg = gridworld_cpu("leo", env_size=5)
+    net = LEONetwork(7, 4, cfg.width, cfg.layers)  # a head for 7 goals; the 5x5 map has more
+    params = net.init(jax.random.PRNGKey(0), np.zeros((1, 10), np.float32))["params"]
+    from leo_craftax.train import env_from_config
+
+    names = env_from_config(cfg).goal_set.names
+    path = save_checkpoint(tmp_path / "k.msgpack", cfg, params, names)
+    assert "all-goals head has 28 outputs" in _err(capsys, ["eval", str(path)])
+    assert "trained on 'gridworld'" in _err(capsys, ["eval", str(path), "--env", "craftax"])
+    with pytest.raises(Exception, match="algo='leo'"):
+        load_checkpoint(path, cfg.replace(algo="pqn"))
+    junk = tmp_path / "junk.msgpack"
+    junk.write_bytes(b"not msgpack")
+    assert "not a leo-craftax checkpoint" in _err(capsys, ["eval", str(junk)])
+    existing = tmp_path / "exists.msgpack"
+    existing.write_text("keep")
+    assert "exists" in _err(capsys, ["train", "--out", str(existing)])
+    assert existing.read_text() == "keep"
+
+
+def test_goals_lists_names(capsys):
+    assert main(["goals", "--env", "gridworld", "--size", "4"]) == 0
+    lines = capsys.readouterr().out.split()
+    assert lines and all(n.startswith("cell/") for n in lines)

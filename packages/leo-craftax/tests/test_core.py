@@ -1,0 +1,107 @@
+"""LEO's maths: the all-goals TD target and loss equal per-goal relabelling, goal by goal."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from leo_craftax.baselines import relabel
+from leo_craftax.core import (
+    LEONetwork,
+    all_goals_td_targets,
+    epsilon,
+    goal_td_target,
+    leo_loss,
+    q_for_goal,
+    sample_goals,
+    td_loss,
+)
+from leo_craftax.envs import Gridworld
+
+GAMMA = 0.9
+
+
+@pytest.fixture(scope="module")
+def batch():
+    env = Gridworld(size=5, wall_prob=0.2, map_seed=1, max_steps=200)
+    k = env.goal_set.num_goals
+    net = LEONetwork(k, 4, width=32, layers=2)
+    r = jax.random.split(jax.random.PRNGKey(0), 5)
+    obs, st = jax.vmap(env.reset)(jax.random.split(r[0], 48))
+    action = jax.random.randint(r[1], (48,), 0, 4)
+    nxt, _, _ = jax.vmap(env.step)(jax.random.split(r[2], 48), st, action)
+    done = jax.random.uniform(r[3], (48,)) < 0.25
+    params = net.init(r[4], obs)["params"]
+    return env, net, params, obs, action, nxt, done
+
+
+def test_all_goals_target_equals_per_goal_relabelled_target(batch):
+    env, net, params, obs, action, nxt, done = batch
+    achieved = jax.vmap(env.goal_set.achieved)(nxt)
+    y_all = all_goals_td_targets(achieved, done, net.apply({"params": params}, nxt), GAMMA)
+
+    @jax.jit
+    def relabelled(g):
+        # goal g alone: its own predicate (the agent stands on cell g) and its slice of the head
+        hit = jnp.all(jax.vmap(env.position)(nxt) == env.cells[g], -1)
+        return goal_td_target(hit, done, q_for_goal(net, params, nxt, jnp.full(nxt.shape[0], g)),
+                              GAMMA)
+
+    for g in range(env.goal_set.num_goals):
+        np.testing.assert_allclose(y_all[:, g], relabelled(g), rtol=1e-6, atol=1e-6)
+
+
+def test_all_goals_loss_equals_mean_of_per_goal_losses(batch):
+    env, net, params, obs, action, nxt, done = batch
+    k = env.goal_set.num_goals
+    achieved = jax.vmap(env.goal_set.achieved)(nxt)
+    y_all = all_goals_td_targets(achieved, done, net.apply({"params": params}, nxt), GAMMA)
+
+    def leo(p):
+        return leo_loss(net.apply({"params": p}, obs), action, y_all)
+
+    def goal_by_goal(p):  # K separate relabelled losses, one goal-conditioned pass each
+        def one(g):
+            return td_loss(q_for_goal(net, p, obs, jnp.full(obs.shape[0], g)), action, y_all[:, g])
+        return jax.lax.map(one, jnp.arange(k)).mean()
+
+    l1, g1 = jax.jit(jax.value_and_grad(leo))(params)
+    l2, g2 = jax.jit(jax.value_and_grad(goal_by_goal))(params)
+    assert float(l1) == pytest.approx(float(l2), rel=1e-5)
+    for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7)
+
+
+def test_per_goal_termination_masks_only_achieved_goals():
+    q_next = jnp.full((2, 3, 4), 0.5).at[:, :, 2].set(0.8)
+    achieved = jnp.array([[False, True, False], [False, False, False]])
+    done = jnp.array([False, True])
+    y = all_goals_td_targets(achieved, done, q_next, 0.99)
+    np.testing.assert_allclose(y[0], [0.99 * 0.8, 1.0, 0.99 * 0.8], rtol=1e-6)  # only goal 1 ends
+    np.testing.assert_allclose(y[1], [0.0, 0.0, 0.0])  # episode end: every goal's target = r_g
+
+
+def test_q_values_lie_in_unit_interval(batch):
+    _, net, params, obs, *_ = batch
+    q = net.apply({"params": params}, obs * 100.0)
+    assert float(q.min()) >= 0.0 and float(q.max()) <= 1.0
+
+
+def test_epsilon_schedule():
+    assert float(epsilon(0, 100)) == pytest.approx(0.2)
+    assert float(epsilon(10, 100)) == pytest.approx(0.105)
+    for u in (20, 50, 99):
+        assert float(epsilon(u, 100)) == pytest.approx(0.01)
+
+
+def test_goals_are_sampled_only_among_seen_goals():
+    seen = jnp.zeros(50, bool).at[jnp.array([3, 17, 41])].set(True)
+    goals = sample_goals(jax.random.PRNGKey(0), seen, 2000)
+    assert set(np.unique(goals).tolist()) == {3, 17, 41}
+    assert len(np.unique(sample_goals(jax.random.PRNGKey(0), seen, 2000, only_seen=False))) > 40
+
+
+def test_positive_relabelling_picks_achieved_goals():
+    achieved = jnp.zeros((200, 10), bool).at[:100, 7].set(True)
+    goal = jnp.zeros(200, jnp.int32)
+    new = relabel(jax.random.PRNGKey(0), goal, achieved, "positive", 1.0)
+    assert np.all(new[:100] == 7) and np.all(new[100:] == 0)  # no achieved goal: keep
