@@ -82,7 +82,7 @@ def merge_adapters(dirs: Sequence[str | Path], out: str | Path, config: MergeCon
         tensors[mod + ".lora_B.weight"] = torch.cat([B, B.new_zeros(B.shape[0], rank - k)], 1).to(out_dtype)
     meta = {k: v for k, v in asdict(cfg).items()}
     meta["sources"] = [str(Path(d)) for d in dirs]
-    write_adapter(out, tensors, output_config(adapters[0].config, rank, meta), force=force)
+    write_adapter(out, tensors, output_config(adapters[0].config, rank), force=force, meta=meta)
     return {"out": str(out), "modules": len(merged), "rank": rank, "adapters": len(dirs),
             "merge_seconds": merge_s, "total_seconds": time.perf_counter() - t0}
 

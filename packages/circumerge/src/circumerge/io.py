@@ -148,11 +148,11 @@ def iter_layers(adapters: list[PeftAdapter]) -> Iterator[tuple[str, list[torch.T
         yield mod, [a for a, _ in pairs], [b for _, b in pairs]
 
 
-def output_config(template: dict[str, Any], rank: int, meta: dict[str, Any]) -> dict[str, Any]:
+def output_config(template: dict[str, Any], rank: int) -> dict[str, Any]:
+    """The first adapter's config with rank ``rank`` and scaling 1 (lora_alpha = r)."""
     cfg = dict(template)
     cfg.update(r=rank, lora_alpha=rank, rank_pattern={}, alpha_pattern={}, use_rslora=False,
                use_dora=False, peft_type="LORA")
-    cfg["circumerge"] = meta  # peft ignores unknown keys on load
     return cfg
 
 
@@ -172,15 +172,16 @@ def prepare_out(out: str | Path, force: bool) -> Path:
 
 
 def write_adapter(out: str | Path, tensors: dict[str, torch.Tensor], config: dict[str, Any],
-                  *, force: bool = False) -> Path:
-    """Write an adapter folder atomically: into a temporary sibling, then renamed over ``out``."""
+                  *, force: bool = False, meta: dict[str, Any] | None = None) -> Path:
+    """Write an adapter folder atomically: into a temporary sibling, then renamed over ``out``.
+    ``meta`` (how it was merged) goes into the safetensors header."""
     from safetensors.torch import save_file
 
     out = prepare_out(out, force)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.absolute().parent))
     try:
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp / WEIGHTS_NAME),
-                  metadata={"format": "pt"})
+                  metadata={"format": "pt", "circumerge": json.dumps(meta or {}, default=str)})
         (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2, default=str) + "\n")
         if out.exists():
             shutil.rmtree(out)

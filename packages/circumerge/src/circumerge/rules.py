@@ -120,16 +120,23 @@ def _orthogonalize(X: torch.Tensor) -> torch.Tensor:
 
 
 @register_rule("tsv")
-def tsv(mats, w, *, density, generator):
+def tsv(mats, w, *, density, generator, rtol: float | None = None):
     """TSV-Merge [C] (Gargiulo et al. 2025): keep each task's top-(1/T) singular triplets,
-    orthogonalize the concatenated singular vectors, recombine with the kept singular values."""
+    orthogonalize the concatenated singular vectors, recombine with the kept singular values.
+    Triplets with σ ≈ 0 are dropped: their vectors are arbitrary and would change the
+    orthogonalization (so the result does not depend on the basis of the merge space)."""
     T, p, q = mats.shape
     k = max(1, min(p, q) // T)
     U, S, Vh = torch.linalg.svd(_weighted(mats, w), full_matrices=False)
-    U_cat = U[:, :, :k].permute(1, 0, 2).reshape(p, T * k)
-    V_cat = Vh[:, :k, :].reshape(T * k, q)
-    S_cat = S[:, :k].reshape(T * k)
-    return _orthogonalize(U_cat) @ torch.diag(S_cat) @ _orthogonalize(V_cat)
+    rtol = 100 * torch.finfo(mats.dtype).eps if rtol is None else rtol
+    top = S.max()
+    keep = [int((S[t, :k] > rtol * top).sum()) for t in range(T)]
+    U_cat = torch.cat([U[t, :, : keep[t]] for t in range(T)], 1)
+    V_cat = torch.cat([Vh[t, : keep[t]] for t in range(T)], 0)
+    S_cat = torch.cat([S[t, : keep[t]] for t in range(T)])
+    if S_cat.numel() == 0:
+        return torch.zeros(p, q, dtype=mats.dtype)
+    return (_orthogonalize(U_cat) * S_cat) @ _orthogonalize(V_cat)
 
 
 @register_rule("iso")
