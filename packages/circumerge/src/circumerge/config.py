@@ -21,10 +21,11 @@ class MergeConfig:
     density: float | None = None
     """Fraction kept by TIES trimming / DARE dropping (default: ties 0.2, dare 0.5) [C]."""
     sketch_size: int | str = "auto"
-    """circulant only: rows sampled after the shared transform; "auto" = clip(4·erank, 2R, d),
+    """circulant only: rows sampled after the shared transform; "auto" = clip(16·erank, 2R, d),
+    or no sampling when that exceeds d/8,
     "none" = no sampling (then circulant equals core) [R] (abstract: sampling after a shared
     circulant transform; the size rule is ours)."""
-    sketch_factor: float = 4.0
+    sketch_factor: float = 16.0
     """circulant only: c in s = c · effective rank [R]."""
     out_rank: int | None = None
     """Compress every merged layer to this rank (best rank-r by a factored SVD) [R]."""

@@ -9,16 +9,16 @@ quality rises with the effective rank. What follows is our reading, built on Cor
    random signs, seeded and shared by every task; applied by FFT in O(d log d) per column.
 2. Sketch S = √(d/s) P_Ω C_d X of a stacked factor X (d × R) by uniform sampling of s rows;
    G = Sᵀ S ≈ Xᵀ X (exact when s = d, since C_d is orthogonal). s = "auto" picks
-   s = clip(c · erank, 2R, d) from a 2R-row pilot sketch, erank = (tr G)²/‖G‖_F² (where
-   the abstract's effective rank enters besides the ``iso`` rule).
+   s = clip(c · erank, 2R, d) from a 2R-row pilot, erank = (tr G)²/‖G‖_F² (where
+   the abstract's effective rank enters besides the ``iso`` rule); no sampling when s > d/8.
 3. Whitening from the sketched Grams: G_A = P Λ_A Pᵀ ≈ A_s A_sᵀ and G_B = Q Λ_B Qᵀ ≈ B_sᵀ B_s give
    bases V = Λ_A^{-1/2} Pᵀ A_s and U = B_s Q Λ_B^{-1/2} (orthonormal when the Grams are exact).
 4. Because the stacked factors span the ranges, every task's coordinates in these bases are
    known exactly from R×R matrices: M_t = (Λ_B^{1/2} Qᵀ)[:, t] (P Λ_A^{1/2})[t, :]. With exact Grams
    this is Core Space's Uᵀ B_t A_t Vᵀ; with sketched Grams the bases are only near-orthonormal, but
    ΔW_t = U M_t V still holds, so task arithmetic stays exact at any sketch size (our choice [R]).
-5. M* = rule(M_1 … M_T) on R×R matrices; lift without an m×n matrix:
-   B* = B_s (Q Λ_B^{-1/2} M*), A* = Λ_A^{-1/2} Pᵀ A_s.
+5. M* = rule(M_1 … M_T) on R×R matrices; lift without an m×n matrix, keeping the stacked A:
+   B* = B_s (Q Λ_B^{-1/2} M* Λ_A^{-1/2} Pᵀ), A* = A_s (one m×R×R product).
 
 Pure functions: no I/O, no global state; randomness only from the given generator.
 """
@@ -83,38 +83,43 @@ def circulant_matrix(signs: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
 
 
 def choose_sketch_size(erank: float, R: int, d: int, factor: float) -> int:
-    """s = clip(⌈factor · erank⌉, 2R, d) [R]."""
-    return int(min(d, max(2 * R, math.ceil(factor * erank))))
+    """s = clip(⌈factor · erank⌉, 2R, d), and s = d (no sampling) when that would keep more than
+    d/8 rows: sampling then saves little time and costs accuracy [R]."""
+    s = int(min(d, max(2 * R, math.ceil(factor * erank))))
+    return d if s > d // 8 else s
 
 
 def sketched_gram(X: torch.Tensor, sketch_size: int | str, generator: torch.Generator,
-                  factor: float = 4.0) -> tuple[torch.Tensor, int]:
+                  factor: float = 16.0) -> tuple[torch.Tensor, int]:
     """Gram Xᵀ X (R × R, float64) of X (d × R) from a shared-circulant sketch of s rows.
 
     ``sketch_size``: "none" (all d rows: exact up to rounding), "auto" (from the effective rank of
-    a 2R-row pilot), or an int (clipped to d). Returns (G, s). Deterministic for the generator.
+    a 2R-row pilot, see ``choose_sketch_size``), or an int (clipped to d). Returns (G, s).
+    Without sampling the transform is skipped: C is orthogonal, so (C X)ᵀ (C X) = Xᵀ X.
+    Deterministic for the generator.
     """
     d, R = X.shape
+    if sketch_size == "none" or (isinstance(sketch_size, int) and sketch_size >= d) or 2 * R >= d:
+        return (X.T @ X).to(torch.float64), d
+    if not (sketch_size == "auto" or (isinstance(sketch_size, int) and sketch_size > 0)):
+        raise ValueError(f"sketch_size must be 'auto', 'none' or a positive int, got {sketch_size!r}")
     signs, lam = circulant_params(d, generator)
     perm = torch.randperm(d, generator=generator)
+    s = sketch_size
+    if sketch_size == "auto":
+        # the pilot only sizes the sketch: raw rows suffice for that and spare the FFT when the
+        # answer is "no sampling"
+        s = choose_sketch_size(participation_rank(_sampled_gram(X, perm[:2 * R])), R, d, factor)
+        if s >= d:
+            return (X.T @ X).to(torch.float64), d
     Y = apply_circulant(X, signs, lam)  # shared transform, O(R d log d), in X's precision
-    if sketch_size == "none" or (isinstance(sketch_size, int) and sketch_size >= d) or 2 * R >= d:
-        s = d
-    elif sketch_size == "auto":
-        pilot = _sampled_gram(Y, perm[:2 * R])
-        erank = participation_rank(pilot)
-        s = choose_sketch_size(erank, R, d, factor)
-    elif isinstance(sketch_size, int) and sketch_size > 0:
-        s = sketch_size
-    else:
-        raise ValueError(f"sketch_size must be 'auto', 'none' or a positive int, got {sketch_size!r}")
-    return _sampled_gram(Y, perm[:s] if s < d else None), s
+    return _sampled_gram(Y, perm[:s]), s
 
 
-def _sampled_gram(Y: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
-    """Gram of the (rescaled) sampled rows, accumulated in float64 (only s × R values cast)."""
-    S = (Y if rows is None else Y[rows] * math.sqrt(Y.shape[0] / rows.numel())).to(torch.float64)
-    return S.T @ S
+def _sampled_gram(Y: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """Gram of the rescaled sampled rows (in Y's precision, returned as float64)."""
+    S = Y[rows] * math.sqrt(Y.shape[0] / rows.numel())
+    return (S.T @ S).to(torch.float64)
 
 
 def whiten(G: torch.Tensor, rtol: float, eps: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -145,7 +150,8 @@ def circulant_space(As, Bs, *, rule, weights, density, generator, opts: SpaceOpt
     merged = apply_rule(rule, mats, weights, density=density, generator=generator)
     X_B = (Q / lam_b.sqrt()[None, :]).to(A_s.dtype)  # U = B_s X_B
     Y_A = (P / lam_a.sqrt()[None, :]).T.to(A_s.dtype)  # V = Y_A A_s
-    return Y_A @ A_s, B_s @ (X_B @ merged)
+    # ΔW* = U M* V = B_s (X_B M* Y_A) A_s: keep the stacked A factors as A*, one m×R×R product
+    return A_s, B_s @ (X_B @ merged @ Y_A)
 
 
 def _blocks(As) -> list[slice]:

@@ -34,7 +34,7 @@ class SpaceOptions:
     """Knobs some spaces read; see ``config.MergeConfig`` for their provenance."""
 
     sketch_size: int | str = "auto"  # circulant: "auto", "none" (no sampling) or an int [R]
-    sketch_factor: float = 4.0  # circulant: s = factor · effective rank, clipped to [2R, dim] [R]
+    sketch_factor: float = 16.0  # circulant: s = factor · effective rank, clipped to [2R, dim] [R]
     rank_tol: float = 1e-5  # relative singular-value floor for bases [C] (KnOTS drops < 1e-5)
     oversample: int = 8  # full: extra columns of the randomized range finder
     power_iters: int = 2  # full: subspace iterations of the randomized range finder
