@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from .spaces import SpaceOptions, merge_layer
 
 LAYERS = ("fc1", "fc2")
+BATCH = 256
 
 
 def _img(X: np.ndarray) -> np.ndarray:
@@ -33,6 +34,30 @@ TASKS: dict[str, tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray]
     "flipud": (lambda X: _img(X)[:, ::-1, :].reshape(-1, 64), lambda y: y),
     "rot270_mod4": (lambda X: np.rot90(_img(X), 3, (1, 2)).reshape(-1, 64), lambda y: y % 4),
 }
+
+
+class Adam:
+    """Plain Adam (Kingma & Ba): torch.optim's first use imports torch._dynamo, seconds of
+    start-up that the smoke run cannot afford."""
+
+    def __init__(self, params, lr: float, betas=(0.9, 0.999), eps: float = 1e-8):
+        self.params, self.lr, self.betas, self.eps, self.t = list(params), lr, betas, eps, 0
+        self.m = [torch.zeros_like(p) for p in self.params]
+        self.v = [torch.zeros_like(p) for p in self.params]
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        self.t += 1
+        b1, b2 = self.betas
+        for p, m, v in zip(self.params, self.m, self.v, strict=True):
+            m.mul_(b1).add_(p.grad, alpha=1 - b1)
+            v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+            denom = (v / (1 - b2 ** self.t)).sqrt_().add_(self.eps)
+            p.addcdiv_(m, denom, value=-self.lr / (1 - b1 ** self.t))
 
 
 class MLP(nn.Module):
@@ -75,11 +100,13 @@ def make_tasks(names: Sequence[str], seed: int) -> tuple[tuple[torch.Tensor, ...
 def train_base(base, steps: int, seed: int) -> tuple[MLP, nn.Linear]:
     torch.manual_seed(seed)
     net, head = MLP(), nn.Linear(256, 10)
-    opt = torch.optim.Adam([*net.parameters(), *head.parameters()], lr=3e-3)
+    opt = Adam([*net.parameters(), *head.parameters()], lr=3e-3)
     X, y = base
+    g = torch.Generator().manual_seed(seed)
     for _ in range(steps):
+        idx = torch.randint(0, len(y), (BATCH,), generator=g)
         opt.zero_grad()
-        F.cross_entropy(head(net.features(X)), y).backward()
+        F.cross_entropy(head(net.features(X[idx])), y[idx]).backward()
         opt.step()
     return net.requires_grad_(False), head
 
@@ -95,12 +122,13 @@ def train_lora(net: MLP, task: Task, rank: int, steps: int, seed: int):
                       nn.Parameter(torch.zeros(W.shape[0], rank)))
     torch.manual_seed(seed)
     head = nn.Linear(256, task.classes)
-    opt = torch.optim.Adam([p for ab in lora.values() for p in ab] + list(head.parameters()), lr=1e-2)
+    opt = Adam([p for ab in lora.values() for p in ab] + list(head.parameters()), lr=1e-2)
     X, y = task.splits["train"]
     for _ in range(steps):
+        idx = torch.randint(0, len(y), (BATCH,), generator=g)
         opt.zero_grad()
         deltas = {k: B @ A for k, (A, B) in lora.items()}
-        F.cross_entropy(head(net.features(X, deltas)), y).backward()
+        F.cross_entropy(head(net.features(X[idx], deltas)), y[idx]).backward()
         opt.step()
     return {k: (A.detach(), B.detach()) for k, (A, B) in lora.items()}, head.requires_grad_(False)
 
@@ -130,9 +158,10 @@ def run_accuracy(names: Sequence[str], *, seed: int, rank: int, base_steps: int,
                                       task.splits["test"]) for t, task in enumerate(tasks)}
     indiv_val = {task.name: accuracy(net, heads[t], {k: B @ A for k, (A, B) in adapters[t].items()},
                                      task.splits["val"]) for t, task in enumerate(tasks)}
-    opts = SpaceOptions(sketch_size=sketch_size)
     merged = {}
-    for space in spaces:
+    for label in spaces:  # "circulant@64" = the circulant space with a 64-row sketch
+        space, _, size = label.partition("@")
+        opts = SpaceOptions(sketch_size=(int(size) if size.isdigit() else size) if size else sketch_size)
         for rule in rules:
             t0 = time.perf_counter()
             unit = {name: merge_layer([ad[name][0] for ad in adapters], [ad[name][1] for ad in adapters],
@@ -150,6 +179,6 @@ def run_accuracy(names: Sequence[str], *, seed: int, rank: int, base_steps: int,
             per_task = {task.name: accuracy(net, heads[t], deltas, task.splits["test"])
                         for t, task in enumerate(tasks)}
             norm = float(np.mean([per_task[k] / individual[k] for k in individual]))
-            merged[(space, rule)] = {"norm_acc": norm, "lambda": lam, "merge_s": merge_s,
+            merged[(label, rule)] = {"norm_acc": norm, "lambda": lam, "merge_s": merge_s,
                                      "per_task": per_task}
     return {"individual": individual, "merged": merged}

@@ -51,18 +51,20 @@ def relative_error(A1, B1, A2, B2) -> float:
 def bench(m: int, n: int, T: int, r: int, *, spaces: Sequence[str], rules: Sequence[str],
           sketch_size: int | str = "auto", seed: int = 0, repeats: int = 5, warmup: int = 1,
           ) -> list[dict]:
-    """Time every (space, rule) side by side on one synthetic set; return one record each, with the
+    """Time every (space, rule) side by side on one synthetic set (a space may be written
+    ``circulant@N`` for an N-row sketch); return one record each, with the
     median/p20/p80 seconds, the ratio to ``core`` (same rule), the relative error of ΔW* to
     ``core`` and the effective rank of the merged update."""
     As, Bs = make_factors(T, r, m, n, seed=seed)
-    opts = SpaceOptions(sketch_size=sketch_size)
     fns, outputs = {}, {}
-    for space in spaces:
+    for label in spaces:  # "circulant@512" = the circulant space with a 512-row sketch
+        space, _, size = label.partition("@")
+        opts = SpaceOptions(sketch_size=(int(size) if size.isdigit() else size) if size else sketch_size)
         for rule in rules:
-            def fn(space=space, rule=rule):
+            def fn(space=space, rule=rule, opts=opts):
                 return merge_layer(As, Bs, space=space, rule=rule, seed=seed, opts=opts)
-            fns[(space, rule)] = fn
-            outputs[(space, rule)] = fn()
+            fns[(label, rule)] = fn
+            outputs[(label, rule)] = fn()
     timings = compare({f"{s}/{r}": f for (s, r), f in fns.items()}, warmup=warmup, repeats=repeats)
     records = []
     for (space, rule), (A, B) in outputs.items():
@@ -81,11 +83,11 @@ def bench(m: int, n: int, T: int, r: int, *, spaces: Sequence[str], rules: Seque
 
 
 def format_records(records: list[dict]) -> str:
-    head = f"{'shape':>11} {'T':>3} {'space':>9} {'rule':>9} {'median s':>9} {'×core':>7} {'err vs core':>11} {'erank':>6}"
+    head = f"{'shape':>11} {'T':>3} {'space':>14} {'rule':>9} {'median s':>9} {'×core':>7} {'err vs core':>11} {'erank':>6}"
     lines = [head, "-" * len(head)]
     for r in records:
         ratio = "" if r["ratio_to_core"] is None else f"{r['ratio_to_core']:.3f}"
         err = "" if r["rel_error_to_core"] is None else f"{r['rel_error_to_core']:.2e}"
-        lines.append(f"{r['m']:>5}x{r['n']:<5} {r['T']:>3} {r['space']:>9} {r['rule']:>9} "
+        lines.append(f"{r['m']:>5}x{r['n']:<5} {r['T']:>3} {r['space']:>14} {r['rule']:>9} "
                      f"{r['median_s']:>9.4f} {ratio:>7} {err:>11} {r['effective_rank']:>6.1f}")
     return "\n".join(lines)
