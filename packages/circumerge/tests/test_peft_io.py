@@ -192,3 +192,30 @@ def test_failure_mid_merge_leaves_nothing(adapters, tmp_path, monkeypatch):
         main(["merge", *map(str, dirs), "--out", str(out), "--quiet"])
     assert list(tmp_path.iterdir()) == []
     assert cio.WEIGHTS_NAME == "adapter_model.safetensors"
+
+
+def test_layers_are_streamed_one_at_a_time(adapters, tmp_path, monkeypatch):
+    """Each module is loaded from every adapter, merged, and only then is the next one read."""
+    import circumerge.adapters as cad
+    from circumerge.io import PeftAdapter
+
+    dirs, _ = adapters
+    events = []
+    load, merge_one = PeftAdapter.load, cad._merge_one
+
+    def spy_load(self, module, *a, **k):
+        events.append(("load", module))
+        return load(self, module, *a, **k)
+
+    def spy_merge(As, Bs, cfg, index):
+        events.append(("merge", index))
+        return merge_one(As, Bs, cfg, index)
+
+    monkeypatch.setattr(PeftAdapter, "load", spy_load)
+    monkeypatch.setattr(cad, "_merge_one", spy_merge)
+    cad.merge_adapters(dirs, tmp_path / "out")
+    T, mods = len(dirs), ["base_model.model.q", "base_model.model.v"]
+    want = []
+    for i, mod in enumerate(mods):
+        want += [("load", mod)] * T + [("merge", i)]
+    assert events == want

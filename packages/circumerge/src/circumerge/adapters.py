@@ -55,7 +55,14 @@ def merge_adapters(dirs: Sequence[str | Path], out: str | Path, config: MergeCon
     Refuses (``UserError``, nothing written) adapters of different base models or target modules,
     missing files, or an existing ``out`` without ``force``. Returns a summary dict.
     """
-    from .io import PeftAdapter, check_compatible, iter_layers, output_config, prepare_out, write_adapter
+    from .io import (
+        PeftAdapter,
+        check_compatible,
+        iter_layers,
+        output_config,
+        prepare_out,
+        write_adapter,
+    )
 
     cfg = config or MergeConfig()
     if not dirs:

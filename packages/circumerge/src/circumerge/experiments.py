@@ -69,7 +69,7 @@ def _timing(res: Results, cfg: dict, seed: int) -> list[dict]:
     seeds = [seed + i for i in range(cfg["seeds"])]
     spaces = ["core", "circulant", f"circulant@{cfg['sampled']}"]
     rules = ("ta", "ties", "tsv")
-    records, ratios, ratio_none = [], {s: [] for s in spaces}, []
+    records, ratios = [], {s: [] for s in spaces}
     for sd in seeds:
         recs = bench(n, n, T, r, spaces=spaces, rules=rules, seed=sd, repeats=cfg["repeats"])
         records += recs
@@ -87,7 +87,6 @@ def _timing(res: Results, cfg: dict, seed: int) -> list[dict]:
             if s != "core":
                 res.add(exp, f"{s}/{ru}", "rel_error_to_core", [x["rel_error_to_core"] for x in xs], seeds=seeds)
             res.add(exp, f"{s}/{ru}", "effective_rank", [x["effective_rank"] for x in xs], seeds=seeds)
-    del ratio_none
     res.claims.append(ClaimCheck.compare(CLAIMS[0], float(np.mean(ratios["circulant"])), threshold=0.5,
                                          note="circulant with the default (auto) sketch size; "
                                               f"with a forced {cfg['sampled']}-row sketch: "
@@ -110,14 +109,18 @@ def _timing(res: Results, cfg: dict, seed: int) -> list[dict]:
             seeds=[seed], unit="s")
     res.claims.append(ClaimCheck.compare(CLAIMS[1], ratio_knots, threshold=0.01,
                                          note=f"measured at n=m={kn} (one run each), task arithmetic"))
+    sweep = []
     for nn_ in cfg["sweep_n"]:
-        records += bench(nn_, nn_, 8, r, spaces=["core", "circulant"], rules=("ties",), seed=seed, repeats=5)
+        sweep += bench(nn_, nn_, 8, r, spaces=["core", "circulant"], rules=("ties",), seed=seed, repeats=5)
     for TT in cfg["sweep_T"]:
-        records += bench(2048, 2048, TT, r, spaces=["core", "circulant"], rules=("ties",), seed=seed, repeats=5)
-    for x in records:
-        if x["space"] == "circulant" and x["rule"] == "ties" and (x["n"] in cfg["sweep_n"] or x["T"] != T):
+        if TT != 8:  # T = 8 at 2048 is already in the n sweep
+            sweep += bench(2048, 2048, TT, r, spaces=["core", "circulant"], rules=("ties",), seed=seed,
+                           repeats=5)
+    for x in sweep:
+        if x["space"] == "circulant":
             res.add(f"sweep_{x['m']}x{x['n']}_T{x['T']}", "circulant/ties", "ratio_time_to_core",
                     x["ratio_to_core"], seeds=[seed], unit="x")
+    records += sweep
     return records
 
 
@@ -175,7 +178,7 @@ def _plots(records: list[dict], acc: dict, out_dir: Path) -> list[str]:
         pts = sorted((x["n"], x["median_s"]) for x in records if x["space"] == s and x["rule"] in ("ties", "ta")
                      and x["T"] == 8)
         if pts:
-            ax1.plot(*zip(*pts), "o-", label=s)
+            ax1.plot(*zip(*pts, strict=True), "o-", label=s)
     ax1.set(xscale="log", yscale="log", xlabel="n = m", ylabel="merge time per layer (s)",
             title="Merge time (T=8, r=16, one thread)")
     ax1.legend(fontsize=8)
