@@ -22,7 +22,7 @@ class MergeConfig:
     """Fraction kept by TIES trimming / DARE dropping (default: ties 0.2, dare 0.5) [C]."""
     sketch_size: int | str = "auto"
     """circulant only: rows sampled after the shared transform; "auto" = clip(16·erank, 2R, d),
-    or no sampling when that exceeds d/8,
+    or no sampling when that exceeds d/32,
     "none" = no sampling (then circulant equals core) [R] (abstract: sampling after a shared
     circulant transform; the size rule is ours)."""
     sketch_factor: float = 16.0

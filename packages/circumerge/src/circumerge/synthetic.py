@@ -72,7 +72,7 @@ def bench(m: int, n: int, T: int, r: int, *, spaces: Sequence[str], rules: Seque
         core_t = timings.get(f"core/{rule}")
         ref = outputs.get(("core", rule))
         records.append({
-            "m": m, "n": n, "T": T, "r": r, "space": space, "rule": rule,
+            "m": m, "n": n, "T": T, "r": r, "space": space, "rule": rule, "repeats": repeats,
             "median_s": t.median, "p20_s": t.p20, "p80_s": t.p80,
             "ratio_to_core": t.median / core_t.median if core_t else None,
             "rel_error_to_core": relative_error(A, B, *ref) if ref is not None else None,
