@@ -87,9 +87,12 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 def _cmd_bench(args: argparse.Namespace) -> int:
     from .synthetic import bench, format_records
 
-    for s in args.spaces:
-        if s not in SPACES:
-            raise UserError(f"unknown space {s!r} (choose from {', '.join(SPACES)})")
+    for s in args.spaces:  # "circulant@512" / "circulant@none": the circulant space, sketch size given
+        space, at, size = s.partition("@")
+        if space not in SPACES:
+            raise UserError(f"unknown space {space!r} (choose from {', '.join(SPACES)})")
+        if at and not (size in ("auto", "none") or (size.isdigit() and int(size) > 0)):
+            raise UserError(f"bad sketch size in {s!r} (use auto, none or a positive integer)")
     for r in args.rules:
         if r not in RULES:
             raise UserError(f"unknown rule {r!r} (choose from {', '.join(RULES)})")
@@ -136,7 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--shapes", type=_shape, nargs="+", default=[(4096, 4096)], help="MxN (default 4096x4096)")
     b.add_argument("--tasks", type=int, default=8)
     b.add_argument("--rank", type=int, default=16)
-    b.add_argument("--spaces", nargs="+", default=["core", "circulant"])
+    b.add_argument("--spaces", nargs="+", default=["core", "circulant"],
+                   help="spaces to time; circulant@N / circulant@none fix the sketch size")
     b.add_argument("--rules", nargs="+", default=["ta", "ties"])
     b.add_argument("--sketch-size", type=_sketch_size, default="auto")
     b.add_argument("--repeats", type=int, default=5)
