@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 from circumerge.cli import main
 from peft import LoraConfig, PeftModel, get_peft_model
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 TARGETS = ("q", "v")
@@ -92,6 +93,10 @@ def test_out_rank_and_inspect(adapters, tmp_path, capsys):
                  "--quiet"]) == 0
     cfg = json.loads((out / "adapter_config.json").read_text())
     assert cfg["r"] == 3 and cfg["lora_alpha"] == 3
+    with safe_open(str(out / "adapter_model.safetensors"), framework="pt") as f:  # streamed file
+        meta = json.loads(f.metadata()["circumerge"])
+        assert meta["rule"] == "ties" and meta["out_rank"] == 3 and len(meta["sources"]) == 3
+        assert f.get_tensor("base_model.model.v.lora_B.weight").shape == (16, 3)
     PeftModel.from_pretrained(base_model(), str(out))  # loads
     capsys.readouterr()
     assert main(["inspect", *map(str, dirs), "--json"]) == 0
@@ -178,20 +183,22 @@ def test_refuses_bad_options(adapters, tmp_path, capsys):
 
 
 def test_failure_mid_merge_leaves_nothing(adapters, tmp_path, monkeypatch):
-    """A crash while writing must not leave a partial adapter (written to a temp dir, renamed)."""
-    import circumerge.io as cio
+    """A crash after the first layer was streamed to disk must leave no partial adapter."""
+    import circumerge.adapters as cad
 
     dirs, _ = adapters
     out = tmp_path / "merged"
+    merge_one = cad._merge_one
 
-    def boom(*a, **k):
-        raise RuntimeError("disk full")
+    def boom(As, Bs, cfg, index):
+        if index == 1:
+            raise RuntimeError("disk full")
+        return merge_one(As, Bs, cfg, index)
 
-    monkeypatch.setattr("safetensors.torch.save_file", boom)
+    monkeypatch.setattr(cad, "_merge_one", boom)
     with pytest.raises(RuntimeError, match="disk full"):
         main(["merge", *map(str, dirs), "--out", str(out), "--quiet"])
     assert list(tmp_path.iterdir()) == []
-    assert cio.WEIGHTS_NAME == "adapter_model.safetensors"
 
 
 def test_layers_are_streamed_one_at_a_time(adapters, tmp_path, monkeypatch):

@@ -6,6 +6,7 @@ memory is one layer's factors (plus the dense m×n stack for the ``full`` / ``kn
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
@@ -55,14 +56,8 @@ def merge_adapters(dirs: Sequence[str | Path], out: str | Path, config: MergeCon
     Refuses (``UserError``, nothing written) adapters of different base models or target modules,
     missing files, or an existing ``out`` without ``force``. Returns a summary dict.
     """
-    from .io import (
-        PeftAdapter,
-        check_compatible,
-        iter_layers,
-        output_config,
-        prepare_out,
-        write_adapter,
-    )
+    from .io import PeftAdapter, check_compatible, iter_layers, output_config, prepare_out
+    from .writer import StreamingAdapterWriter
 
     cfg = config or MergeConfig()
     if not dirs:
@@ -73,24 +68,32 @@ def merge_adapters(dirs: Sequence[str | Path], out: str | Path, config: MergeCon
     adapters = [PeftAdapter.open(d) for d in dirs]
     check_compatible(adapters)
     out_dtype = adapters[0].weight_dtype()
-    merged: dict[str, Factors] = {}
-    t0, merge_s = time.perf_counter(), 0.0
-    for i, (mod, As, Bs) in enumerate(iter_layers(adapters)):
-        t1 = time.perf_counter()
-        merged[mod] = _merge_one(As, Bs, cfg, i)
-        merge_s += time.perf_counter() - t1
-        if progress:
-            progress(i + 1, len(adapters[0].modules), mod)
-    rank = max(a.shape[0] for a, _ in merged.values())
-    tensors = {}
-    for mod, (A, B) in merged.items():  # pad to one rank with zeros (rank unchanged) for peft
-        k = A.shape[0]
-        tensors[mod + ".lora_A.weight"] = torch.cat([A, A.new_zeros(rank - k, A.shape[1])]).to(out_dtype)
-        tensors[mod + ".lora_B.weight"] = torch.cat([B, B.new_zeros(B.shape[0], rank - k)], 1).to(out_dtype)
+    # the output rank is fixed before merging (Σ r_t, or out_rank), so the safetensors header can be
+    # written first and every merged layer streamed to disk as soon as it exists
+    first = adapters[0]
+    mods = first.modules
+    full_rank = {mod: sum(ad.shapes[mod][0] for ad in adapters) for mod in mods}
+    rank = max(min(full_rank[m], cfg.out_rank or full_rank[m]) for m in mods)
+    layout = []
+    for mod in mods:
+        _, n, m = first.shapes[mod]
+        layout += [(mod + ".lora_A.weight", (rank, n)), (mod + ".lora_B.weight", (m, rank))]
     meta = {k: v for k, v in asdict(cfg).items()}
     meta["sources"] = [str(Path(d)) for d in dirs]
-    write_adapter(out, tensors, output_config(adapters[0].config, rank), force=force, meta=meta)
-    return {"out": str(out), "modules": len(merged), "rank": rank, "adapters": len(dirs),
+    t0, merge_s = time.perf_counter(), 0.0
+    with StreamingAdapterWriter(Path(out), layout, out_dtype, output_config(first.config, rank),
+                                {"circumerge": json.dumps(meta, default=str)}, force) as writer:
+        for i, (mod, As, Bs) in enumerate(iter_layers(adapters)):
+            t1 = time.perf_counter()
+            A, B = _merge_one(As, Bs, cfg, i)
+            merge_s += time.perf_counter() - t1
+            k = A.shape[0]  # pad with zeros to the common rank (the product is unchanged)
+            writer.write(mod + ".lora_A.weight", torch.cat([A, A.new_zeros(rank - k, A.shape[1])]))
+            writer.write(mod + ".lora_B.weight", torch.cat([B, B.new_zeros(B.shape[0], rank - k)], 1))
+            del As, Bs, A, B
+            if progress:
+                progress(i + 1, len(mods), mod)
+    return {"out": str(out), "modules": len(mods), "rank": rank, "adapters": len(dirs),
             "merge_seconds": merge_s, "total_seconds": time.perf_counter() - t0}
 
 

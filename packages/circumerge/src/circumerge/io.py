@@ -13,8 +13,6 @@ import json
 import math
 import os
 import re
-import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -168,25 +166,4 @@ def prepare_out(out: str | Path, force: bool) -> Path:
         raise UserError(f"parent folder of --out {out} does not exist")
     if not os.access(parent, os.W_OK):
         raise UserError(f"cannot write into {parent}")
-    return out
-
-
-def write_adapter(out: str | Path, tensors: dict[str, torch.Tensor], config: dict[str, Any],
-                  *, force: bool = False, meta: dict[str, Any] | None = None) -> Path:
-    """Write an adapter folder atomically: into a temporary sibling, then renamed over ``out``.
-    ``meta`` (how it was merged) goes into the safetensors header."""
-    from safetensors.torch import save_file
-
-    out = prepare_out(out, force)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.absolute().parent))
-    try:
-        save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp / WEIGHTS_NAME),
-                  metadata={"format": "pt", "circumerge": json.dumps(meta or {}, default=str)})
-        (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2, default=str) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
