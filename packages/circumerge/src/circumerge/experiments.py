@@ -25,7 +25,7 @@ CFG = {
                   acc_seeds=1),
     "quick": dict(main=(4096, 8, 16), seeds=2, repeats=7, sampled=512, full=True, knots=2048,
                   sweep_n=(1024, 2048, 4096), sweep_T=(4, 8, 16), tasks=8, base_steps=300,
-                  lora_steps=200, acc_rules=RULES, acc_seeds=3),
+                  lora_steps=200, acc_rules=RULES, acc_seeds=3, memory=(32, 8, 16, 2048)),
 }
 LAMBDAS = (0.1, 0.2, 0.35, 0.5, 0.75, 1.0)
 
@@ -46,6 +46,8 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
     try:
         records = _timing(res, cfg, seed)
         acc = _accuracy(res, cfg, seed)
+        if cfg.get("memory"):
+            _memory(res, cfg["memory"], seed)
     finally:
         torch.set_num_threads(threads)
     _write_csv(records, out_dir / "bench.csv")
@@ -157,6 +159,22 @@ def _accuracy(res: Results, cfg: dict, seed: int) -> dict:
              f"{max(table[('core', ru)] for ru in cfg['acc_rules']):.1f}%, circulant "
              f"{max(table[('circulant', ru)] for ru in cfg['acc_rules']):.1f}%"))
     return table
+
+
+def _memory(res: Results, shape: tuple[int, int, int, int], seed: int) -> None:
+    from .memory import measure_peak
+
+    L, T, r, n = shape
+    exp = f"memory_L{L}_n{n}_T{T}_r{r}"
+    for space in ("circulant", "core"):
+        m = measure_peak(L, T, r, n, seed=seed, space=space)
+        res.add(exp, space, "peak_memory_increase_mb", m["peak_increase_mb"], seeds=[seed], unit="MB",
+                **{k: v for k, v in m.items() if k != "peak_increase_mb"})
+    res.notes.append(f"Peak memory: merging {T} PEFT adapters of {L} {n}x{n} layers from disk (fresh "
+                     f"process, peak RSS after imports vs after merge): "
+                     f"{m['peak_increase_mb']:.0f} MB ({space}); inputs {m['inputs_mb']:.0f} MB, dense "
+                     f"deltas of one layer {m['one_layer_dense_stack_mb']:.0f} MB, of all layers "
+                     f"{m['all_dense_deltas_mb']:.0f} MB.")
 
 
 def _write_csv(records: list[dict], path: Path) -> None:
