@@ -30,7 +30,8 @@ DESCRIPTOR = MethodDescriptor(
     scales={
         "smoke": "tiny synthetic factors (n=m=256, T=4) and a 6-task digits MLP, 1 seed (seconds)",
         "quick": "timing at n=m=4096, T=8, r=16 (KnOTS at 2048) + sweep over T and n; digits "
-                 "accuracy with T=8 LoRA adapters, 3 seeds, every space x rule (minutes, 2 CPUs)",
+                 "accuracy with T=8 LoRA adapters, 3 seeds, every space x rule; peak memory of "
+                 "merging PEFT sets from disk (about 5 min, 2 CPUs)",
         "full": "the GPU recipe: `circumerge bench` on Llama shapes up to 14336 and `circumerge "
                 "merge` on user-supplied KnOTS-suite checkpoints (8 ViT / 6 NLI LoRAs)",
     },
