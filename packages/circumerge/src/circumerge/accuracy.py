@@ -1,0 +1,184 @@
+"""The accuracy benchmark: LoRA adapters on derived scikit-learn digits tasks, merged in every
+space × rule, scored by normalized accuracy (merged ÷ individual) — KnOTS' per-task protocol:
+each task keeps its own frozen head, only the LoRA updates of the shared body are merged."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .spaces import SpaceOptions, merge_layer
+
+LAYERS = ("fc1", "fc2")
+BATCH = 256
+
+
+def _img(X: np.ndarray) -> np.ndarray:
+    return X.reshape(-1, 8, 8)
+
+
+# name -> (input transform on (N, 64) pixels in [0, 16], label map on digits)
+TASKS: dict[str, tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]] = {
+    "rot90": (lambda X: np.rot90(_img(X), 1, (1, 2)).reshape(-1, 64), lambda y: y),
+    "fliplr": (lambda X: _img(X)[:, :, ::-1].reshape(-1, 64), lambda y: y),
+    "invert": (lambda X: 16.0 - X, lambda y: y),
+    "rot180_parity": (lambda X: np.rot90(_img(X), 2, (1, 2)).reshape(-1, 64), lambda y: y % 2),
+    "transpose_mod3": (lambda X: _img(X).transpose(0, 2, 1).reshape(-1, 64), lambda y: y % 3),
+    "shift_ge5": (lambda X: np.roll(_img(X), 2, axis=2).reshape(-1, 64), lambda y: (y >= 5).astype(int)),
+    "flipud": (lambda X: _img(X)[:, ::-1, :].reshape(-1, 64), lambda y: y),
+    "rot270_mod4": (lambda X: np.rot90(_img(X), 3, (1, 2)).reshape(-1, 64), lambda y: y % 4),
+}
+
+
+class Adam:
+    """Plain Adam (Kingma & Ba): torch.optim's first use imports torch._dynamo, seconds of
+    start-up that the smoke run cannot afford."""
+
+    def __init__(self, params, lr: float, betas=(0.9, 0.999), eps: float = 1e-8):
+        self.params, self.lr, self.betas, self.eps, self.t = list(params), lr, betas, eps, 0
+        self.m = [torch.zeros_like(p) for p in self.params]
+        self.v = [torch.zeros_like(p) for p in self.params]
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        self.t += 1
+        b1, b2 = self.betas
+        for p, m, v in zip(self.params, self.m, self.v, strict=True):
+            m.mul_(b1).add_(p.grad, alpha=1 - b1)
+            v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+            denom = (v / (1 - b2 ** self.t)).sqrt_().add_(self.eps)
+            p.addcdiv_(m, denom, value=-self.lr / (1 - b1 ** self.t))
+
+
+class MLP(nn.Module):
+    def __init__(self, hidden: int = 256):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(64, hidden), nn.Linear(hidden, hidden)
+
+    def features(self, x, deltas: dict[str, torch.Tensor] | None = None):
+        d = deltas or {}
+        h = F.relu(F.linear(x, self.fc1.weight + d.get("fc1", 0), self.fc1.bias))
+        return F.relu(F.linear(h, self.fc2.weight + d.get("fc2", 0), self.fc2.bias))
+
+
+@dataclass
+class Task:
+    name: str
+    splits: dict[str, tuple[torch.Tensor, torch.Tensor]]  # train / val / test
+    classes: int
+
+
+def make_tasks(names: Sequence[str], seed: int) -> tuple[tuple[torch.Tensor, ...], list[Task]]:
+    from sklearn.datasets import load_digits
+
+    X, y = load_digits(return_X_y=True)
+    order = np.random.default_rng(seed).permutation(len(y))
+    cut = {"train": order[:1000], "val": order[1000:1350], "test": order[1350:]}
+
+    def tensor(Xp):
+        return torch.tensor(np.ascontiguousarray(Xp) / 16.0, dtype=torch.float32)
+
+    base = (tensor(X[cut["train"]]), torch.tensor(y[cut["train"]]))
+    tasks = []
+    for name in names:
+        fx, fy = TASKS[name]
+        splits = {k: (tensor(fx(X[idx])), torch.tensor(fy(y[idx]))) for k, idx in cut.items()}
+        tasks.append(Task(name, splits, int(fy(np.arange(10)).max()) + 1))
+    return base, tasks
+
+
+def train_base(base, steps: int, seed: int) -> tuple[MLP, nn.Linear]:
+    torch.manual_seed(seed)
+    net, head = MLP(), nn.Linear(256, 10)
+    opt = Adam([*net.parameters(), *head.parameters()], lr=3e-3)
+    X, y = base
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        idx = torch.randint(0, len(y), (BATCH,), generator=g)
+        opt.zero_grad()
+        F.cross_entropy(head(net.features(X[idx])), y[idx]).backward()
+        opt.step()
+    return net.requires_grad_(False), head
+
+
+def train_lora(net: MLP, task: Task, rank: int, steps: int, seed: int):
+    """LoRA (rank ``rank``, B initialised at 0) on fc1 and fc2 plus a task head; returns
+    ({layer: (A, B)}, head)."""
+    g = torch.Generator().manual_seed(seed)
+    lora = {}
+    for name in LAYERS:
+        W = getattr(net, name).weight
+        lora[name] = (nn.Parameter(torch.randn(rank, W.shape[1], generator=g) / W.shape[1] ** 0.5),
+                      nn.Parameter(torch.zeros(W.shape[0], rank)))
+    torch.manual_seed(seed)
+    head = nn.Linear(256, task.classes)
+    opt = Adam([p for ab in lora.values() for p in ab] + list(head.parameters()), lr=1e-2)
+    X, y = task.splits["train"]
+    for _ in range(steps):
+        idx = torch.randint(0, len(y), (BATCH,), generator=g)
+        opt.zero_grad()
+        deltas = {k: B @ A for k, (A, B) in lora.items()}
+        F.cross_entropy(head(net.features(X[idx], deltas)), y[idx]).backward()
+        opt.step()
+    return {k: (A.detach(), B.detach()) for k, (A, B) in lora.items()}, head.requires_grad_(False)
+
+
+@torch.no_grad()
+def accuracy(net: MLP, head: nn.Linear, deltas, split) -> float:
+    X, y = split
+    return float((head(net.features(X, deltas)).argmax(1) == y).float().mean())
+
+
+def run_accuracy(names: Sequence[str], *, seed: int, rank: int, base_steps: int, lora_steps: int,
+                 spaces: Sequence[str], rules: Sequence[str], lambdas: Sequence[float],
+                 sketch_size: int | str = "auto") -> dict:
+    """One seed: train, merge every (space, rule) with λ picked on validation, score on test.
+
+    Returns {"individual": {task: acc}, "merged": {(space, rule): {"norm_acc", "lambda",
+    "merge_s", "per_task"}}}.
+    """
+    base, tasks = make_tasks(names, seed)
+    net, _ = train_base(base, base_steps, seed)
+    adapters, heads = [], []
+    for t, task in enumerate(tasks):
+        lora, head = train_lora(net, task, rank, lora_steps, seed * 100 + t)
+        adapters.append(lora)
+        heads.append(head)
+    individual = {task.name: accuracy(net, heads[t], {k: B @ A for k, (A, B) in adapters[t].items()},
+                                      task.splits["test"]) for t, task in enumerate(tasks)}
+    indiv_val = {task.name: accuracy(net, heads[t], {k: B @ A for k, (A, B) in adapters[t].items()},
+                                     task.splits["val"]) for t, task in enumerate(tasks)}
+    merged = {}
+    for label in spaces:  # "circulant@64" = the circulant space with a 64-row sketch
+        space, _, size = label.partition("@")
+        opts = SpaceOptions(sketch_size=(int(size) if size.isdigit() else size) if size else sketch_size)
+        for rule in rules:
+            t0 = time.perf_counter()
+            unit = {name: merge_layer([ad[name][0] for ad in adapters], [ad[name][1] for ad in adapters],
+                                      space=space, rule=rule, seed=seed, layer_index=i, opts=opts)
+                    for i, name in enumerate(LAYERS)}
+            merge_s = time.perf_counter() - t0
+            best = None
+            for lam in lambdas:  # the merge is linear in λ for every rule but DARE's rescale: scale B
+                deltas = {k: lam * (B @ A) for k, (A, B) in unit.items()}
+                val = np.mean([accuracy(net, heads[t], deltas, task.splits["val"]) / indiv_val[task.name]
+                               for t, task in enumerate(tasks)])
+                if best is None or val > best[0] + 1e-12:
+                    best = (val, lam, deltas)
+            _, lam, deltas = best
+            per_task = {task.name: accuracy(net, heads[t], deltas, task.splits["test"])
+                        for t, task in enumerate(tasks)}
+            norm = float(np.mean([per_task[k] / individual[k] for k in individual]))
+            merged[(label, rule)] = {"norm_acc": norm, "lambda": lam, "merge_s": merge_s,
+                                     "per_task": per_task}
+    return {"individual": individual, "merged": merged}

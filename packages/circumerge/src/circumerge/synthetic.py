@@ -1,0 +1,93 @@
+"""Synthetic LoRA factors with Llama-like shapes, and the merge-time / fidelity benchmark.
+
+Factors have decaying spectra (σ_i ∝ decay^i) and partly shared subspaces: each task's row space
+(A) and column space (B) mixes a subspace common to all tasks with a task-specific one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from icml26_shared.eval import compare
+
+from .adapters import factored_svdvals
+from .core import effective_rank
+from .spaces import SpaceOptions, merge_layer
+
+
+def make_factors(T: int, r: int | Sequence[int], m: int, n: int, *, shared: float = 0.5,
+                 decay: float = 0.85, seed: int = 0, dtype: torch.dtype = torch.float32,
+                 ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """T LoRA pairs (A_t (r_t, n), B_t (m, r_t)); ``shared`` ∈ [0, 1] weights the common subspace."""
+    g = torch.Generator().manual_seed(seed)
+    ranks = [r] * T if isinstance(r, int) else list(r)
+    rmax = max(ranks)
+    common_a = torch.randn(rmax, n, generator=g, dtype=torch.float64)
+    common_b = torch.randn(m, rmax, generator=g, dtype=torch.float64)
+    As, Bs = [], []
+    for rt in ranks:
+        own_a = torch.randn(rt, n, generator=g, dtype=torch.float64)
+        own_b = torch.randn(m, rt, generator=g, dtype=torch.float64)
+        a = shared * common_a[:rt] + (1 - shared) * own_a
+        b = shared * common_b[:, :rt] + (1 - shared) * own_b
+        Qa, _ = torch.linalg.qr(a.T)  # n × r orthonormal
+        Qb, _ = torch.linalg.qr(b)  # m × r orthonormal
+        s = decay ** torch.arange(rt, dtype=torch.float64)
+        As.append((s.sqrt()[:, None] * Qa.T).to(dtype))
+        Bs.append((Qb * s.sqrt()[None, :]).to(dtype))
+    return As, Bs
+
+
+def relative_error(A1, B1, A2, B2) -> float:
+    """‖B1 A1 − B2 A2‖_F / ‖B2 A2‖_F, from the factors (no m×n matrix): via stacked factors."""
+    Bc = torch.cat([B1.double(), -B2.double()], 1)
+    Ac = torch.cat([A1.double(), A2.double()], 0)
+    num = factored_svdvals(Ac, Bc).pow(2).sum().sqrt()
+    den = factored_svdvals(A2.double(), B2.double()).pow(2).sum().sqrt()
+    return float(num / den) if den > 0 else float("nan")
+
+
+def bench(m: int, n: int, T: int, r: int, *, spaces: Sequence[str], rules: Sequence[str],
+          sketch_size: int | str = "auto", seed: int = 0, repeats: int = 5, warmup: int = 1,
+          ) -> list[dict]:
+    """Time every (space, rule) side by side on one synthetic set (a space may be written
+    ``circulant@N`` for an N-row sketch); return one record each, with the
+    median/p20/p80 seconds, the ratio to ``core`` (same rule), the relative error of ΔW* to
+    ``core`` and the effective rank of the merged update."""
+    As, Bs = make_factors(T, r, m, n, seed=seed)
+    fns, outputs = {}, {}
+    for label in spaces:  # "circulant@512" = the circulant space with a 512-row sketch
+        space, _, size = label.partition("@")
+        opts = SpaceOptions(sketch_size=(int(size) if size.isdigit() else size) if size else sketch_size)
+        for rule in rules:
+            def fn(space=space, rule=rule, opts=opts):
+                return merge_layer(As, Bs, space=space, rule=rule, seed=seed, opts=opts)
+            fns[(label, rule)] = fn
+            outputs[(label, rule)] = fn()
+    timings = compare({f"{s}/{r}": f for (s, r), f in fns.items()}, warmup=warmup, repeats=repeats)
+    records = []
+    for (space, rule), (A, B) in outputs.items():
+        t = timings[f"{space}/{rule}"]
+        core_t = timings.get(f"core/{rule}")
+        ref = outputs.get(("core", rule))
+        records.append({
+            "m": m, "n": n, "T": T, "r": r, "space": space, "rule": rule, "repeats": repeats,
+            "median_s": t.median, "p20_s": t.p20, "p80_s": t.p80,
+            "ratio_to_core": t.median / core_t.median if core_t else None,
+            "rel_error_to_core": relative_error(A, B, *ref) if ref is not None else None,
+            "merged_rank": A.shape[0],
+            "effective_rank": effective_rank(factored_svdvals(A.double(), B.double())),
+        })
+    return records
+
+
+def format_records(records: list[dict]) -> str:
+    head = f"{'shape':>11} {'T':>3} {'space':>14} {'rule':>9} {'median s':>9} {'×core':>7} {'err vs core':>11} {'erank':>6}"
+    lines = [head, "-" * len(head)]
+    for r in records:
+        ratio = "" if r["ratio_to_core"] is None else f"{r['ratio_to_core']:.3f}"
+        err = "" if r["rel_error_to_core"] is None else f"{r['rel_error_to_core']:.2e}"
+        lines.append(f"{r['m']:>5}x{r['n']:<5} {r['T']:>3} {r['space']:>14} {r['rule']:>9} "
+                     f"{r['median_s']:>9.4f} {ratio:>7} {err:>11} {r['effective_rank']:>6.1f}")
+    return "\n".join(lines)

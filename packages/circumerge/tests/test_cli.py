@@ -1,0 +1,62 @@
+"""CLI: bench output and JSON, and the one-line errors of bench / inspect / merge arguments."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from circumerge.cli import main
+
+
+def test_bench_prints_table_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--shapes", "64x48", "--tasks", "3", "--rank", "2", "--spaces", "core",
+                 "circulant", "circulant@none", "--rules", "ta", "ties", "--repeats", "1",
+                 "--json", str(out)]) == 0
+    table = capsys.readouterr().out
+    assert "circulant" in table and "ties" in table
+    records = json.loads(out.read_text())
+    assert len(records) == 6
+    by = {(r["space"], r["rule"]): r for r in records}
+    assert by[("core", "ta")]["ratio_to_core"] == 1.0
+    assert by[("circulant@none", "ties")]["rel_error_to_core"] < 1e-4  # no sampling: equals core
+    assert all(r["merged_rank"] <= 6 for r in records)
+
+
+def _one_line_error(capsys, match):
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("circumerge: error:") and match in err[0], err
+
+
+def test_bench_refuses_unknown_space_and_existing_json(tmp_path, capsys):
+    assert main(["bench", "--shapes", "8x8", "--spaces", "warp"]) == 2
+    _one_line_error(capsys, "unknown space")
+    assert main(["bench", "--shapes", "8x8", "--rules", "magic"]) == 2
+    _one_line_error(capsys, "unknown rule")
+    existing = tmp_path / "b.json"
+    existing.write_text("keep")
+    assert main(["bench", "--shapes", "8x8", "--json", str(existing)]) == 2
+    _one_line_error(capsys, "already exists")
+    assert existing.read_text() == "keep"
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["merge", "a", "--out", "o", "--sketch-size", "big"], "sketch-size"),
+    (["merge", "a", "--out", "o", "--space", "warp"], "--space"),
+    (["bench", "--shapes", "4096"], "--shapes"),
+])
+def test_argument_errors_exit_2(tmp_path, capsys, argv, match):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert match in capsys.readouterr().err
+
+
+def test_inspect_missing_adapter(tmp_path, capsys):
+    assert main(["inspect", str(tmp_path / "nope")]) == 2
+    _one_line_error(capsys, "does not exist")
+
+
+def test_reproduce_full_scale_says_what_it_needs(tmp_path, capsys):
+    assert main(["reproduce", "--scale", "full", "--out", str(tmp_path / "r")]) == 2
+    _one_line_error(capsys, "GPU recipe")

@@ -1,0 +1,228 @@
+"""Real adapters: peft-made LoRAs on a tiny model, merged by the CLI, loaded back by peft."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+import torch.nn as nn
+from circumerge.cli import main
+from peft import LoraConfig, PeftModel, get_peft_model
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+
+TARGETS = ("q", "v")
+
+
+class Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q = nn.Linear(16, 24)
+        self.v = nn.Linear(24, 16)
+        self.o = nn.Linear(16, 8)
+
+    def forward(self, x):
+        return self.o(torch.relu(self.v(torch.relu(self.q(x)))))
+
+
+def base_model() -> Tiny:
+    torch.manual_seed(123)
+    return Tiny().eval()
+
+
+# (rank, alpha, rsLoRA): heterogeneous ranks and scalings
+SPECS = [(4, 8, False), (2, 2, False), (6, 3, True)]
+
+
+@pytest.fixture(scope="module")
+def adapters(tmp_path_factory):
+    """Three peft adapters on one base; returns their folders and each module's true ΔW_t."""
+    root = tmp_path_factory.mktemp("adapters")
+    dirs, deltas = [], []
+    for t, (r, alpha, rs) in enumerate(SPECS):
+        torch.manual_seed(t)
+        cfg = LoraConfig(r=r, lora_alpha=alpha, use_rslora=rs, target_modules=list(TARGETS),
+                         init_lora_weights=False)
+        pm = get_peft_model(base_model(), cfg)
+        d = root / f"task{t}"
+        pm.save_pretrained(str(d))
+        dirs.append(d)
+        deltas.append({name: (getattr(pm.base_model.model, name).lora_B["default"].weight
+                              @ getattr(pm.base_model.model, name).lora_A["default"].weight
+                              * getattr(pm.base_model.model, name).scaling["default"]).detach()
+                       for name in TARGETS})
+    return dirs, deltas
+
+
+def expected_forward(x, deltas, weights):
+    model = base_model()
+    with torch.no_grad():
+        for name in TARGETS:
+            lin = getattr(model, name)
+            lin.weight += sum(w * d[name] for w, d in zip(weights, deltas, strict=True))
+        return model(x)
+
+
+@pytest.mark.parametrize("space", ["core", "circulant", "full"])
+def test_round_trip_through_cli_and_peft(adapters, tmp_path, space, capsys):
+    dirs, deltas = adapters
+    weights = [1.0, 0.5, 0.25]
+    out = tmp_path / "merged"
+    rc = main(["merge", *map(str, dirs), "--out", str(out), "--space", space, "--rule", "ta",
+               "--weights", ",".join(map(str, weights)), "--quiet"])
+    assert rc == 0
+    assert "merged 3 adapters" in capsys.readouterr().out
+    loaded = PeftModel.from_pretrained(base_model(), str(out)).eval()
+    x = torch.randn(5, 16, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        got = loaded(x)
+    want = expected_forward(x, deltas, weights)
+    base = base_model()(x)
+    assert not torch.allclose(want, base, atol=1e-3)  # the adapters do change the model
+    assert torch.allclose(got, want, atol=1e-4, rtol=1e-4)
+    tensors = load_file(str(out / "adapter_model.safetensors"))
+    assert tensors["base_model.model.q.lora_A.weight"].shape[0] <= sum(r for r, _, _ in SPECS)
+
+
+def test_out_rank_and_inspect(adapters, tmp_path, capsys):
+    dirs, _ = adapters
+    out = tmp_path / "small"
+    assert main(["merge", *map(str, dirs), "--out", str(out), "--rule", "ties", "--out-rank", "3",
+                 "--quiet"]) == 0
+    cfg = json.loads((out / "adapter_config.json").read_text())
+    assert cfg["r"] == 3 and cfg["lora_alpha"] == 3
+    with safe_open(str(out / "adapter_model.safetensors"), framework="pt") as f:  # streamed file
+        meta = json.loads(f.metadata()["circumerge"])
+        assert meta["rule"] == "ties" and meta["out_rank"] == 3 and len(meta["sources"]) == 3
+        assert f.get_tensor("base_model.model.v.lora_B.weight").shape == (16, 3)
+    PeftModel.from_pretrained(base_model(), str(out))  # loads
+    capsys.readouterr()
+    assert main(["inspect", *map(str, dirs), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert [a["ranks"] for a in info["adapters"]] == [[4], [2], [6]]
+    ov = torch.tensor(info["overlap"])
+    assert torch.allclose(ov.diagonal(), torch.ones(3), atol=1e-6)
+    assert (ov < 1).sum() == 6  # different random adapters do not share subspaces
+
+
+def _refused(argv, capsys, match):
+    rc = main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert len(err) == 1 and err[0].startswith("circumerge: error:") and match in err[0], err
+    return err[0]
+
+
+def _siblings(path):
+    return sorted(p.name for p in path.parent.iterdir())
+
+
+def test_refuses_different_base_models(adapters, tmp_path, capsys):
+    dirs, _ = adapters
+    other = tmp_path / "other"
+    shutil.copytree(dirs[1], other)
+    cfg = json.loads((other / "adapter_config.json").read_text())
+    cfg["base_model_name_or_path"] = "someone/other-model"
+    (other / "adapter_config.json").write_text(json.dumps(cfg))
+    out = tmp_path / "merged"
+    before = _siblings(out)
+    _refused(["merge", str(dirs[0]), str(other), "--out", str(out)], capsys, "different base models")
+    assert _siblings(out) == before
+
+
+def test_refuses_different_target_modules(adapters, tmp_path, capsys):
+    dirs, _ = adapters
+    other = tmp_path / "other"
+    shutil.copytree(dirs[1], other)
+    t = load_file(str(other / "adapter_model.safetensors"))
+    save_file({k: v for k, v in t.items() if ".v." not in k}, str(other / "adapter_model.safetensors"))
+    out = tmp_path / "merged"
+    before = _siblings(out)
+    _refused(["merge", str(dirs[0]), str(other), "--out", str(out)], capsys, "different modules")
+    assert _siblings(out) == before
+
+
+@pytest.mark.parametrize("missing", ["adapter_config.json", "adapter_model.safetensors", "dir"])
+def test_refuses_missing_files(adapters, tmp_path, capsys, missing):
+    dirs, _ = adapters
+    broken = tmp_path / "broken"
+    shutil.copytree(dirs[0], broken)
+    if missing == "dir":
+        shutil.rmtree(broken)
+    else:
+        (broken / missing).unlink()
+    out = tmp_path / "merged"
+    before = _siblings(out)
+    _refused(["merge", str(dirs[1]), str(broken), "--out", str(out)], capsys,
+             "does not exist" if missing == "dir" else f"missing {missing}")
+    assert _siblings(out) == before
+
+
+def test_refuses_existing_out_unless_forced(adapters, tmp_path, capsys):
+    dirs, _ = adapters
+    out = tmp_path / "merged"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    _refused(["merge", *map(str, dirs), "--out", str(out)], capsys, "already exists")
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+    assert _siblings(out) == ["merged"]
+    assert main(["merge", *map(str, dirs), "--out", str(out), "--force", "--quiet"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
+    assert _siblings(out) == ["merged"]  # no temporary folder left behind
+
+
+def test_refuses_bad_options(adapters, tmp_path, capsys):
+    dirs, _ = adapters
+    out = tmp_path / "merged"
+    _refused(["merge", *map(str, dirs), "--out", str(out), "--weights", "1,2"], capsys, "weights")
+    _refused(["merge", *map(str, dirs), "--out", str(out), "--density", "1.5"], capsys, "density")
+    _refused(["merge", *map(str, dirs), "--out", str(out), "--out-rank", "0"], capsys, "out-rank")
+    assert not out.exists()
+
+
+def test_failure_mid_merge_leaves_nothing(adapters, tmp_path, monkeypatch):
+    """A crash after the first layer was streamed to disk must leave no partial adapter."""
+    import circumerge.adapters as cad
+
+    dirs, _ = adapters
+    out = tmp_path / "merged"
+    merge_one = cad._merge_one
+
+    def boom(As, Bs, cfg, index):
+        if index == 1:
+            raise RuntimeError("disk full")
+        return merge_one(As, Bs, cfg, index)
+
+    monkeypatch.setattr(cad, "_merge_one", boom)
+    with pytest.raises(RuntimeError, match="disk full"):
+        main(["merge", *map(str, dirs), "--out", str(out), "--quiet"])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_layers_are_streamed_one_at_a_time(adapters, tmp_path, monkeypatch):
+    """Each module is loaded from every adapter, merged, and only then is the next one read."""
+    import circumerge.adapters as cad
+    from circumerge.io import PeftAdapter
+
+    dirs, _ = adapters
+    events = []
+    load, merge_one = PeftAdapter.load, cad._merge_one
+
+    def spy_load(self, module, *a, **k):
+        events.append(("load", module))
+        return load(self, module, *a, **k)
+
+    def spy_merge(As, Bs, cfg, index):
+        events.append(("merge", index))
+        return merge_one(As, Bs, cfg, index)
+
+    monkeypatch.setattr(PeftAdapter, "load", spy_load)
+    monkeypatch.setattr(cad, "_merge_one", spy_merge)
+    cad.merge_adapters(dirs, tmp_path / "out")
+    T, mods = len(dirs), ["base_model.model.q", "base_model.model.v"]
+    want = []
+    for i, mod in enumerate(mods):
+        want += [("load", mod)] * T + [("merge", i)]
+    assert events == want
