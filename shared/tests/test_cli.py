@@ -67,3 +67,17 @@ def test_console_script_help_is_light():
 def test_env_command(capsys):
     assert main(["env"]) == 0
     assert "icml26-shared" in capsys.readouterr().out
+
+
+def test_refused_reproduction_leaves_no_folder(demo_package, tmp_path, monkeypatch):
+    from icml26_shared import UserError, registry, runner
+
+    desc = registry.get(demo_package)
+
+    def refuse(scale, out_dir, seed):
+        raise UserError("full needs a GPU")
+
+    monkeypatch.setattr(type(desc), "load_reproduce", lambda self: refuse)
+    with pytest.raises(UserError):
+        runner.run_one(desc, "full", tmp_path, 0)
+    assert not (tmp_path / demo_package).exists()

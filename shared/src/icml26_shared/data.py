@@ -47,13 +47,21 @@ def device(prefer: str | None = None) -> str:
 
 
 def device_name() -> str:
-    if importlib.util.find_spec("torch") is None:
-        return "cpu (torch not installed)"
-    import torch
+    """What torch and JAX (whichever is installed) will run on."""
+    parts = []
+    if importlib.util.find_spec("torch") is not None:
+        import torch
 
-    if torch.cuda.is_available():
-        return f"cuda: {torch.cuda.get_device_name(0)} (x{torch.cuda.device_count()})"
-    return f"cpu ({torch.get_num_threads()} threads)"
+        if torch.cuda.is_available():
+            parts.append(f"torch: cuda {torch.cuda.get_device_name(0)} (x{torch.cuda.device_count()})")
+        else:
+            parts.append(f"torch: cpu ({torch.get_num_threads()} threads)")
+    if importlib.util.find_spec("jax") is not None:
+        import jax
+
+        devs = jax.devices()
+        parts.append(f"jax: {devs[0].platform} {devs[0].device_kind} (x{len(devs)})")
+    return "; ".join(parts) or "cpu (neither torch nor jax installed)"
 
 
 def _imported(name: str) -> Any:

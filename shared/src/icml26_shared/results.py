@@ -127,11 +127,15 @@ class EnvInfo:
                 continue
         threads = None
         gpu = None
-        if "torch" in sys.modules:  # never import torch just to describe the run
+        if "torch" in sys.modules:  # never import torch or jax just to describe the run
             torch = sys.modules["torch"]
             threads = torch.get_num_threads()
             if torch.cuda.is_available():
                 gpu = torch.cuda.get_device_name(0)
+        if gpu is None and "jax" in sys.modules:
+            accel = [d for d in sys.modules["jax"].devices() if d.platform != "cpu"]
+            if accel:
+                gpu = f"{accel[0].device_kind} (x{len(accel)}, jax)"
         return cls(
             python=platform.python_version(),
             platform=platform.platform(),

@@ -40,13 +40,17 @@ def run_one(desc: MethodDescriptor, scale: str, out_root: Path, seed: int = 0,
     ``error.txt``) instead of raising, so the other packages still run.
     """
     check_scale(scale)
-    out_dir = check_out_dir(Path(out_root) / desc.name)
+    target = Path(out_root) / desc.name
+    existed = target.exists()
+    out_dir = check_out_dir(target)
     t0 = time.perf_counter()
     try:
         res = desc.load_reproduce()(scale, out_dir, seed)
         if not isinstance(res, Results):
             raise TypeError(f"{desc.reproduce} returned {type(res).__name__}, not Results")
     except UserError:
+        if not existed and not any(out_dir.iterdir()):
+            out_dir.rmdir()  # a refused run leaves nothing behind
         raise
     except Exception as exc:
         if not catch:
