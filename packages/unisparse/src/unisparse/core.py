@@ -100,7 +100,7 @@ def unisparse_scores(q: torch.Tensor, k: torch.Tensor, block_size: int,
 def forced_blocks(t: int, s: int, block_size: int, sink_blocks: int, local_blocks: int,
                   device=None) -> torch.Tensor:
     """``[NQ, NK]`` bool: the attention-sink columns and the local diagonal band, within causality."""
-    nq, nk = n_blocks(t, block_size), n_blocks(s, block_size)
+    nk = n_blocks(s, block_size)
     valid = causal_block_valid(t, s, block_size, device)
     j = torch.arange(nk, device=device)[None, :]
     last = valid.sum(1, keepdim=True) - 1  # the diagonal block of each row

@@ -39,9 +39,8 @@ def run(lens=(32768, 65536, 131072), density: float = 0.25, heads: int = 32, kv_
         k = torch.randn(1, kv_heads, n, head_dim, device="cuda", dtype=torch.bfloat16, generator=g)
         v = torch.randn(1, kv_heads, n, head_dim, device="cuda", dtype=torch.bfloat16, generator=g)
         mask = estimate_block_mask(q, k, cfg)
-        sdpa = torch.nn.functional.scaled_dot_product_attention
         fns = {
-            "sdpa_flash": lambda q=q, k=k, v=v: sdpa(q, k, v, is_causal=True, enable_gqa=True),
+            "sdpa_flash": lambda q=q, k=k, v=v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),
             "block_sparse_kernel": lambda q=q, k=k, v=v, m=mask: block_sparse_attention(
                 q, k, v, m, block_size=block, causal=True),
             "unisparse_estimate": lambda q=q, k=k: estimate_block_mask(q, k, cfg),
