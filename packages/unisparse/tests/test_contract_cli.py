@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from icml26_shared.testing import ContractTests
 from unisparse.cli import main
 

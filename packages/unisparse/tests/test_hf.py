@@ -7,7 +7,6 @@ import copy
 
 import pytest
 import torch
-
 import unisparse
 from unisparse.io import patch_state
 

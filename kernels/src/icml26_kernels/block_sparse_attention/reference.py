@@ -121,20 +121,41 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, indices: torch.Te
         if causal:
             whole &= (idx + 1) * bs - 1 <= i * bs + offset
         n_whole = whole.sum(-1)
+        counts_i = counts[:, :, i]
         p = int(n_whole.min())  # the first p kept blocks are whole in every (batch, head)
         safe = idx.clamp(min=0)
         parts = []
-        if p:
-            kb = kf[bidx, hidx, safe[..., :p]].reshape(b, h, p * bs, d)
-            vb = vf[bidx, hidx, safe[..., :p]].reshape(b, h, p * bs, dv)
-            parts.append(_full(qi, kb, vb, scale))
-        if kmax > p:
-            c = kmax - p
-            rest = safe[..., p:]
+        if p == int(n_whole.max()):
+            if p:
+                kb = kf[bidx, hidx, safe[..., :p]].reshape(b, h, p * bs, d)
+                vb = vf[bidx, hidx, safe[..., :p]].reshape(b, h, p * bs, dv)
+                parts.append(_full(qi, kb, vb, scale))
+        else:  # heads keep different numbers of whole blocks: one call per (batch, head), no padding
+            o_w = torch.zeros(b, h, bs, dv, device=q.device)
+            l_w = torch.full((b, h, bs), -math.inf, device=q.device)
+            for bb in range(b):
+                for hh in range(h):
+                    n = int(n_whole[bb, hh])
+                    if n:
+                        sel = safe[bb, hh, :n]
+                        kb = kf[bb, hh // group, sel].reshape(1, 1, n * bs, d)
+                        vb = vf[bb, hh // group, sel].reshape(1, 1, n * bs, dv)
+                        o_, l_ = _full(qi[bb:bb + 1, hh:hh + 1], kb, vb, scale)
+                        o_w[bb, hh], l_w[bb, hh] = o_[0, 0], l_[0, 0]
+            parts.append((o_w, l_w))
+        n_rest = counts_i - n_whole  # kept blocks that need an element mask (diagonal, tail)
+        c = int(n_rest.max())
+        if c:
+            # gather each head's remaining blocks, padded to the longest with -1 (masked out)
+            ar = torch.arange(c, device=q.device)
+            pos = (n_whole[..., None] + ar).clamp(max=idx.shape[-1] - 1)
+            rest_idx = torch.where(ar < n_rest[..., None], torch.gather(idx, -1, pos),
+                                   torch.full_like(pos, -1))
+            rest = rest_idx.clamp(min=0)
             kb = kf[bidx, hidx, rest].reshape(b, h, c * bs, d)
             vb = vf[bidx, hidx, rest].reshape(b, h, c * bs, dv)
             kpos = (rest[..., None] * bs + local).reshape(b, h, 1, c * bs)
-            ok = (valid[..., p:, None] & (kpos.reshape(b, h, c, bs) < s)).reshape(b, h, 1, c * bs)
+            ok = ((rest_idx >= 0)[..., None] & (kpos.reshape(b, h, c, bs) < s)).reshape(b, h, 1, c * bs)
             if causal:
                 ok = ok & (kpos <= (i * bs + local + offset)[:, None])
             parts.append(_masked(qi, kb, vb, ok, scale))

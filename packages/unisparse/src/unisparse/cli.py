@@ -64,7 +64,6 @@ def cmd_bench(args) -> int:
     _check_common(args)
     _check_out(args.out, args.force)
     import torch
-
     from icml26_kernels import block_sparse_attention
     from icml26_shared.eval import compare
 
@@ -88,11 +87,11 @@ def cmd_bench(args) -> int:
             q, k, v = _capture(args, n)
         bs = args.block_size
         cfgs = {m: SparseConfig(method=m, block_size=bs, density=args.density) for m in args.methods}
-        sdpa = torch.nn.functional.scaled_dot_product_attention
         grp = q.shape[1] // k.shape[1]
 
         def dense_fn(q=q, k=k, v=v, grp=grp):
-            return sdpa(q, k.repeat_interleave(grp, 1), v.repeat_interleave(grp, 1), is_causal=True)
+            return torch.nn.functional.scaled_dot_product_attention(
+                q, k.repeat_interleave(grp, 1), v.repeat_interleave(grp, 1), is_causal=True)
 
         def sparse_fn(cfg, q=q, k=k, v=v):
             mask = estimate_block_mask(q, k, cfg)

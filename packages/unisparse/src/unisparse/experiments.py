@@ -111,8 +111,10 @@ def fidelity(captures: dict, methods, densities, block: int, seed: int) -> dict:
     return {key: {m: sum(vals) / len(vals) for m, vals in cell.items()} for key, cell in acc.items()}
 
 
-def speed(lens, heads: int, block: int, density: float, repeats: int, seed: int) -> list[dict]:
-    """Dense causal SDPA vs UniSparse estimation + block-sparse attention, side by side."""
+def speed(lens, heads: int, block: int, density: float, repeats: int, seed: int,
+          extra_densities=(0.1,)) -> list[dict]:
+    """Dense causal SDPA vs UniSparse estimation + block-sparse attention, side by side (also at
+    ``extra_densities``, reported as ``sparse_s@<d>``)."""
     import torch
     from icml26_shared.eval import compare
 
@@ -124,12 +126,19 @@ def speed(lens, heads: int, block: int, density: float, repeats: int, seed: int)
     for n in lens:
         g = torch.Generator().manual_seed(seed + n)
         q, k, v = (torch.randn(1, heads, n, 64, generator=g) for _ in range(3))
-        tm = compare({"dense_sdpa": lambda q=q, k=k, v=v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
-                      "unisparse": lambda q=q, k=k, v=v: sparse_prefill_attention(q, k, v, cfg),
-                      "estimate_only": lambda q=q, k=k: estimate_block_mask(q, k, cfg)},
-                     warmup=1, repeats=repeats)
-        rows.append({"n": n, "dense_s": tm["dense_sdpa"].median, "sparse_s": tm["unisparse"].median,
-                     "estimate_s": tm["estimate_only"].median})
+        fns = {"dense_sdpa": lambda q=q, k=k, v=v: torch.nn.functional.scaled_dot_product_attention(
+                   q, k, v, is_causal=True),
+               "unisparse": lambda q=q, k=k, v=v: sparse_prefill_attention(q, k, v, cfg),
+               "estimate_only": lambda q=q, k=k: estimate_block_mask(q, k, cfg)}
+        for d in extra_densities:
+            cfg_d = cfg.with_(density=d)
+            fns[f"unisparse@{d:g}"] = (lambda q=q, k=k, v=v, c=cfg_d:
+                                       sparse_prefill_attention(q, k, v, c))
+        tm = compare(fns, warmup=1, repeats=repeats)
+        row = {"n": n, "dense_s": tm["dense_sdpa"].median, "sparse_s": tm["unisparse"].median,
+               "estimate_s": tm["estimate_only"].median}
+        row.update({f"sparse_s@{d:g}": tm[f"unisparse@{d:g}"].median for d in extra_densities})
+        rows.append(row)
     return rows
 
 
@@ -225,6 +234,10 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
             res.add("speed_cpu", "unisparse", "time_s", r["sparse_s"], unit="s", seq_len=r["n"])
             res.add("speed_cpu", "unisparse", "estimate_time_s", r["estimate_s"], unit="s",
                     seq_len=r["n"])
+            for key in (x for x in r if x.startswith("sparse_s@")):
+                d = float(key.split("@")[1])
+                res.add("speed_cpu", f"unisparse@{d:g}", "speedup_vs_dense", r["dense_s"] / r[key],
+                        unit="x", seq_len=r["n"], heads=p["speed_heads"], density=d)
         _claims(res, fid_long or fid, e2e, sp, p, tok is not None)
         _notes(res, p, t_model, threads)
         res.figures = _figure(res, fid_long or fid, p["densities"], out_dir)
