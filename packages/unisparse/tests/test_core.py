@@ -155,3 +155,17 @@ def test_bad_shapes_are_user_errors():
         sparse_prefill_attention(q, k[..., :8], v[..., :8])
     with pytest.raises(UserError, match="multiple"):
         sparse_prefill_attention(q[:, :3], k, v)
+
+
+@pytest.mark.parametrize("method", ["unisparse", "xattention", "flexprefill", "minference_vs"])
+def test_chunked_prefill_chunk_attends_to_cache_causally(method):
+    """A later chunk (T < S, queries aligned to the last keys) gets a valid mask; full density is
+    exact against dense bottom-right causal attention (what MInference's estimator cannot do)."""
+    q, k, v = qkv(t=256, seed=4)
+    qc = q[:, :, 160:]  # the last 96 queries: a chunk after 160 cached tokens
+    mask = estimate_block_mask(qc, k, method=method, block_size=32, density=0.3)
+    valid = core.causal_block_valid(96, 256, 32)
+    assert not (mask & ~valid).any() and mask[..., 0].all()
+    out = sparse_prefill_attention(qc, k, v, method=method, block_size=32, density=1.0)
+    want = dense_causal(q, k, v)[:, :, 160:]
+    assert (out.double() - want).abs().max() < 1e-5
