@@ -187,3 +187,13 @@ def test_gpu_kernel_matches_dense64(dtype, bs):
     want = dense64(q.cpu(), k.cpu(), v.cpu(), mask.cpu(), bs, True)
     # flash-attention's rule: at most ~2x the error of PyTorch's own op at this precision
     assert (out.cpu().double() - want).abs().max().item() <= 2 * TOL[dtype]
+
+
+@pytest.mark.parametrize("threshold", [0, 1 << 30])
+def test_reference_paths_agree(monkeypatch, threshold):
+    """Both CPU strategies (per-head calls, or one padded call) match float64 dense attention."""
+    monkeypatch.setattr(reference, "PER_HEAD_MIN_KEYS", threshold)
+    q, k, v = make(2, 4, 2, 150, 150, 16)
+    mask = random_mask(2, 4, 10, 10, p=0.5, seed=7)
+    out = block_sparse_attention(q, k, v, mask, block_size=16, causal=True)
+    assert (out.double() - dense64(q, k, v, mask, 16, True)).abs().max().item() <= TOL[torch.float32]

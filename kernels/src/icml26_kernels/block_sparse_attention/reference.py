@@ -15,6 +15,9 @@ import math
 
 import torch
 
+#: per-(batch, head) calls replace padding once heads differ by this many whole keys per row
+PER_HEAD_MIN_KEYS = 1024
+
 
 def mask_to_indices(block_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Bool ``[B, H, NQ, NK]`` → (``indices [B, H, NQ, K]`` int64 padded with -1, ``counts [B, H, NQ]``).
@@ -125,12 +128,16 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, indices: torch.Te
         p = int(n_whole.min())  # the first p kept blocks are whole in every (batch, head)
         safe = idx.clamp(min=0)
         parts = []
-        if p == int(n_whole.max()):
+        spread = int(n_whole.max()) - p
+        if spread * bs < PER_HEAD_MIN_KEYS:
+            # one batched call on the blocks every head sees whole; the few extra whole blocks of
+            # some heads join the masked remainder below
+            n_whole = torch.full_like(n_whole, p)
             if p:
                 kb = kf[bidx, hidx, safe[..., :p]].reshape(b, h, p * bs, d)
                 vb = vf[bidx, hidx, safe[..., :p]].reshape(b, h, p * bs, dv)
                 parts.append(_full(qi, kb, vb, scale))
-        else:  # heads keep different numbers of whole blocks: one call per (batch, head), no padding
+        else:  # heads keep very different numbers of whole blocks: one call per (batch, head)
             o_w = torch.zeros(b, h, bs, dv, device=q.device)
             l_w = torch.full((b, h, bs), -math.inf, device=q.device)
             for bb in range(b):

@@ -174,27 +174,37 @@ def block_density(mask: torch.Tensor, t: int, s: int, block_size: int) -> torch.
     return (mask & valid).sum((-1, -2)).float() / valid.sum()
 
 
-def attention_recall(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor, block_size: int,
-                     scale: float | None = None, rows_per_step: int = 4) -> torch.Tensor:
-    """Mean over queries of the true causal softmax mass inside the kept blocks: ``[B, H]``
-    (exactly 1 for the full mask). Computed densely, a few query blocks at a time."""
+def block_attention_mass(q: torch.Tensor, k: torch.Tensor, block_size: int,
+                         scale: float | None = None, rows_per_step: int = 4) -> torch.Tensor:
+    """True causal softmax mass per block, averaged over queries: ``[B, H, NQ, NK]`` summing to 1
+    over each (batch, head). Computed densely, a few query blocks at a time."""
     b, h, t, d = q.shape
     s = k.shape[2]
     scale = 1 / math.sqrt(d) if scale is None else scale
     kk = _expand_kv(k, h).float()
     bs = block_size
-    nq = n_blocks(t, bs)
-    total = torch.zeros(b, h, device=q.device, dtype=torch.float64)
+    nq, nk = n_blocks(t, bs), n_blocks(s, bs)
+    out = torch.zeros(b, h, nq, nk, device=q.device, dtype=torch.float64)
     kpos = torch.arange(s, device=q.device)
     for i0 in range(0, nq, rows_per_step):
         q0, q1 = i0 * bs, min((i0 + rows_per_step) * bs, t)
         qpos = torch.arange(q0, q1, device=q.device) + (s - t)
         sc = torch.matmul(q[:, :, q0:q1].float(), kk.transpose(-1, -2)) * scale
         p = torch.softmax(sc.masked_fill(kpos[None, :] > qpos[:, None], -math.inf), -1)
-        keep = mask[:, :, i0:i0 + rows_per_step].repeat_interleave(bs, 2).repeat_interleave(bs, 3)
-        keep = keep[:, :, :q1 - q0, :s]
-        total += (p * keep).sum((-1, -2)).double()
-    return (total / t).float()
+        p = torch.nn.functional.pad(p, (0, nk * bs - s, 0, (q1 - q0) % bs and bs - (q1 - q0) % bs))
+        rows = p.shape[2] // bs
+        out[:, :, i0:i0 + rows] = p.reshape(b, h, rows, bs, nk, bs).sum((3, 5)).double()
+    return (out / t).float()
+
+
+def attention_recall(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor, block_size: int,
+                     scale: float | None = None, mass: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean over queries of the true causal softmax mass inside the kept blocks: ``[B, H]``
+    (exactly 1 for the full mask). Pass ``mass = block_attention_mass(q, k, block_size)`` to
+    score several masks of the same inputs cheaply."""
+    if mass is None:
+        mass = block_attention_mass(q, k, block_size, scale)
+    return (mass.double() * mask).sum((-1, -2)).float()
 
 
 def relative_error(approx: torch.Tensor, exact: torch.Tensor) -> torch.Tensor:

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -85,29 +86,34 @@ def _prefill_and_decode(model, ids, new_tokens: int):
 
 def fidelity(captures: dict, methods, densities, block: int, seed: int) -> dict:
     """``{(method, density): {recall, recall_worst, rel_error, density}}`` for one document."""
-    import torch
     from icml26_kernels import block_sparse_attention
 
-    from .core import attention_recall, block_density, causal_block_valid, relative_error
+    from .core import (
+        attention_recall,
+        block_attention_mass,
+        block_density,
+        causal_block_valid,
+        relative_error,
+    )
     from .sparse import estimate_block_mask
 
     acc: dict = {}
     for q, k, v in captures.values():
         t = q.shape[2]
+        mass = block_attention_mass(q, k, block)
         full = causal_block_valid(t, t, block).expand(1, q.shape[1], -1, -1)
         exact = block_sparse_attention(q, k, v, full, block_size=block, causal=True)
         for name in methods:
             for dens in densities:
                 mask = estimate_block_mask(q, k, method_config(name, block, dens, seed))
                 out = block_sparse_attention(q, k, v, mask, block_size=block, causal=True)
-                rec = attention_recall(q, k, mask, block)
+                rec = attention_recall(q, k, mask, block, mass=mass)
                 cell = acc.setdefault((name, dens), {"recall": [], "recall_worst": [],
                                                      "rel_error": [], "density": []})
                 cell["recall"].append(float(rec.mean()))
                 cell["recall_worst"].append(float(rec.min()))
                 cell["rel_error"].append(float(relative_error(out, exact).mean()))
                 cell["density"].append(float(block_density(mask, t, t, block).mean()))
-    del torch
     return {key: {m: sum(vals) / len(vals) for m, vals in cell.items()} for key, cell in acc.items()}
 
 
@@ -153,7 +159,8 @@ def evaluate_model(model, tok, docs, methods, *, block: int, density: float, new
     fid: dict = {}
     e2e: dict = {m: {"correct": [], "agree": [], "ppl_ratio": [], "density": []}
                  for m in ("dense", *methods)}
-    for ids, key in docs:
+    for n_doc, (ids, key) in enumerate(docs):
+        _log(f"document {n_doc + 1}/{len(docs)} ({len(ids)} tokens): dense prefill")
         patch(model, method="dense", density=1.0, block_size=block, min_seq_len=10**9)
         st = patch_state(model)
         if fid_methods:
@@ -162,6 +169,7 @@ def evaluate_model(model, tok, docs, methods, *, block: int, density: float, new
         caps = st.capture or {}
         unpatch(model)
         if fid_methods:
+            _log(f"  fidelity of {len(fid_methods)} methods on {len(caps)} layers")
             for key2, vals in fidelity(caps, fid_methods, fid_densities, block, seed).items():
                 for metric, val in vals.items():
                     fid.setdefault(key2, {}).setdefault(metric, []).append(val)
@@ -171,6 +179,7 @@ def evaluate_model(model, tok, docs, methods, *, block: int, density: float, new
         d_nll = torch.nn.functional.cross_entropy(d_logits[half:-1], tgt)
         e2e["dense"]["correct"].append(float(_correct(tok, d_gen, key)))
         for m in methods:
+            _log(f"  {m} prefill")
             patch(model, method=m, cfg=method_config(m, block, density, seed), density=density,
                   min_seq_len=2 * block)
             logits, gen = _prefill_and_decode(model, ids, new_tokens)
@@ -226,6 +235,7 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
             _rows_fidelity(res, fid_long, [seed + 7], ln, f"fidelity_{ln}")
         t_model = time.perf_counter() - t0
         _rows_e2e(res, e2e, seeds, p["length"], tok is not None)
+        _log(f"CPU speed at {p['speed_lens']} tokens")
         sp = speed(p["speed_lens"], p["speed_heads"], 64, dens0, p["repeats"], seed)
         for r in sp:
             res.add("speed_cpu", "unisparse", "speedup_vs_dense", r["dense_s"] / r["sparse_s"],
@@ -244,6 +254,10 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
         return res
     finally:
         torch.set_num_threads(threads)
+
+
+def _log(msg: str) -> None:
+    print(f"[unisparse {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def _correct(tok, gen, key) -> bool:
