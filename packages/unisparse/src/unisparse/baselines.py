@@ -155,6 +155,14 @@ def ashape(q, k, cfg):
     return core.normalize_rows(scores, valid).expand(q.shape[0], q.shape[1], nq, nk)
 
 
+@register("oracle")
+def oracle(q, k, cfg):
+    """The exact block mass of the true attention (costs a dense pass): the ceiling of any
+    estimator under the same selection rule, not a practical method."""
+    mass = core.block_attention_mass(q, k, cfg.block_size)
+    return core.normalize_rows(mass, _valid(q, k, cfg))
+
+
 @register("random")
 def random_blocks(q, k, cfg):
     """Random scores (a floor for the estimators)."""
