@@ -26,10 +26,12 @@ DESCRIPTOR = MethodDescriptor(
     summary="Training-free block-sparse prefill attention from pooled composite tokens.",
     scales={
         "smoke": "tiny random Llama (no download), 256 tokens: fidelity, end-to-end and speed rows (seconds)",
-        "quick": "SmolLM2-135M on synthetic passkey documents (2k tokens, 2 seeds): recall/error per "
-                 "method at matched density, needle accuracy and next-token agreement; CPU speed vs "
-                 "dense SDPA at 8k/16k/32k (single thread); ~6-10 min on 2 cores",
-        "full": "GPU recipe: Triton kernel vs SDPA/FlashAttention at 32k-128k (unisparse.gpu_bench) "
-                "and the needle task on a user-supplied model (UNISPARSE_MODEL)",
+        "quick": "SmolLM2-135M on synthetic passkey documents: 2 documents of 1024 tokens (recall/"
+                 "error per method at matched density 0.1/0.25, needle accuracy, next-token "
+                 "agreement and perplexity ratio at density 0.25/0.5) + one 4096-token document for "
+                 "fidelity; CPU speed vs dense SDPA at 8k/16k/32k (one thread); ~7-10 min on 2 cores",
+        "full": "GPU recipe: Triton kernel + estimation vs SDPA/FlashAttention at 32k-128k "
+                "(unisparse.gpu_bench, needs CUDA); accuracy on a user-supplied model with "
+                "`unisparse eval --model PATH --lengths ...`",
     },
 )
