@@ -115,3 +115,24 @@ def test_bad_patch_options_are_user_errors(tiny):
     with pytest.raises(UserError, match="unknown method"):
         unisparse.patch(tiny, method="bogus")
     assert patch_state(tiny) is None
+
+
+@pytest.mark.parametrize("family", ["Qwen2", "Mistral", "Qwen3"])
+def test_other_families_full_density_is_exact(family):
+    cfg_cls = getattr(transformers, f"{family}Config", None)
+    model_cls = getattr(transformers, f"{family}ForCausalLM", None)
+    if cfg_cls is None or model_cls is None:
+        pytest.skip(f"{family} not in this transformers")
+    torch.manual_seed(0)
+    cfg = cfg_cls(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                  head_dim=16)
+    model = model_cls(cfg).eval()
+    x = torch.randint(0, 96, (1, 130), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        want = model(x).logits
+        unisparse.patch(model, method="unisparse", density=1.0, block_size=32)
+        got = model(x).logits
+        assert patch_state(model).calls_sparse == 2
+        unisparse.unpatch(model)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)

@@ -6,7 +6,7 @@ The patch registers an attention function named ``"unisparse"`` with transformer
 ``config._attn_implementation`` to it. Each attention module carries its ``SparseConfig``.
 A call goes sparse only for a causal prefill with no padding (``attention_mask`` is ``None``, as
 SDPA's mask builder leaves it for unpadded causal batches), at least ``min_seq_len`` queries and
-at least as many keys as queries; everything else — decoding with the KV cache (one query),
+at least as many keys as queries and no sliding window narrower than the keys; everything else — decoding with the KV cache (one query),
 padded batches, short prompts — runs the model's dense SDPA path unchanged.
 """
 
@@ -47,7 +47,7 @@ def _attention(module, query, key, value, attention_mask, scaling=None, dropout=
                                     value.detach().clone())
     sparse_ok = (state is not None and attention_mask is None and t >= state.min_seq_len and s >= t
                  and getattr(module, "is_causal", True) and not (dropout and module.training)
-                 and kwargs.get("sliding_window") is None)
+                 and (kwargs.get("sliding_window") or s) >= s)  # a window wider than S is causal
     if not sparse_ok:
         if state is not None:
             state.calls_dense += 1
