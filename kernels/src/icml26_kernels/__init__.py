@@ -7,6 +7,7 @@ Dispatch (one rule for every op): Triton on CUDA tensors, the reference otherwis
 from importlib.metadata import PackageNotFoundError, version
 
 from ._dispatch import backend_for
+from .block_sparse_attention import block_sparse_attention
 from .token_logprobs import token_logprobs
 
 try:
@@ -14,4 +15,4 @@ try:
 except PackageNotFoundError:  # pragma: no cover
     __version__ = "0+unknown"
 
-__all__ = ["__version__", "backend_for", "token_logprobs"]
+__all__ = ["__version__", "backend_for", "block_sparse_attention", "token_logprobs"]

@@ -1,0 +1,223 @@
+"""``unisparse`` CLI: bench, eval, reproduce. Heavy imports live inside the command functions."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from icml26_shared import UserError, cli_entry
+from icml26_shared.cli import add_reproduce_arguments, reproduce_from_args
+
+NAME = "unisparse"
+METHOD_NAMES = ("unisparse", "dense", "xattention", "flexprefill", "minference_vs", "ashape", "random")
+
+
+def _check_out(path: Path | None, force: bool) -> None:
+    if path is None:
+        return
+    if path.exists() and not force:
+        raise UserError(f"{path} exists (pass --force to overwrite)")
+    if not path.parent.exists():
+        raise UserError(f"folder {path.parent} does not exist")
+
+
+def _write_json(path: Path | None, data) -> None:
+    if path is None:
+        return
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.replace(path)
+    print(f"wrote {path}")
+
+
+def _check_common(args) -> None:
+    for m in args.methods:
+        if m not in METHOD_NAMES:
+            raise UserError(f"unknown method {m!r} (choose from {', '.join(METHOD_NAMES)})")
+    if not 0 < args.density <= 1:
+        raise UserError(f"--density must lie in (0, 1], got {args.density}")
+    if any(n < 1 for n in args.lengths):
+        raise UserError("--lengths must be positive")
+
+
+def _load_model(spec: str):
+    import torch
+
+    if spec == "smollm2":
+        from icml26_shared.data import load_smollm2
+
+        model, tok = load_smollm2()
+        return model.eval(), tok
+    path = Path(spec)
+    if not (path / "config.json").is_file():
+        raise UserError(f"--model {spec}: not a Hugging Face model folder (no config.json); "
+                        "use a local folder or 'smollm2'")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, local_files_only=True)
+    return model.eval(), AutoTokenizer.from_pretrained(path, local_files_only=True)
+
+
+def cmd_bench(args) -> int:
+    _check_common(args)
+    _check_out(args.out, args.force)
+    import torch
+    from icml26_kernels import block_sparse_attention
+    from icml26_shared.eval import compare
+
+    from .config import SparseConfig
+    from .core import attention_recall, block_density, causal_block_valid, relative_error
+    from .sparse import estimate_block_mask
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    rows = []
+    print(f"{'length':>7} {'method':<14} {'density':>7} {'recall':>7} {'rel_err':>8} "
+          f"{'time_s':>8} {'speedup':>8}")
+    for n in args.lengths:
+        g = torch.Generator().manual_seed(args.seed + n)
+        q = torch.randn(1, args.heads, n, args.head_dim, generator=g)
+        k = torch.randn(1, args.kv_heads, n, args.head_dim, generator=g)
+        v = torch.randn(1, args.kv_heads, n, args.head_dim, generator=g)
+        if args.heads % args.kv_heads:
+            raise UserError(f"--heads ({args.heads}) must be a multiple of --kv-heads ({args.kv_heads})")
+        if args.model:
+            q, k, v = _capture(args, n)
+        bs = args.block_size
+        cfgs = {m: SparseConfig(method=m, block_size=bs, density=args.density) for m in args.methods}
+        grp = q.shape[1] // k.shape[1]
+
+        def dense_fn(q=q, k=k, v=v, grp=grp):
+            return torch.nn.functional.scaled_dot_product_attention(
+                q, k.repeat_interleave(grp, 1), v.repeat_interleave(grp, 1), is_causal=True)
+
+        def sparse_fn(cfg, q=q, k=k, v=v):
+            mask = estimate_block_mask(q, k, cfg)
+            return block_sparse_attention(q, k, v, mask, block_size=cfg.block_size, causal=True)
+
+        fns = {"dense_sdpa": dense_fn}
+        fns.update({m: (lambda c=c: sparse_fn(c)) for m, c in cfgs.items()})
+        tm = compare(fns, warmup=1, repeats=args.repeats)
+        exact = dense_fn()
+        full = causal_block_valid(n, n, bs)
+        for m, cfg in cfgs.items():
+            mask = estimate_block_mask(q, k, cfg)
+            out = block_sparse_attention(q, k, v, mask, block_size=bs, causal=True)
+            row = {"length": n, "method": m, "density": float(block_density(mask, n, n, bs).mean()),
+                   "recall": float(attention_recall(q, k, mask, bs).mean()),
+                   "rel_error": float(relative_error(out, exact).mean()),
+                   "time_s": tm[m].median, "dense_time_s": tm["dense_sdpa"].median,
+                   "speedup": tm["dense_sdpa"].median / tm[m].median,
+                   "source": args.model or "random"}
+            rows.append(row)
+            print(f"{n:>7} {m:<14} {row['density']:>7.3f} {row['recall']:>7.4f} "
+                  f"{row['rel_error']:>8.4f} {row['time_s']:>8.3f} {row['speedup']:>7.2f}x")
+        del full
+    if not args.model:
+        print("note: random Q/K (no --model): recall ~ density; use --model for real attention")
+    _write_json(args.out, rows)
+    return 0
+
+
+def _capture(args, n: int):
+    from .io import patch, patch_state, unpatch
+    from .tasks import needle_prompt
+
+    model, tok = _load_model(args.model)
+    ids, _ = needle_prompt(tok, n, args.seed)
+    n_layers = model.config.num_hidden_layers
+    layer = args.layer if args.layer is not None else n_layers // 2
+    if not 0 <= layer < n_layers:
+        raise UserError(f"--layer must lie in [0, {n_layers})")
+    import torch
+
+    patch(model, method="dense", density=1.0, min_seq_len=10**9)
+    st = patch_state(model)
+    st.capture, st.capture_layers = {}, {layer}
+    with torch.no_grad():
+        model(torch.tensor([ids[:n]]))
+    q, k, v = st.capture[layer]
+    unpatch(model)
+    return q.float(), k.float(), v.float()
+
+
+def cmd_eval(args) -> int:
+    _check_common(args)
+    _check_out(args.out, args.force)
+    from .experiments import _mean, evaluate_model
+    from .tasks import needle_prompt
+
+    model, tok = _load_model(args.model)
+    methods = [m for m in args.methods if m != "dense"]
+    report = []
+    print(f"{'length':>7} {'method':<14} {'needle':>7} {'agree':>7} {'ppl_ratio':>9} {'density':>8}")
+    for n in args.lengths:
+        docs = [needle_prompt(tok, n, args.seed * 1000 + i) for i in range(args.docs)]
+        e2e, _ = evaluate_model(model, tok, docs, methods, block=args.block_size,
+                                density=args.density, new_tokens=8, seed=args.seed)
+        for m, vals in e2e.items():
+            row = {"length": n, "method": m, "needle_accuracy": _mean(vals["correct"]),
+                   "next_token_agreement": _mean(vals["agree"]) if vals["agree"] else 1.0,
+                   "ppl_ratio": _mean(vals["ppl_ratio"]) if vals["ppl_ratio"] else 1.0,
+                   "density": _mean(vals["density"]) if vals["density"] else 1.0}
+            report.append(row)
+            print(f"{n:>7} {m:<14} {row['needle_accuracy']:>7.2f} {row['next_token_agreement']:>7.3f} "
+                  f"{row['ppl_ratio']:>9.4f} {row['density']:>8.3f}")
+    _write_json(args.out, report)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=NAME, description="UniSparse: training-free sparse prefill "
+                                "attention from multi-granularity composite tokens (ICML 2026).")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def common(sp, lengths, block):
+        sp.add_argument("--methods", nargs="+", default=["unisparse", "xattention", "flexprefill",
+                                                         "minference_vs", "ashape"],
+                        help=f"estimators ({', '.join(METHOD_NAMES)})")
+        sp.add_argument("--lengths", type=int, nargs="+", default=lengths, help="sequence lengths")
+        sp.add_argument("--density", type=float, default=0.25,
+                        help="kept fraction of causal blocks (default: %(default)s)")
+        sp.add_argument("--block-size", type=int, default=block, help="default: %(default)s")
+        sp.add_argument("--seed", type=int, default=0)
+        sp.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
+        sp.add_argument("--force", action="store_true", help="overwrite --out")
+
+    b = sub.add_parser("bench", help="speed vs dense SDPA and attention recall per method")
+    common(b, [4096, 8192], 64)
+    b.add_argument("--heads", type=int, default=4)
+    b.add_argument("--kv-heads", type=int, default=4)
+    b.add_argument("--head-dim", type=int, default=64)
+    b.add_argument("--repeats", type=int, default=3)
+    b.add_argument("--threads", type=int, default=1,
+                   help="torch threads (default 1: steadier timings; 0 leaves torch's default)")
+    b.add_argument("--model", default=None,
+                   help="capture real Q/K/V from this HF folder (or 'smollm2') instead of random")
+    b.add_argument("--layer", type=int, default=None, help="layer to capture (default: middle)")
+    b.set_defaults(fn=cmd_bench)
+
+    e = sub.add_parser("eval", help="passkey retrieval / next-token agreement on a causal LM")
+    common(e, [1024], 32)
+    e.add_argument("--model", required=True, help="local HF model folder, or 'smollm2'")
+    e.add_argument("--docs", type=int, default=3, help="documents per length")
+    e.set_defaults(fn=cmd_eval)
+
+    r = sub.add_parser("reproduce", help="the paper's claims at smoke/quick/full scale")
+    add_reproduce_arguments(r)
+    r.set_defaults(fn=lambda a: reproduce_from_args([NAME], a))
+    return p
+
+
+@cli_entry(NAME)
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command in ("bench", "eval") and args.block_size not in (16, 32, 64, 128, 256):
+        raise UserError(f"--block-size must be a power of two in 16..256, got {args.block_size}")
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

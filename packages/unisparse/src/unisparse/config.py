@@ -1,0 +1,94 @@
+"""Configuration of the sparse-prefill estimators (frozen; every field says where it comes from).
+
+Markings: [P] the paper (abstract and the pooling equation quoted in a review), [C] the public code
+of the baselines (XAttention, FlexPrefill, MInference), [R] reconstructed here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+GQA_POLICIES = ("head", "union")
+COMBINES = ("mean", "max")
+
+
+@dataclass(frozen=True)
+class SparseConfig:
+    """How to choose the kept ``block_size × block_size`` tiles of causal prefill attention."""
+
+    #: estimator name (see ``unisparse.METHODS``): unisparse, dense, xattention, flexprefill,
+    #: minference_vs, ashape, random
+    method: str = "unisparse"
+    #: tile edge of the block-sparse kernel; the paper's kernel works on 64–128 blocks [P/R]
+    block_size: int = 64
+    #: kept fraction of the causal blocks of each query-block row (a per-row cap, also the
+    #: matched-density budget of the comparisons); ``None`` = no cap [R]
+    density: float | None = 0.25
+    #: how the density budget is spread: "head" = one budget per (batch, head) spent on the
+    #: highest-scoring blocks of any row (adaptive, like top-p); "row" = the same count per row [R]
+    allocation: str = "head"
+    #: cumulative-mass budget (top-p): keep the fewest ranked blocks whose estimated mass reaches
+    #: ``tau``; ``None`` = budget by ``density`` alone. XAttention uses 0.8–0.9, FlexPrefill 0.9 [C]
+    tau: float | None = None
+    #: sequence pooling factors of the composite tokens, each dividing ``block_size``; the paper
+    #: pools queries and keys by average pooling at several granularities [P]; the set is [R];
+    #: ``None`` = (block_size, block_size // 4)
+    granularities: tuple[int, ...] | None = None
+    #: how per-granularity block scores are fused: mean of row-normalized scores or max [R]
+    combine: str = "mean"
+    #: leading key blocks always kept (attention sink) [C: StreamingLLM / XAttention keep-sink]
+    sink_blocks: int = 1
+    #: diagonal band of key blocks always kept (the local window) [C]
+    local_blocks: int = 1
+    #: minimum kept blocks per row (FlexPrefill's min_budget, in blocks) [C]
+    min_blocks: int = 0
+    #: GQA: each query head its own mask ("head") or the union over a KV group ("union") [R]
+    gqa: str = "head"
+    #: XAttention antidiagonal stride (8 or 16 in its code) [C]
+    xattn_stride: int = 8
+    #: FlexPrefill: Jensen–Shannon threshold choosing query-aware over vertical-slash (0.1) [C]
+    flex_js: float = 0.1
+    #: queries of the last block used by vertical-slash estimators (MInference: 64) [C]
+    last_q: int = 64
+    #: seed of the ``random`` baseline
+    seed: int = 0
+
+    @property
+    def grans(self) -> tuple[int, ...]:
+        if self.granularities is None:
+            return (self.block_size, max(1, self.block_size // 4))
+        return tuple(self.granularities)
+
+    def with_(self, **changes) -> SparseConfig:
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def validate(cfg: SparseConfig, methods: tuple[str, ...]) -> SparseConfig:
+    """Raise ``UserError`` naming the first bad field (one line, for the CLI and the patch)."""
+    from icml26_shared import UserError
+
+    if cfg.method not in methods:
+        raise UserError(f"unknown method {cfg.method!r} (choose one of {', '.join(methods)})")
+    bs = cfg.block_size
+    if bs < 16 or bs & (bs - 1):
+        raise UserError(f"block_size must be a power of two >= 16, got {bs}")
+    if cfg.density is not None and not 0 < cfg.density <= 1:
+        raise UserError(f"density must lie in (0, 1], got {cfg.density}")
+    if cfg.tau is not None and not 0 < cfg.tau <= 1:
+        raise UserError(f"tau must lie in (0, 1], got {cfg.tau}")
+    if not cfg.grans or any(g < 1 or bs % g for g in cfg.grans):
+        raise UserError(f"each granularity must divide block_size={bs}, got {cfg.grans}")
+    if cfg.combine not in COMBINES:
+        raise UserError(f"combine must be one of {', '.join(COMBINES)}, got {cfg.combine!r}")
+    if cfg.allocation not in ("head", "row"):
+        raise UserError(f"allocation must be 'head' or 'row', got {cfg.allocation!r}")
+    if cfg.gqa not in GQA_POLICIES:
+        raise UserError(f"gqa must be one of {', '.join(GQA_POLICIES)}, got {cfg.gqa!r}")
+    if cfg.xattn_stride < 1 or bs % cfg.xattn_stride:
+        raise UserError(f"xattn_stride must divide block_size={bs}, got {cfg.xattn_stride}")
+    if min(cfg.sink_blocks, cfg.local_blocks, cfg.min_blocks) < 0:
+        raise UserError("sink_blocks, local_blocks and min_blocks must be >= 0")
+    return cfg

@@ -1,0 +1,213 @@
+"""UniSparse maths as pure functions: composite tokens, block scores, block selection, metrics.
+
+Shapes: ``q [B, H, T, D]``, ``k, v [B, Hkv, S, D]`` (``H`` a multiple of ``Hkv``), causal prefill
+with queries aligned to the last ``T`` keys (``T == S`` for a plain prefill, ``T < S`` for a chunk
+of a chunked prefill). Block scores ``[B, H, NQ, NK]`` are non-negative and sum to one over each
+query-block row's causally visible key blocks.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+#: largest composite-score matrix built at once (elements); bigger inputs are split over heads
+MAX_SCORE_ELEMS = 1 << 25
+
+
+def n_blocks(n: int, block_size: int) -> int:
+    return math.ceil(n / block_size)
+
+
+def causal_block_valid(t: int, s: int, block_size: int, device=None) -> torch.Tensor:
+    """``[NQ, NK]`` bool: key block ``j`` holds a key some query of block ``i`` may see."""
+    nq, nk = n_blocks(t, block_size), n_blocks(s, block_size)
+    last_q = (torch.arange(nq, device=device) * block_size + block_size - 1).clamp(max=t - 1) + (s - t)
+    first_k = torch.arange(nk, device=device) * block_size
+    return first_k[None, :] <= last_q[:, None]
+
+
+def avg_pool_seq(x: torch.Tensor, g: int) -> torch.Tensor:
+    """Composite tokens [P]: ``x̃_t = mean(x_{t·g}, …, x_{t·g+g−1})`` along dim 2; a ragged last
+    group averages only its real members. ``[B, H, N, D] → [B, H, ceil(N/g), D]`` in fp32."""
+    b, h, n, d = x.shape
+    m = n_blocks(n, g)
+    pad = m * g - n
+    xf = x.float()
+    if pad:
+        xf = torch.cat([xf, xf.new_zeros(b, h, pad, d)], dim=2)
+    counts = torch.full((m,), float(g), device=x.device)
+    counts[-1] = g - pad
+    return xf.reshape(b, h, m, g, d).sum(3) / counts[:, None]
+
+
+def _expand_kv(x: torch.Tensor, h: int) -> torch.Tensor:
+    return x if x.shape[1] == h else x.repeat_interleave(h // x.shape[1], dim=1)
+
+
+def composite_block_scores(qc: torch.Tensor, kc: torch.Tensor, g: int, t: int, s: int,
+                           block_size: int, scale: float) -> torch.Tensor:
+    """Softmax attention between composite queries ``qc [B,H,⌈T/g⌉,Dc]`` and composite keys
+    ``kc [B,H,⌈S/g⌉,Dc]`` (each composite covering ``g`` consecutive tokens) under the causal mask
+    at composite level, summed onto the block grid: ``[B,H,NQ,NK]``, each row summing to one."""
+    b, h, mq, _ = qc.shape
+    mk = kc.shape[2]
+    r = block_size // g
+    nq, nk = n_blocks(t, block_size), n_blocks(s, block_size)
+    last_q = (torch.arange(mq, device=qc.device) * g + g - 1).clamp(max=t - 1) + (s - t)
+    visible = (torch.arange(mk, device=qc.device) * g)[None, :] <= last_q[:, None]  # [mq, mk]
+    out = torch.zeros(b, h, nq, nk, device=qc.device)
+    step = max(1, MAX_SCORE_ELEMS // max(b * mq * mk, 1))
+    for h0 in range(0, h, step):
+        sc = torch.matmul(qc[:, h0:h0 + step], kc[:, h0:h0 + step].transpose(-1, -2)) * scale
+        p = torch.softmax(sc.masked_fill(~visible, -math.inf), dim=-1)
+        p = torch.nn.functional.pad(p, (0, nk * r - mk, 0, nq * r - mq))
+        hh = p.shape[1]
+        blk = p.reshape(b, hh, nq * r, nk, r).sum(-1).reshape(b, hh, nq, r, nk)
+        out[:, h0:h0 + step] = blk.sum(3)
+    # mean over the real composite queries of each query block
+    real = torch.nn.functional.pad(torch.ones(mq, device=qc.device), (0, nq * r - mq)).reshape(nq, r)
+    return out / real.sum(1)[:, None]
+
+
+def normalize_rows(scores: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Clamp at 0, zero the invisible blocks and rescale each row to sum to one."""
+    sc = scores.clamp(min=0) * valid
+    tot = sc.sum(-1, keepdim=True)
+    uniform = valid / valid.sum(-1, keepdim=True).clamp(min=1)
+    return torch.where(tot > 0, sc / tot.clamp(min=1e-30), uniform.expand_as(sc))
+
+
+def unisparse_scores(q: torch.Tensor, k: torch.Tensor, block_size: int,
+                     granularities: tuple[int, ...], combine: str = "mean",
+                     scale: float | None = None) -> torch.Tensor:
+    """Multi-granularity block scores: for each ``g``, average-pool queries and keys into composite
+    tokens, take their causal softmax attention and sum it onto the block grid; fuse the
+    granularities by the mean (or max, renormalized) of the row-normalized maps [R]."""
+    b, h, t, d = q.shape
+    s = k.shape[2]
+    scale = 1 / math.sqrt(d) if scale is None else scale
+    maps = []
+    for g in granularities:
+        qc, kc = avg_pool_seq(q, g), _expand_kv(avg_pool_seq(k, g), h)
+        maps.append(composite_block_scores(qc, kc, g, t, s, block_size, scale))
+    stacked = torch.stack(maps)
+    fused = stacked.mean(0) if combine == "mean" else stacked.amax(0)
+    return normalize_rows(fused, causal_block_valid(t, s, block_size, q.device))
+
+
+def forced_blocks(t: int, s: int, block_size: int, sink_blocks: int, local_blocks: int,
+                  device=None) -> torch.Tensor:
+    """``[NQ, NK]`` bool: the attention-sink columns and the local diagonal band, within causality."""
+    nk = n_blocks(s, block_size)
+    valid = causal_block_valid(t, s, block_size, device)
+    j = torch.arange(nk, device=device)[None, :]
+    last = valid.sum(1, keepdim=True) - 1  # the diagonal block of each row
+    sink = j < sink_blocks
+    local = (j <= last) & (j > last - local_blocks)
+    return (sink | local) & valid
+
+
+def select_blocks(scores: torch.Tensor, valid: torch.Tensor, forced: torch.Tensor, *,
+                  density: float | None = None, tau: float | None = None,
+                  min_blocks: int = 0, allocation: str = "head") -> torch.Tensor:
+    """Which blocks to keep: a bool mask like ``scores`` that never keeps an invisible block.
+
+    Every row keeps its forced blocks (sink, local band) and at least ``min_blocks``. With
+    ``tau``, a row keeps at most the fewest top-ranked blocks whose cumulative score reaches
+    ``tau`` (top-p, the forced blocks' mass counted first). ``density`` caps the kept fraction of
+    visible blocks: per row (``allocation="row"``: ``ceil(density · visible)`` each) or per
+    (batch, head) (``"head"``: the same total, spent on the highest-scoring blocks of any row;
+    with row-normalized scores this maximizes the estimated mean recall at that budget) [R].
+    With neither budget, all visible blocks are kept.
+    """
+    n_valid = valid.sum(-1)  # [NQ]
+    n_forced = (forced & valid).sum(-1)
+    rank_key = torch.where(forced, torch.full_like(scores, 2.0), scores.clamp(0, 1))
+    rank_key = rank_key.masked_fill(~valid, -1.0)
+    order = torch.argsort(rank_key, dim=-1, descending=True, stable=True)
+    pos = torch.arange(scores.shape[-1], device=scores.device)
+
+    def first(n: torch.Tensor) -> torch.Tensor:  # the first n ranked blocks of each row
+        out = torch.zeros(rank_key.shape, dtype=torch.bool, device=scores.device)
+        out.scatter_(-1, order, pos < n[..., None])
+        return out & valid
+
+    n_low = torch.maximum(n_forced, torch.full_like(n_forced, min_blocks))
+    n_low = torch.minimum(n_low, n_valid).expand(scores.shape[:-1])
+    if tau is not None and tau < 1:
+        mass = torch.gather(scores.clamp(min=0) * valid, -1, order).cumsum(-1)
+        n_top = (mass < tau - 1e-7).sum(-1) + 1  # first position where the mass reaches tau
+    else:
+        n_top = n_valid.expand(scores.shape[:-1])
+    n_top = torch.minimum(torch.maximum(n_top, n_low), n_valid.expand_as(n_top))
+    if density is None:
+        return first(n_top)
+    if allocation == "row":
+        cap = torch.ceil(density * n_valid.float() - 1e-6).long().expand_as(n_top)
+        return first(torch.minimum(torch.maximum(torch.minimum(n_top, cap), n_low), n_top))
+    must, allowed = first(n_low), first(n_top)
+    budget = math.ceil(density * int(valid.sum()) - 1e-6)
+    extra = (budget - must.sum((-1, -2))).clamp(min=0)  # [B, H]
+    cand = torch.where(allowed & ~must, scores, torch.full_like(scores, -1.0)).flatten(-2)
+    flat_order = torch.argsort(cand, dim=-1, descending=True, stable=True)
+    chosen = torch.zeros_like(cand, dtype=torch.bool)
+    ranks = torch.arange(cand.shape[-1], device=scores.device)
+    chosen.scatter_(-1, flat_order, ranks < extra[..., None])
+    chosen &= cand >= 0
+    return must | chosen.reshape(scores.shape)
+
+
+def gqa_union(mask: torch.Tensor, hkv: int) -> torch.Tensor:
+    """Union of the masks of the query heads sharing a KV head (GQA policy "union")."""
+    b, h, nq, nk = mask.shape
+    return mask.reshape(b, hkv, h // hkv, nq, nk).any(2, keepdim=True).expand(
+        b, hkv, h // hkv, nq, nk).reshape(b, h, nq, nk)
+
+
+# --- metrics -------------------------------------------------------------------------------------
+
+def block_density(mask: torch.Tensor, t: int, s: int, block_size: int) -> torch.Tensor:
+    """Kept fraction of the causally visible blocks, per (batch, head): ``[B, H]``."""
+    valid = causal_block_valid(t, s, block_size, mask.device)
+    return (mask & valid).sum((-1, -2)).float() / valid.sum()
+
+
+def block_attention_mass(q: torch.Tensor, k: torch.Tensor, block_size: int,
+                         scale: float | None = None, rows_per_step: int = 4) -> torch.Tensor:
+    """True causal softmax mass per block, averaged over queries: ``[B, H, NQ, NK]`` summing to 1
+    over each (batch, head). Computed densely, a few query blocks at a time."""
+    b, h, t, d = q.shape
+    s = k.shape[2]
+    scale = 1 / math.sqrt(d) if scale is None else scale
+    kk = _expand_kv(k, h).float()
+    bs = block_size
+    nq, nk = n_blocks(t, bs), n_blocks(s, bs)
+    out = torch.zeros(b, h, nq, nk, device=q.device, dtype=torch.float64)
+    kpos = torch.arange(s, device=q.device)
+    for i0 in range(0, nq, rows_per_step):
+        q0, q1 = i0 * bs, min((i0 + rows_per_step) * bs, t)
+        qpos = torch.arange(q0, q1, device=q.device) + (s - t)
+        sc = torch.matmul(q[:, :, q0:q1].float(), kk.transpose(-1, -2)) * scale
+        p = torch.softmax(sc.masked_fill(kpos[None, :] > qpos[:, None], -math.inf), -1)
+        p = torch.nn.functional.pad(p, (0, nk * bs - s, 0, (q1 - q0) % bs and bs - (q1 - q0) % bs))
+        rows = p.shape[2] // bs
+        out[:, :, i0:i0 + rows] = p.reshape(b, h, rows, bs, nk, bs).sum((3, 5)).double()
+    return (out / t).float()
+
+
+def attention_recall(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor, block_size: int,
+                     scale: float | None = None, mass: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean over queries of the true causal softmax mass inside the kept blocks: ``[B, H]``
+    (exactly 1 for the full mask). Pass ``mass = block_attention_mass(q, k, block_size)`` to
+    score several masks of the same inputs cheaply."""
+    if mass is None:
+        mass = block_attention_mass(q, k, block_size, scale)
+    return (mass.double() * mask).sum((-1, -2)).float()
+
+
+def relative_error(approx: torch.Tensor, exact: torch.Tensor) -> torch.Tensor:
+    """``‖approx − exact‖ / ‖exact‖`` per (batch, head) over (T, D): ``[B, H]``."""
+    num = (approx.float() - exact.float()).pow(2).sum((-1, -2)).sqrt()
+    return num / exact.float().pow(2).sum((-1, -2)).sqrt().clamp(min=1e-30)

@@ -1,0 +1,74 @@
+"""Synthetic long-context tasks (no download): passkey retrieval in a haystack of filler text.
+
+``needle_prompt`` builds a document of about ``n_tokens`` tokens with a random 5-digit pass key at a
+random depth and the question at the end; the answer is correct when the greedy continuation
+starts with the key's digits.
+"""
+
+from __future__ import annotations
+
+import random
+
+FILLER = ("The grass is green. The sky is blue. The sun is yellow. Here we go. "
+          "There and back again. ")  # the classic passkey haystack (periodic: "repeat" style)
+_NAMES = ("Anna", "Ben", "Clara", "David", "Elena", "Farid", "Grace", "Hugo", "Ines", "Jonas",
+          "Kira", "Leo", "Maya", "Nils", "Olga", "Pablo", "Quinn", "Rosa", "Sami", "Tara")
+_VERBS = ("painted", "found", "carried", "described", "repaired", "visited", "studied", "sold",
+          "cleaned", "measured", "borrowed", "photographed", "planted", "counted", "opened")
+_ADJ = ("old", "quiet", "red", "narrow", "famous", "wooden", "bright", "small", "heavy", "strange",
+        "green", "empty", "distant", "careful", "tall")
+_NOUNS = ("bridge", "garden", "letter", "boat", "library", "window", "river", "lamp", "market",
+          "clock", "forest", "harbor", "piano", "tower", "basket", "map", "kitchen", "statue")
+_PLACES = ("near the station", "after the storm", "in the village", "before dinner",
+           "by the lake", "during the festival", "at the old mill", "on a cold morning")
+
+
+def varied_filler(rng: random.Random, n_sentences: int) -> str:
+    """Templated sentences with random names, verbs and objects (no digits, aperiodic)."""
+    out = []
+    for _ in range(n_sentences):
+        c = rng.choice
+        form = rng.randrange(3)
+        if form == 0:
+            out.append(f"{c(_NAMES)} {c(_VERBS)} the {c(_ADJ)} {c(_NOUNS)} {c(_PLACES)}.")
+        elif form == 1:
+            out.append(f"The {c(_NOUNS)} that {c(_NAMES)} {c(_VERBS)} was {c(_ADJ)} and {c(_ADJ)}.")
+        else:
+            out.append(f"{c(_PLACES).capitalize()}, {c(_NAMES)} and {c(_NAMES)} {c(_VERBS)} a "
+                       f"{c(_ADJ)} {c(_NOUNS)}.")
+    return " ".join(out) + " "
+QUESTION = "\nWhat is the pass key? The pass key is"
+
+
+def needle_prompt(tokenizer, n_tokens: int, seed: int, depth: float | None = None,
+                  haystack: str = "varied") -> tuple[list[int], str]:
+    """(token ids, key): filler, ``"The pass key is K. Remember it. K is the pass key."`` at
+    ``depth`` (random in [0.1, 0.9] when None), more filler, the question. ``haystack`` is
+    "varied" (templated random sentences) or "repeat" (the classic periodic passkey filler)."""
+    rng = random.Random(seed)
+    key = str(rng.randint(10000, 99999))
+    depth = rng.uniform(0.1, 0.9) if depth is None else depth
+    needle = f" The pass key is {key}. Remember it. {key} is the pass key. "
+    text = FILLER if haystack == "repeat" else varied_filler(rng, max(8, n_tokens // 8))
+    filler_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    head = tokenizer("There is important information hidden in this long text; find it and "
+                     "remember it.", add_special_tokens=False)["input_ids"]
+    needle_ids = tokenizer(needle, add_special_tokens=False)["input_ids"]
+    q_ids = tokenizer(QUESTION, add_special_tokens=False)["input_ids"]
+    room = max(0, n_tokens - len(head) - len(needle_ids) - len(q_ids))
+    reps = room // len(filler_ids) + 1
+    hay = (filler_ids * reps)[:room]
+    cut = int(len(hay) * depth)
+    if haystack == "repeat":
+        cut -= cut % len(filler_ids)  # keep sentences whole
+    else:
+        while cut > 0 and not tokenizer.decode(hay[cut - 1:cut]).rstrip().endswith("."):
+            cut -= 1
+    bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+    return bos + head + hay[:cut] + needle_ids + hay[cut:] + q_ids, key
+
+
+def is_correct(tokenizer, generated_ids: list[int], key: str) -> bool:
+    text = tokenizer.decode(generated_ids, skip_special_tokens=True)
+    digits = "".join(ch for ch in text if ch.isdigit())
+    return digits.startswith(key)
