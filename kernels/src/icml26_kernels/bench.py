@@ -95,7 +95,18 @@ def bench_token_logprobs(quick: bool = False,
         x.grad = None
 
 
-BENCHES: dict[str, Callable[[bool], Iterable[Row]]] = {"token_logprobs": bench_token_logprobs}
+def bench_block_sparse_attention(quick: bool = False) -> Iterable[Row]:
+    from .block_sparse_attention.bench import run
+
+    if quick or _device() == "cpu":
+        return run(seq_lens=(1024, 4096), repeats=3 if quick else 5)
+    return run(seq_lens=(8192, 32768), repeats=10)
+
+
+BENCHES: dict[str, Callable[[bool], Iterable[Row]]] = {
+    "token_logprobs": bench_token_logprobs,
+    "block_sparse_attention": bench_block_sparse_attention,
+}
 
 
 def write_csv(rows: Iterable[Row], path: Path) -> int:

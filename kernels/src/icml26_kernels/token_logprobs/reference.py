@@ -41,10 +41,14 @@ def backward(grad: torch.Tensor, logits: torch.Tensor, ids: torch.Tensor, lse: t
     g = torch.where(valid, grad.float(), torch.zeros_like(grad, dtype=torch.float32))
     safe = torch.where(valid, ids, torch.zeros_like(ids))
     step = _rows_per_chunk(v)
+    fp32 = logits.dtype == torch.float32
     for s in range(0, n, step):
         x = logits[s:s + step].float()
         gs = g[s:s + step, None]
-        d = -torch.exp(x - lse[s:s + step, None]) * gs
-        d.scatter_add_(1, safe[s:s + step, None], gs)
-        dlogits[s:s + step] = d.to(logits.dtype)
+        # fp32: work in place in the output slice; otherwise in an fp32 buffer, then cast
+        d = dlogits[s:s + step] if fp32 else torch.empty_like(x)
+        torch.sub(x, lse[s:s + step, None], out=d)
+        d.exp_().mul_(-gs).scatter_add_(1, safe[s:s + step, None], gs)
+        if not fp32:
+            dlogits[s:s + step] = d.to(logits.dtype)
     return dlogits
