@@ -8,6 +8,7 @@ import os
 
 import pytest
 import torch
+
 from icml26_kernels import block_sparse_attention
 from icml26_kernels.block_sparse_attention import indices_to_mask, mask_to_indices, reference
 
