@@ -4,9 +4,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from icml26_shared import UserError
 from leo_craftax.craftax_goals import craftax_classic_goal_set, craftax_goal_set
 from leo_craftax.envs import GoalSet, Gridworld
+
+from icml26_shared import UserError
 
 
 def test_gridworld_predicate_walls_and_episode_length():

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from icml26_shared.testing import ContractTests
 from unisparse.cli import main
+
+from icml26_shared.testing import ContractTests
 
 
 class TestContract(ContractTests):

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
 from icml26_shared import UserError
 
 from .config import MergeConfig

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
 from icml26_shared import ClaimCheck, Results
 from icml26_shared.runner import check_scale
 

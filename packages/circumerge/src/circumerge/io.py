@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
 from icml26_shared import UserError
 
 CONFIG_NAME = "adapter_config.json"

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+
 from icml26_shared.eval import compare
 
 from .adapters import factored_svdvals

@@ -15,6 +15,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+
 from icml26_shared import UserError
 
 from .config import ALGOS, TrainConfig

@@ -21,6 +21,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+
 from icml26_shared import UserError
 
 ENV_NAMES = ("gridworld", "craftax-classic", "craftax")

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+
 from icml26_shared import ClaimCheck, Results, UserError
 from icml26_shared.data import cache_dir
 from icml26_shared.report import line_plot

@@ -11,6 +11,7 @@ from typing import Any
 
 import jax
 import numpy as np
+
 from icml26_shared import UserError
 
 from .config import TrainConfig

@@ -64,6 +64,7 @@ def cmd_bench(args) -> int:
     _check_common(args)
     _check_out(args.out, args.force)
     import torch
+
     from icml26_kernels import block_sparse_attention
     from icml26_shared.eval import compare
 

@@ -124,6 +124,7 @@ def speed(lens, heads: int, block: int, density: float, repeats: int, seed: int,
     """Dense causal SDPA vs UniSparse estimation + block-sparse attention, side by side (also at
     ``extra_densities``, reported as ``sparse_s@<d>``)."""
     import torch
+
     from icml26_shared.eval import compare
 
     from .config import SparseConfig

@@ -19,6 +19,7 @@ FIELDS = ("op", "provider", "shape", "metric", "median", "p20", "p80", "device",
 def run(lens=(32768, 65536, 131072), density: float = 0.25, heads: int = 32, kv_heads: int = 8,
         head_dim: int = 128, block: int = 128, repeats: int = 5) -> list[dict]:
     import torch
+
     from icml26_kernels import block_sparse_attention
     from icml26_shared.eval import compare
 
