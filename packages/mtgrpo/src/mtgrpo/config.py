@@ -15,7 +15,7 @@ class TrainConfig:
     batch_prompts: int = 16  # B, prompts per step after filtering (paper 32 [P, C train_batch_size])
     group_size: int = 8  # N rollouts per prompt (paper 72 in Exp-1, 8 in Exp-2 [P]; 8 here [R])
     minibatches: int = 4  # PPO mini-batch updates per step (32 / 8 = 4 [C])
-    lr: float = 1e-3  # policy AdamW lr (paper 1e-6 for 3B models [P]; tiny policy 1e-3 [R])
+    lr: float = 3e-4  # policy AdamW lr (paper 1e-6 for 3B models [P]; tiny policy 3e-4 [R])
     betas: tuple[float, float] = (0.9, 0.99)  # [P App.]
     eps_low: float = 0.2  # clip ε_low [P]
     eps_high: float = 0.28  # clip-higher ε_high (DAPO, MT-GRPO) [P, C clip_ratio_high]

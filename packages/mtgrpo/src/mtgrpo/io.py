@@ -58,16 +58,16 @@ def build_tiny(seed: int, cfg: TinyPolicyConfig = TinyPolicyConfig()):
 
 
 def sft_warmstart(policy, tasks: list[Task], cfg: TinyPolicyConfig = TinyPolicyConfig(),
-                  seed: int = 0, steps: int | None = None) -> list[float]:
-    """Brief supervised warm start on all tasks (uniform mixture) so each starts at a different,
-    non-zero accuracy [R, design note §6.1]. Returns the loss curve."""
+                  seed: int = 0, steps: int | None = None, mix=None) -> list[float]:
+    """Brief supervised warm start on all tasks (mixture ``mix``, default uniform) so each starts
+    at a different, non-zero accuracy [R, design note §6.1]. Returns the loss curve."""
     tok, model = policy.tokenizer, policy.model
     rng = np.random.default_rng([seed, 99])
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.sft_lr, weight_decay=0.0)
     losses = []
     model.train()
     for _ in range(cfg.sft_steps if steps is None else steps):
-        ks = rng.integers(0, len(tasks), cfg.sft_batch)
+        ks = rng.choice(len(tasks), cfg.sft_batch, p=None if mix is None else np.asarray(mix) / np.sum(mix))
         exs = [tasks[k].train[int(rng.integers(len(tasks[k].train)))] for k in ks]
         ids, pmask = left_pad([tok.encode(e["prompt"]) for e in exs], tok.pad_id)
         resp_ids = [tok.encode(e["answer"]) + [tok.eos_id] for e in exs]

@@ -25,13 +25,20 @@ class Block(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
         self.heads = heads
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, past=None):
         b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).unbind(2)
-        a = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                           attn_mask=mask)
+        q, k, v = (y.transpose(1, 2) for y in
+                   self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).unbind(2))
+        if past is not None:
+            k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
-        return x + self.mlp(self.ln2(x))
+        return x + self.mlp(self.ln2(x)), (k, v)
+
+
+class Output:
+    def __init__(self, logits, past_key_values):
+        self.logits, self.past_key_values = logits, past_key_values
 
 
 class TinyGPT(nn.Module):
@@ -47,19 +54,27 @@ class TinyGPT(nn.Module):
             if p.dim() > 1:
                 nn.init.normal_(p, std=0.02 * (1 if p.shape[0] != d else 1 / math.sqrt(2 * layers)))
 
-    def forward(self, input_ids, attention_mask=None, position_ids=None):
+    def forward(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None,
+                use_cache: bool = False):
+        """``attention_mask`` covers past and new tokens; returns logits, or an object with
+        ``logits`` and ``past_key_values`` when ``use_cache``."""
         b, t = input_ids.shape
+        past_len = past_key_values[0][0].shape[2] if past_key_values else 0
         if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
+            attention_mask = torch.ones(b, past_len + t, dtype=torch.long, device=input_ids.device)
         if position_ids is None:
-            position_ids = positions(attention_mask)
+            position_ids = positions(attention_mask)[:, past_len:]
         x = self.tok(input_ids) + self.pos(position_ids.clamp(max=self.pos.num_embeddings - 1))
-        causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
-        keys = attention_mask.bool()[:, None, None, :] | torch.eye(t, dtype=torch.bool, device=x.device)
-        mask = causal & keys
-        for blk in self.blocks:
-            x = blk(x, mask)
-        return self.head(self.ln(x))
+        total = past_len + t
+        causal = torch.ones(total, total, dtype=torch.bool, device=x.device).tril()[past_len:]
+        self_key = torch.eye(total, dtype=torch.bool, device=x.device)[past_len:]
+        mask = causal & (attention_mask.bool()[:, None, None, :] | self_key)
+        cache = []
+        for i, blk in enumerate(self.blocks):
+            x, kv = blk(x, mask, past_key_values[i] if past_key_values else None)
+            cache.append(kv)
+        logits = self.head(self.ln(x))
+        return Output(logits, cache) if use_cache else logits
 
 
 def positions(mask: torch.Tensor) -> torch.Tensor:
@@ -90,11 +105,16 @@ def generate(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, max_new
     greedy). Returns ``(response [B, R], response_mask [B, R])``; the mask covers tokens up to and
     including EOS."""
     b = prompt_ids.shape[0]
-    ids, mask = prompt_ids, prompt_mask
-    done = torch.zeros(b, dtype=torch.bool, device=ids.device)
+    mask = prompt_mask
+    done = torch.zeros(b, dtype=torch.bool, device=prompt_ids.device)
     out, valid = [], []
+    pos = positions(mask)
+    step_ids, step_pos, past = prompt_ids, pos, None
     for t in range(max_new):
-        logits = logits_of(model, ids, mask)[:, -1].float()
+        res = model(input_ids=step_ids, attention_mask=mask, position_ids=step_pos,
+                    past_key_values=past, use_cache=True)
+        past = res.past_key_values
+        logits = res.logits[:, -1].float()
         if uniforms is None:
             tok = logits.argmax(-1)
         else:
@@ -106,10 +126,10 @@ def generate(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, max_new
         valid.append(live)
         out.append(tok)
         done = done | (tok == eos_id)
-        ids = torch.cat([ids, tok[:, None]], 1)
-        mask = torch.cat([mask, live.long()[:, None]], 1)
-        if bool(done.all()):
+        if bool(done.all()) or t == max_new - 1:
             break
+        mask = torch.cat([mask, live.long()[:, None]], 1)
+        step_ids, step_pos = tok[:, None], positions(mask)[:, -1:]
     return torch.stack(out, 1), torch.stack(valid, 1).long()
 
 

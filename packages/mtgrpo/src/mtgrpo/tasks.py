@@ -141,7 +141,7 @@ def _mul(rng, n):
 FAMILIES = {"copy": _copy, "add": _add, "sort": _sort, "rev": _rev, "mul": _mul}
 LEVELS = {"copy": {"easy": 3, "medium": 4, "hard": 6}, "add": {"easy": 1, "medium": 2, "hard": 3},
           "sort": {"easy": 3, "medium": 5, "hard": 6}, "rev": {"easy": 3, "medium": 4, "hard": 6},
-          "mul": {"easy": 1, "medium": 2, "hard": 3}}
+          "mul": {"easy": 2, "medium": 3, "hard": 4}}
 DEFAULT_LEVEL = {"copy": "medium", "add": "medium", "sort": "medium", "rev": "medium", "mul": "medium"}
 VOCAB = ["<pad>"] + list("0123456789") + list("+*=;") + sorted({"c", "a", "s", "r", "m"})
 
@@ -160,7 +160,9 @@ def make_synthetic(name: str, n_train: int = 2000, n_test: int = 200, seed: int 
     rng = np.random.default_rng([seed, sum(map(ord, name))])
     gen, n = FAMILIES[fam], LEVELS[fam][level]
     seen, test = set(), []
-    while len(test) < n_test:
+    for _ in range(50 * n_test):  # small task spaces hold fewer distinct prompts than asked
+        if len(test) >= n_test:
+            break
         p, a = gen(rng, n)
         if p not in seen:
             seen.add(p)
@@ -172,6 +174,8 @@ def make_synthetic(name: str, n_train: int = 2000, n_test: int = 200, seed: int 
         p, a = gen(rng, n)
         if p not in seen:  # held-out prompts never appear in training
             train.append({"prompt": p, "answer": a})
+    if not train:  # a tiny task space: train on all prompts, keep only a few held out
+        test, train = test[: len(test) // 5], test[len(test) // 5:]
     return Task(name, train, test, digits_verifier, {"family": fam, "level": level, "size": n})
 
 
