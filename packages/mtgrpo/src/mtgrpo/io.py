@@ -30,8 +30,15 @@ def load_task(spec: str, verifier: str = "digits", n_train: int = 2000, n_test: 
         return make_synthetic(spec, n_train, n_test, seed)
     from icml26_shared.data import load_local_dataset
 
-    ds = load_local_dataset(p)
-    rows = [dict(r) for r in ds]
+    if p.is_file() and not p.read_bytes().strip():
+        raise UserError(f"{p} is empty")
+    try:
+        ds = load_local_dataset(p)
+        rows = [dict(r) for r in ds]
+    except UserError:
+        raise
+    except Exception as exc:  # datasets raises many kinds of errors on malformed files
+        raise UserError(f"{p}: cannot read: {type(exc).__name__}: {exc}") from None
     if not rows:
         raise UserError(f"{p} is empty")
     missing = {"prompt", "answer"} - set(rows[0])
