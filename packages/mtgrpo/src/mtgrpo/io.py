@@ -33,6 +33,10 @@ def load_task(spec: str, verifier: str = "digits", n_train: int = 2000, n_test: 
     if p.is_file() and not p.read_bytes().strip():
         raise UserError(f"{p} is empty")
     try:
+        import datasets
+
+        datasets.disable_progress_bars()  # the CLI's stderr carries errors only
+        datasets.logging.set_verbosity_error()
         ds = load_local_dataset(p)
         rows = [dict(r) for r in ds]
     except UserError:
