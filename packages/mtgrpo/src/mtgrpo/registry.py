@@ -22,7 +22,7 @@ DESCRIPTOR = MethodDescriptor(
               "than DAPO", "steps_ratio_mtgrpo_over_dapo", "lower", 0.5, "",
               "abstract: 50% fewer steps to 50% worst-task accuracy"),
         Claim("rps_share", "With RPS each task's realised batch share matches its weight z",
-              "mean_abs_share_minus_z", "lower", 0.0, "",
+              "max_task_abs_share_minus_z", "lower", 0.0, "",
               "§5.4: ARC share 0.43 with weight 0.43 with RPS; 0.36 vs 0.63 without"),
     ),
     reproduce="mtgrpo.experiments:reproduce",
