@@ -196,24 +196,22 @@ class MTGRPOTrainer:
         mbs = [self._tensors(batch, adv, c) for c in chunks]
         with torch.no_grad():  # the rollout policy's log-probs, before any update of this step
             for mb in mbs:
-                mb["old"] = self._logp(mb).detach() if mb["local"] else None
+                mb["old"] = self._logp(mb).detach()
         track = self.spec.weighting in ("iwu", "minimax", "regularized")
         imp_total, losses = np.zeros(K), []
         self.model.train()
         for mb in mbs:
             tot_tokens = float(mb["all_tokens"])
-            if mb["local"]:
-                lp = self._logp(mb)
-                _, per_tok = clipped_pg_loss(lp, mb["old"], mb["adv"], mb["mask"], cfg.eps_low,
-                                             self.eps_high, "seq" if cfg.agg == "seq" else "token")
-                if cfg.agg == "seq":
-                    seq = per_tok.sum(-1) / mb["mask"].sum(-1).clamp_min(1)
-                    loss = seq.sum() / mb["all_rows"] * d.world
-                else:
-                    loss = per_tok.sum() / tot_tokens * d.world
-            else:  # nothing local in this mini-batch: keep collective calls aligned
-                per_tok = None
-                loss = sum(p.sum() for p in self.model.parameters() if p.requires_grad) * 0.0
+            lp = self._logp(mb)
+            _, per_tok = clipped_pg_loss(lp, mb["old"], mb["adv"], mb["mask"], cfg.eps_low,
+                                         self.eps_high, cfg.agg)
+            if cfg.agg == "seq":
+                seq = per_tok.sum(-1) / mb["mask"].sum(-1).clamp_min(1)
+                loss = seq.sum() / mb["all_rows"] * d.world
+            else:
+                loss = per_tok.sum() / tot_tokens * d.world
+            if not mb["local"]:  # a stand-in row with zero weight keeps DDP's collectives aligned
+                loss, per_tok = loss * 0.0, None
             before = self._task_loss(mb, per_tok)
             self.opt.zero_grad(set_to_none=True)
             if d.acc is not None:
@@ -225,10 +223,10 @@ class MTGRPOTrainer:
             losses.append(float(d.sum(loss.detach().reshape(1)).item()) / d.world)
             if track:
                 with torch.no_grad():
-                    per_after = None
-                    if mb["local"]:
-                        _, per_after = clipped_pg_loss(self._logp(mb), mb["old"], mb["adv"], mb["mask"],
-                                                       cfg.eps_low, self.eps_high)
+                    _, per_after = clipped_pg_loss(self._logp(mb), mb["old"], mb["adv"], mb["mask"],
+                                                   cfg.eps_low, self.eps_high)
+                    if not mb["local"]:
+                        per_after = None
                     after = self._task_loss(mb, per_after)
                 present = mb["task_tokens"] > 0
                 imp = np.where(present, before - after, 0.0)  # improvement = old loss − new loss [C]
@@ -245,14 +243,14 @@ class MTGRPOTrainer:
             task_tokens[batch[int(i)].task] += float(batch[int(i)].resp_mask.sum())
         mb = {"local": bool(local), "all_tokens": all_tokens, "all_rows": len(idx) * n,
               "task_tokens": task_tokens}
-        if local:
-            gs = [batch[i] for i in local]
+        if True:  # every process holds the whole batch: a process with no share gets a stand-in
+            gs = [batch[i] for i in (local or [int(idx[0])])]
             ids, pmask = left_pad([g.prompt for g in gs for _ in range(n)], self.tok.pad_id, self.device)
             width = max(g.resp.shape[1] for g in gs)
             resp = torch.cat([_pad_to(g.resp, width, self.tok.pad_id) for g in gs]).to(self.device)
             rmask = torch.cat([_pad_to(g.resp_mask, width, 0) for g in gs]).to(self.device)
             mb.update(ids=ids, pmask=pmask, resp=resp, mask=rmask,
-                      adv=torch.cat([adv[i] for i in local]).to(self.device),
+                      adv=torch.cat([adv[i] for i in (local or [int(idx[0])])]).to(self.device),
                       task=torch.tensor([g.task for g in gs for _ in range(n)], device=self.device))
         return mb
 
