@@ -5,7 +5,6 @@ import os
 import sys
 
 import torch
-
 from mtgrpo.config import TinyPolicyConfig, TrainConfig
 from mtgrpo.io import build_tiny
 from mtgrpo.tasks import make_synthetic

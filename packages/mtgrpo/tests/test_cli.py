@@ -3,7 +3,6 @@
 import json
 
 import pytest
-
 from mtgrpo.cli import main
 
 FAST = ["--sft-steps", "5", "--steps", "2", "--batch-prompts", "3", "--group-size", "2",

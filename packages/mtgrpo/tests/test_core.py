@@ -5,11 +5,17 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 import torch
-
-from mtgrpo.core import (RatioPreservingSampler, TaskWeighter, clipped_pg_loss, delta_m,
-                         grpo_advantages, inflation, iwu_gradient, zero_gradient_mask)
+from mtgrpo.core import (
+    RatioPreservingSampler,
+    TaskWeighter,
+    clipped_pg_loss,
+    delta_m,
+    grpo_advantages,
+    inflation,
+    iwu_gradient,
+    zero_gradient_mask,
+)
 from mtgrpo.simulate import simulate
-
 
 # --- GRPO -----------------------------------------------------------------------------------
 

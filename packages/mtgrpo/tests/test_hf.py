@@ -5,7 +5,6 @@ import json
 
 import pytest
 import torch
-
 from mtgrpo.config import TrainConfig
 from mtgrpo.io import load_hf_policy, load_task
 from mtgrpo.tasks import VOCAB, make_synthetic
@@ -87,7 +86,7 @@ def test_hf_resume_equals_uninterrupted(tiny_llama_dir, tmp_path):
     run(1).save(tmp_path / "c.pt")
     res = run(2, tmp_path / "c.pt")
     assert [h["z"] for h in res.history] == [h["z"] for h in full.history]
-    for p, q in zip(full.model.parameters(), res.model.parameters()):
+    for p, q in zip(full.model.parameters(), res.model.parameters(), strict=True):
         torch.testing.assert_close(p, q, rtol=0, atol=0)
 
 

@@ -4,7 +4,6 @@ determinism, resume == uninterrupted, and users' mistakes."""
 import numpy as np
 import pytest
 import torch
-
 from icml26_shared import UserError
 from mtgrpo.config import TinyPolicyConfig, TrainConfig
 from mtgrpo.io import build_tiny, load_task, sft_warmstart
@@ -76,7 +75,7 @@ def test_resume_equals_uninterrupted(tasks, warm, tmp_path, method):
         resumed.step()
     assert [h["z"] for h in resumed.history] == [h["z"] for h in full.history]
     np.testing.assert_array_equal(resumed.z, full.z)
-    for (n, p), q in zip(full.model.state_dict().items(), resumed.model.state_dict().values()):
+    for (n, p), q in zip(full.model.state_dict().items(), resumed.model.state_dict().values(), strict=True):
         torch.testing.assert_close(p, q, rtol=0, atol=0, msg=n)
 
 

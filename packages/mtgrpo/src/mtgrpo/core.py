@@ -254,7 +254,7 @@ class RatioPreservingSampler:
             rounds += 1
             for k in range(K):
                 gen[k] += len(drawn[k])
-                for g, ok in zip(drawn[k], self._accept(drawn[k])):
+                for g, ok in zip(drawn[k], self._accept(drawn[k]), strict=True):
                     (acc[k] if ok else rej[k]).append(g)
             c = np.array([len(a) for a in acc])
             if self.quota:

@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from icml26_shared import Results, UserError
 from icml26_shared.registry import package_version
 

@@ -7,13 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
 from icml26_shared import UserError
 
 from .config import TinyPolicyConfig
 from .policy import TinyGPT, left_pad, sft_loss
 from .tasks import CharTokenizer, Task, get_verifier, make_synthetic
-
 
 # --- tasks --------------------------------------------------------------------------------------
 
@@ -59,19 +57,21 @@ def load_task(spec: str, verifier: str = "digits", n_train: int = 2000, n_test: 
 
 # --- the tiny policy ----------------------------------------------------------------------------
 
-def build_tiny(seed: int, cfg: TinyPolicyConfig = TinyPolicyConfig()):
+def build_tiny(seed: int, cfg: TinyPolicyConfig | None = None):
     from .trainer import Policy
 
+    cfg = cfg or TinyPolicyConfig()
     torch.manual_seed(seed)
     tok = CharTokenizer()
     model = TinyGPT(len(tok), cfg.d, cfg.layers, cfg.heads, cfg.ctx)
     return Policy(model, tok)
 
 
-def sft_warmstart(policy, tasks: list[Task], cfg: TinyPolicyConfig = TinyPolicyConfig(),
+def sft_warmstart(policy, tasks: list[Task], cfg: TinyPolicyConfig | None = None,
                   seed: int = 0, steps: int | None = None, mix=None) -> list[float]:
     """Brief supervised warm start on all tasks (mixture ``mix``, default uniform) so each starts
     at a different, non-zero accuracy [R, design note §6.1]. Returns the loss curve."""
+    cfg = cfg or TinyPolicyConfig()
     tok, model = policy.tokenizer, policy.model
     rng = np.random.default_rng([seed, 99])
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.sft_lr, weight_decay=0.0)
@@ -123,7 +123,6 @@ def load_hf_policy(path: str | Path, lora_r: int = 0, lora_alpha: int = 16,
                    dtype: str = "float32"):
     """A local Hugging Face causal LM (never downloads); ``lora_r > 0`` wraps it in a PEFT LoRA
     adapter so only the adapter trains."""
-    from .trainer import Policy
 
     path = Path(path)
     if not (path / "config.json").is_file():

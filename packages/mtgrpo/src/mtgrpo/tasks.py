@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-
 from icml26_shared import UserError
 
 Verifier = Callable[[str, dict], float]

@@ -16,13 +16,17 @@ from typing import Any
 
 import numpy as np
 import torch
-
 from icml26_shared import UserError
 
 from .baselines import METHODS, SecBandit
 from .config import TrainConfig
-from .core import (RatioPreservingSampler, TaskWeighter, clipped_pg_loss, grpo_advantages,
-                   plain_sample)
+from .core import (
+    RatioPreservingSampler,
+    TaskWeighter,
+    clipped_pg_loss,
+    grpo_advantages,
+    plain_sample,
+)
 from .policy import generate, left_pad, response_logprobs
 from .tasks import Task, safe_reward
 
@@ -137,7 +141,7 @@ class MTGRPOTrainer:
             for j, i in enumerate(idx):
                 k, ex = items[i]
                 rows = slice(j * n, (j + 1) * n)
-                texts = [self.tok.decode(r[m.bool()].tolist()) for r, m in zip(resp[rows], rmask[rows])]
+                texts = [self.tok.decode(r[m.bool()].tolist()) for r, m in zip(resp[rows], rmask[rows], strict=True)]
                 rew = [safe_reward(self.tasks[k], t, ex) for t in texts]
                 out.append((i, prompts[j], resp[rows].tolist(), rmask[rows].tolist(), rew))
         model.train(was_training)
@@ -177,7 +181,7 @@ class MTGRPOTrainer:
         adv = [torch.as_tensor(grpo_advantages(g.rewards[None], cfg.adv_eps)[0], dtype=torch.float32)
                for g in batch]
         if self.spec.weighting == "sec":
-            self.sec.update(_per_task_vals([(g.task, float(a.abs().mean())) for g, a in zip(batch, adv)], K))
+            self.sec.update(_per_task_vals([(g.task, float(a.abs().mean())) for g, a in zip(batch, adv, strict=True)], K))
         improvements, loss = self._update(batch, adv) if batch else (np.zeros(K), float("nan"))
         B = max(len(batch), 1)
         rec = {"step": self.step_idx, "z": z.tolist(), "share": (st.realized / B).tolist(),
@@ -243,15 +247,16 @@ class MTGRPOTrainer:
             task_tokens[batch[int(i)].task] += float(batch[int(i)].resp_mask.sum())
         mb = {"local": bool(local), "all_tokens": all_tokens, "all_rows": len(idx) * n,
               "task_tokens": task_tokens}
-        if True:  # every process holds the whole batch: a process with no share gets a stand-in
-            gs = [batch[i] for i in (local or [int(idx[0])])]
-            ids, pmask = left_pad([g.prompt for g in gs for _ in range(n)], self.tok.pad_id, self.device)
-            width = max(g.resp.shape[1] for g in gs)
-            resp = torch.cat([_pad_to(g.resp, width, self.tok.pad_id) for g in gs]).to(self.device)
-            rmask = torch.cat([_pad_to(g.resp_mask, width, 0) for g in gs]).to(self.device)
-            mb.update(ids=ids, pmask=pmask, resp=resp, mask=rmask,
-                      adv=torch.cat([adv[i] for i in (local or [int(idx[0])])]).to(self.device),
-                      task=torch.tensor([g.task for g in gs for _ in range(n)], device=self.device))
+        # every process holds the whole batch; one with no share here gets a zero-weight stand-in
+        rows = local or [int(idx[0])]
+        gs = [batch[i] for i in rows]
+        ids, pmask = left_pad([g.prompt for g in gs for _ in range(n)], self.tok.pad_id, self.device)
+        width = max(g.resp.shape[1] for g in gs)
+        resp = torch.cat([_pad_to(g.resp, width, self.tok.pad_id) for g in gs]).to(self.device)
+        rmask = torch.cat([_pad_to(g.resp_mask, width, 0) for g in gs]).to(self.device)
+        mb.update(ids=ids, pmask=pmask, resp=resp, mask=rmask,
+                  adv=torch.cat([adv[i] for i in rows]).to(self.device),
+                  task=torch.tensor([g.task for g in gs for _ in range(n)], device=self.device))
         return mb
 
     def _logp(self, mb: dict) -> torch.Tensor:
@@ -282,7 +287,7 @@ class MTGRPOTrainer:
                                                dtype=torch.float64)
         groups = self._rollout(items, u, n)
         acc = _per_task(groups, self.K, lambda gr: float(np.mean(gr.rewards >= 1.0)))
-        return {t.name: float(a) for t, a in zip(self.tasks, acc)}
+        return {t.name: float(a) for t, a in zip(self.tasks, acc, strict=True)}
 
     # --- checkpoints -------------------------------------------------------------------------
     def state_dict(self) -> dict:
