@@ -5,7 +5,9 @@ worst-task threshold, and realised batch share against z."""
 from __future__ import annotations
 
 import copy
+import os
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +29,8 @@ SCALES = {
 FULL_RECIPE = """full scale = the paper's Exp-1 on a GPU: reasoning-gym Countdown / Zebra / ARC-1D (medium),
 a local Qwen2.5-1.5B/3B-class model, G=8-16, 64-256 prompts per step, 300-700 steps:
   export MTGRPO_MODEL=/path/to/Qwen2.5-3B  MTGRPO_DATA=/path/with/{countdown,zebra,arc_1d}.jsonl
+  mtgrpo reproduce --scale full      # GRPO / DAPO / MT-GRPO, 3 seeds (MTGRPO_STEPS, _SEEDS, _LORA_R...)
+or one method at a time, multi-GPU:
   accelerate launch -m mtgrpo train --method mtgrpo --model $MTGRPO_MODEL \\
      --tasks countdown=$MTGRPO_DATA/countdown.jsonl,zebra=$MTGRPO_DATA/zebra.jsonl,arc=$MTGRPO_DATA/arc_1d.jsonl \\
      --verifier number --lam 0.2 --steps 720 --batch-prompts 32 --group-size 16 --max-new-tokens 1024"""
@@ -38,7 +42,8 @@ def run_method(method: str, warm_state: dict, tasks, cfg: TrainConfig, build, ev
     from .trainer import MTGRPOTrainer
 
     policy = build()
-    policy.model.load_state_dict(copy.deepcopy(warm_state))
+    if warm_state is not None:
+        policy.model.load_state_dict(copy.deepcopy(warm_state))
     tr = MTGRPOTrainer(policy, tasks, cfg)
     curve = [(0, tr.evaluate(n_prompts=eval_prompts, seed=cfg.seed + 1000))]
     t0 = time.perf_counter()
@@ -69,6 +74,32 @@ def share_gap(history) -> float:
     return float(np.max(np.abs(share - z)))
 
 
+def _full_scale() -> tuple[dict, list, object]:
+    """The GPU recipe, configured from the environment: MTGRPO_MODEL (a local HF folder),
+    MTGRPO_DATA (a folder of <task>.jsonl files with prompt / answer [/ split]), optional
+    MTGRPO_VERIFIER (default number), MTGRPO_STEPS (300), MTGRPO_SEEDS (3), MTGRPO_LORA_R (0)."""
+    from .io import load_hf_policy, load_task
+
+    model, data = os.environ.get("MTGRPO_MODEL"), os.environ.get("MTGRPO_DATA")
+    if not model or not data:
+        raise UserError("the full scale is a GPU recipe that needs a local model and data "
+                        "(set MTGRPO_MODEL and MTGRPO_DATA):\n" + FULL_RECIPE)
+    files = sorted(Path(data).glob("*.jsonl"))
+    if not files:
+        raise UserError(f"MTGRPO_DATA={data} holds no .jsonl task files")
+    verifier = os.environ.get("MTGRPO_VERIFIER", "number")
+    tasks = [load_task(f"{f.stem}={f}", verifier=verifier) for f in files]
+    steps = int(os.environ.get("MTGRPO_STEPS", "300"))
+    sc = dict(seeds=int(os.environ.get("MTGRPO_SEEDS", "3")), steps=steps,
+              batch=int(os.environ.get("MTGRPO_BATCH", "32")),
+              group=int(os.environ.get("MTGRPO_GROUP", "16")), eval_prompts=100, n_val=8,
+              eval_every=max(1, steps // 10), final_prompts=200, methods=["grpo", "dapo", "mtgrpo"],
+              threshold=0.5, n_rs=10, lr=1e-6,
+              max_new=int(os.environ.get("MTGRPO_MAX_NEW_TOKENS", "1024")))
+    lora_r = int(os.environ.get("MTGRPO_LORA_R", "0"))
+    return sc, tasks, lambda s: load_hf_policy(model, lora_r=lora_r, chat_template=True)
+
+
 def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
     import torch
 
@@ -76,30 +107,34 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
     from .registry import DESCRIPTOR
     from .tasks import make_synthetic
 
-    if scale == "full":
-        raise UserError("the full scale is a GPU recipe that needs a local model and data:\n" + FULL_RECIPE)
-    if scale not in SCALES:
+    if scale not in (*SCALES, "full"):
         raise UserError(f"unknown scale {scale!r}")
-    sc = SCALES[scale]
-    torch.set_num_threads(1)  # tiny matrices: extra threads only add contention on shared cores
     out_dir = Path(out_dir)
-    tasks = [make_synthetic(n, n_train=2000, n_test=200, seed=seed) for n in sc["tasks"]]
+    if scale == "full":
+        sc, tasks, build = _full_scale()
+    else:
+        sc = dict(SCALES[scale], lr=3e-4, max_new=8)
+        torch.set_num_threads(1)  # tiny matrices: extra threads only add contention on shared cores
+        tasks = [make_synthetic(n, n_train=2000, n_test=200, seed=seed) for n in sc["tasks"]]
+        tiny = TinyPolicyConfig(sft_steps=sc["sft_steps"])
     names = [t.name for t in tasks]
-    tiny = TinyPolicyConfig(sft_steps=sc["sft_steps"])
     seeds = [seed + i for i in range(sc["seeds"])]
     runs: dict[str, list[dict]] = {m: [] for m in sc["methods"]}
     init_acc = []
     for sd in seeds:
-        pol = build_tiny(sd, tiny)
-        sft_warmstart(pol, tasks, tiny, seed=sd, mix=sc["mix"])
-        warm = copy.deepcopy(pol.model.state_dict())
+        if scale == "full":  # the pretrained model is the common starting point
+            warm, make = None, partial(build, sd)
+        else:
+            pol = build_tiny(sd, tiny)
+            sft_warmstart(pol, tasks, tiny, seed=sd, mix=sc["mix"])
+            warm = copy.deepcopy(pol.model.state_dict())
+            make = partial(build_tiny, sd, tiny)
         for m in sc["methods"]:
             cfg = TrainConfig(method=m, steps=sc["steps"], batch_prompts=sc["batch"],
                               group_size=sc["group"], n_val=sc["n_val"], eval_every=sc["eval_every"],
-                              seed=sd, max_new_tokens=8, lr=3e-4, N_rs=sc["n_rs"])
-            r = run_method(m, warm, tasks, cfg, lambda s=sd: build_tiny(s, tiny), sc["eval_prompts"],
-                           sc["final_prompts"])
-            runs[m].append(r)
+                              seed=sd, max_new_tokens=sc["max_new"], lr=sc["lr"], N_rs=sc["n_rs"])
+            runs[m].append(run_method(m, warm, tasks, cfg, make, sc["eval_prompts"],
+                                      sc["final_prompts"]))
         init_acc.append(runs[sc["methods"][0]][-1]["curve"][0][1])
 
     res = Results(package="mtgrpo", version=package_version("mtgrpo"), scale=scale, seed=seed)
@@ -140,7 +175,7 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
     ia = {n: float(np.mean([a[n] for a in init_acc])) for n in names}
     res.notes += [
         f"tasks {names}; warm-start held-out accuracy (mean over seeds) {ia}",
-        f"{len(seeds)} seeds, {sc['steps']} global steps each, B={sc['batch']} prompts x G={sc['group']} "
+        f"scale {scale}: {len(seeds)} seeds, {sc['steps']} global steps each, B={sc['batch']} prompts x G={sc['group']} "
         f"rollouts; every method starts from the same warm start per seed and draws the same held-out "
         f"prompts; accuracy = mean over {sc['n_val']} samples at T=1 of {sc['final_prompts']} held-out "
         "prompts per task (the paper: avg@8 at T=1).",
