@@ -106,8 +106,9 @@ def iwu_gradient(z: np.ndarray, s: np.ndarray) -> np.ndarray:
 
 @dataclass
 class TaskWeighter:
-    """Task logits ξ (z = softmax ξ) moved by AdamW on ``g`` (descent: the min player of
-    ``max_θ min_z Σ z_k s_k``), one step per PPO mini-batch [C].
+    """Task logits ξ (z = softmax ξ) moved by Adam with L2 decay γ on ``g`` (descent: the min
+    player of ``max_θ min_z Σ z_k s_k``), one step per PPO mini-batch [C ``priority_decay.py``;
+    the paper says AdamW — with γ = 1e-5 the two differ negligibly].
 
     modes: ``iwu`` s = I + λ·J [P Subroutine 1]; ``minimax`` s = J (strict minimax, ε = 0, the
     collapse of Fig. 2) [P]; ``regularized`` s = J plus logit shrinkage η·ξ [P App. Subroutine 2].
@@ -170,7 +171,7 @@ class TaskWeighter:
             g = g + self.shrink * self.xi
         b1, b2 = self.betas
         self._t += 1
-        self.xi = self.xi * (1 - self.lr * self.weight_decay)
+        g = g + self.weight_decay * self.xi  # torch.optim.Adam(weight_decay=γ): coupled L2 [C]
         self._m = b1 * self._m + (1 - b1) * g
         self._v = b2 * self._v + (1 - b2) * g * g
         mhat = self._m / (1 - b1 ** self._t)

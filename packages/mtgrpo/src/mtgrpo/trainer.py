@@ -233,7 +233,7 @@ class MTGRPOTrainer:
                         per_after = None
                     after = self._task_loss(mb, per_after)
                 present = mb["task_tokens"] > 0
-                imp = np.where(present, before - after, 0.0)  # improvement = old loss − new loss [C]
+                imp = np.where(present, before - after, 0.0)  # improvement = old − new total loss [C]
                 imp_total += imp
                 self.weighter.update(imp)
         return imp_total, float(np.mean(losses))
@@ -263,12 +263,13 @@ class MTGRPOTrainer:
         return response_logprobs(self.model, mb["ids"], mb["pmask"], mb["resp"], mb["mask"])
 
     def _task_loss(self, mb: dict, per_tok: torch.Tensor | None) -> np.ndarray:
-        """Token-mean surrogate loss of each task in the mini-batch (summed over processes)."""
+        """Per task, the SUM over its sequences in the mini-batch of each sequence's token-mean
+        surrogate loss (summed over processes) — the authors' ``task_wise_total_loss`` [C dp_actor]."""
         sums = torch.zeros(self.K, dtype=torch.float64, device=self.device)
         if per_tok is not None:
-            sums.index_add_(0, mb["task"], per_tok.detach().sum(-1).double())
-        sums = self.dist.sum(sums).cpu().numpy()
-        return sums / np.maximum(mb["task_tokens"], 1.0)
+            seq = per_tok.detach().sum(-1) / mb["mask"].sum(-1).clamp_min(1)
+            sums.index_add_(0, mb["task"], seq.double())
+        return self.dist.sum(sums).cpu().numpy()
 
     # --- evaluation --------------------------------------------------------------------------
     @torch.no_grad()
