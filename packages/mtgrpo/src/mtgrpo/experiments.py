@@ -65,10 +65,19 @@ def steps_to(curve, threshold: float, budget: int) -> float:
     return float("nan")
 
 
+def _add(res: Results, exp: str, method: str, metric: str, values, seeds, **extra) -> None:
+    """Add a row over the seeds whose value is finite (JSON has no NaN); skip it if none is."""
+    keep = [(v, sd) for v, sd in zip(values, seeds, strict=True) if np.isfinite(v)]
+    if keep:
+        res.add(exp, method, metric, [v for v, _ in keep], seeds=[sd for _, sd in keep], **extra)
+
+
 def share_gap(history) -> float:
     """max over tasks of |time-averaged realised share − time-averaged z| (the paper's §5.4
     comparison of assigned weight and realised share; per-step multinomial noise averages out)."""
     h = [r for r in history if r["batch_size"] > 0]
+    if not h:
+        return float("nan")
     share = np.mean([r["share"] for r in h], 0)
     z = np.mean([r["z"] for r in h], 0)
     return float(np.max(np.abs(share - z)))
@@ -146,24 +155,24 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
         stt = [steps_to(r["curve"], sc["threshold"], sc["steps"]) for r in rs]
         gap = [share_gap(r["history"]) for r in rs]
         gen = [float(np.mean([h["prompts_generated"] for h in r["history"]])) for r in rs]
-        res.add(exp, m, "worst_task_acc", worst, seeds=seeds)
-        res.add(exp, m, "avg_acc", avg, seeds=seeds)
+        _add(res, exp, m, "worst_task_acc", worst, seeds=seeds)
+        _add(res, exp, m, "avg_acc", avg, seeds=seeds)
         for k, n in enumerate(names):
-            res.add(exp, m, f"acc_{n}", [r["final"][n] for r in rs], seeds=seeds)
-            res.add(exp, m, f"zero_grad_rate_{n}",
+            _add(res, exp, m, f"acc_{n}", [r["final"][n] for r in rs], seeds=seeds)
+            _add(res, exp, m, f"zero_grad_rate_{n}",
                     [float(np.nanmean([h["zero_grad_rate"][k] for h in r["history"]])) for r in rs],
                     seeds=seeds)
-            res.add(exp, m, f"mean_z_{n}", [float(np.mean([h["z"][k] for h in r["history"]])) for r in rs],
+            _add(res, exp, m, f"mean_z_{n}", [float(np.mean([h["z"][k] for h in r["history"]])) for r in rs],
                     seeds=seeds)
-            res.add(exp, m, f"mean_share_{n}",
+            _add(res, exp, m, f"mean_share_{n}",
                     [float(np.mean([h["share"][k] for h in r["history"]])) for r in rs], seeds=seeds)
         reached = [s for s in stt if not np.isnan(s)]
-        res.add(exp, m, "steps_to_threshold", [s if not np.isnan(s) else sc["steps"] + sc["eval_every"]
+        _add(res, exp, m, "steps_to_threshold", [s if not np.isnan(s) else sc["steps"] + sc["eval_every"]
                                                for s in stt], seeds=seeds,
                 reached=f"{len(reached)}/{len(stt)}", threshold=sc["threshold"])
-        res.add(exp, m, "share_gap_abs", gap, seeds=seeds)
-        res.add(exp, m, "prompts_generated_per_step", gen, seeds=seeds)
-        res.add(exp, m, "train_seconds", [r["train_s"] for r in rs], seeds=seeds, unit="s")
+        _add(res, exp, m, "share_gap_abs", gap, seeds=seeds)
+        _add(res, exp, m, "prompts_generated_per_step", gen, seeds=seeds)
+        _add(res, exp, m, "train_seconds", [r["train_s"] for r in rs], seeds=seeds, unit="s")
         summary[m] = {"worst": float(np.mean(worst)), "avg": float(np.mean(avg)),
                       "steps": float(np.mean([s if not np.isnan(s) else sc["steps"] + sc["eval_every"]
                                               for s in stt])),
