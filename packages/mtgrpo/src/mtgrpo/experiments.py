@@ -21,7 +21,7 @@ SCALES = {
                   batch=4, group=4, sft_steps=15, eval_prompts=8, n_val=1, eval_every=3,
                   final_prompts=8, methods=["grpo", "dapo", "mtgrpo", "iwu_only"], threshold=0.5,
                   n_rs=2),
-    "quick": dict(tasks=["copy", "sort", "sort:hard"], mix=[0.35, 0.6, 0.05], seeds=3, steps=50,
+    "quick": dict(tasks=["copy", "sort", "sort:hard"], mix=[0.35, 0.6, 0.05], seeds=5, steps=50,
                   batch=16, group=8, sft_steps=200, eval_prompts=50, n_val=2, eval_every=10,
                   final_prompts=200, methods=["grpo", "dapo", "mtgrpo", "iwu_only"], threshold=0.5,
                   n_rs=10),
@@ -177,6 +177,11 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
                       "steps": float(np.mean([s if not np.isnan(s) else sc["steps"] + sc["eval_every"]
                                               for s in stt])),
                       "gap": float(np.mean(gap)), "reached": len(reached)}
+    worst_of = {m: [min(r["final"].values()) for r in rs] for m, rs in runs.items()}
+    for base in ("grpo", "dapo"):  # paired by seed: the same warm start and held-out prompts
+        if "mtgrpo" in runs and base in runs:
+            _add(res, exp, "mtgrpo", f"worst_task_acc_minus_{base}_paired",
+                 [a - b for a, b in zip(worst_of["mtgrpo"], worst_of[base], strict=True)], seeds)
     from .report import claim_checks, figures
 
     res.claims = claim_checks(DESCRIPTOR, summary, sc)

@@ -28,7 +28,7 @@ DESCRIPTOR = MethodDescriptor(
     reproduce="mtgrpo.experiments:reproduce",
     scales={
         "smoke": "1 seed, 3 steps, tiny batches: the pipeline end to end in seconds",
-        "quick": "tiny transformer, 3 synthetic tasks, GRPO / DAPO / MT-GRPO / IWU-only, 3 seeds, "
+        "quick": "tiny transformer, 3 synthetic tasks, GRPO / DAPO / MT-GRPO / IWU-only, 5 seeds, "
                  "same steps; minutes on 2 CPU cores",
         "full": "GPU recipe: reasoning-gym Countdown / Zebra / ARC-1D with a local Qwen2.5-class "
                 "model via `accelerate launch -m mtgrpo train` (see README)",
