@@ -132,6 +132,7 @@ def test_local_jsonl_task(tmp_path):
     assert t.verifier("005;", {"answer": "005"}) == 1.0
     assert t.verifier("006;", {"answer": "005"}) == 0.1
     assert t.verifier("x", {"answer": "005"}) == 0.0
+    assert load_task(f"mine={p}@contains").verifier("the 005 one", {"answer": "005"}) == 1.0
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     with pytest.raises(UserError):

@@ -142,9 +142,11 @@ def _print_acc(acc: dict) -> None:
 def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tasks", default="copy,sort,add",
                    help="comma list: synthetic tasks (copy, add, sort, rev, mul, optionally :easy/:medium/"
-                        ":hard) or NAME=PATH to a local JSONL/CSV/Parquet with prompt, answer columns")
+                        ":hard) or NAME=PATH[@VERIFIER] to a local JSONL/CSV/Parquet with prompt, answer "
+                        "columns")
     p.add_argument("--verifier", default="exact",
-                   help="verifier for file tasks: exact|number|contains|digits or module:function")
+                   help="default verifier for file tasks: exact|number|contains|digits or "
+                        "module:function (NAME=PATH@VERIFIER overrides it per task)")
     p.add_argument("--model", default="tiny", help="'tiny' (built here) or a local Hugging Face folder")
     p.add_argument("--lora-r", type=int, default=0, help="LoRA rank (0 = full fine-tuning)")
     p.add_argument("--chat-template", action="store_true", help="wrap prompts in the chat template")

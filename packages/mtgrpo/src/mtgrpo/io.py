@@ -20,8 +20,11 @@ def load_task(spec: str, verifier: str = "digits", n_train: int = 2000, n_test: 
     """A task from ``spec``: a synthetic name (``copy``, ``add:hard``…) or ``NAME=PATH`` / ``PATH``
     to a local JSONL/JSON/CSV/Parquet file (or ``save_to_disk`` folder) with ``prompt`` and
     ``answer`` columns; a ``split`` column (train/test) is honoured, else the last
-    ``test_fraction`` of rows is held out. ``verifier``: a name or ``module:function``."""
+    ``test_fraction`` of rows is held out. ``verifier``: a name or ``module:function``;
+    ``NAME=PATH@VERIFIER`` overrides it for this task."""
     name, _, path = spec.rpartition("=") if "=" in spec else ("", "", spec)
+    if "@" in path:  # NAME=PATH@VERIFIER: a verifier for this task only
+        path, _, verifier = path.rpartition("@")
     p = Path(path)
     looks_like_file = p.suffix or "/" in path or p.exists()
     if not looks_like_file:
