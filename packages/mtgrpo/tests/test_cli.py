@@ -63,6 +63,7 @@ def test_train_then_eval_and_no_silent_overwrite(capsys, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == 2 and set(summary["held_out_acc"]) == {"copy:easy", "sort:easy"}
     assert len((out / "history.jsonl").read_text().splitlines()) == 2
+    assert (out / "z_vs_share.png").is_file() and (out / "train_acc.png").is_file()
     before = (out / "checkpoint.pt").stat().st_mtime_ns
     capsys.readouterr()
     _err(capsys, ["train", "--tasks", "copy:easy,sort:easy", "--out", str(out), *FAST], "--resume")

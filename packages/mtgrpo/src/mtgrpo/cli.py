@@ -86,14 +86,41 @@ def cmd_train(args) -> int:
         save_policy(pol, out / "model")
         with open(out / "history.jsonl", "w") as f:
             for h in tr.history:
-                f.write(json.dumps(h, allow_nan=True) + "\n")
+                f.write(json.dumps(_nan_to_null(h)) + "\n")
         summary = {"method": cfg.method, "tasks": [t.name for t in tasks], "held_out_acc": acc,
                    "worst_task_acc": min(acc.values()), "avg_acc": sum(acc.values()) / len(acc),
                    "final_z": list(map(float, tr.z)), "steps": tr.step_idx}
         (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        _plots(tr.history, [t.name for t in tasks], out)
         _print_acc(acc)
-        print(f"wrote {out}/checkpoint.pt, model/, history.jsonl, summary.json")
+        print(f"wrote {out}/checkpoint.pt, model/, history.jsonl, summary.json, z_vs_share.png, "
+              "train_acc.png")
     return 0
+
+
+def _nan_to_null(obj):
+    """JSON has no NaN (a task absent from a step has no accuracy): write null."""
+    if isinstance(obj, dict):
+        return {k: _nan_to_null(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_nan_to_null(v) for v in obj]
+    return None if isinstance(obj, float) and obj != obj else obj
+
+
+def _plots(history: list[dict], names: list[str], out: Path) -> None:
+    """Per step: task weight z against realised batch share, and training-batch accuracy."""
+    from icml26_shared.report import line_plot
+
+    steps = [h["step"] for h in history]
+    ser = {}
+    for k, n in enumerate(names):
+        ser[f"z {n}"] = (steps, [h["z"][k] for h in history])
+        ser[f"share {n}"] = (steps, [h["share"][k] for h in history])
+    line_plot(out / "z_vs_share.png", ser, xlabel="step", ylabel="fraction",
+              title="task weight z vs realised batch share")
+    acc = {n: (steps, [h["acc"][k] for h in history]) for k, n in enumerate(names)}
+    line_plot(out / "train_acc.png", acc, xlabel="step", ylabel="accuracy (rollouts of the step)",
+              title="per-task training accuracy")
 
 
 def cmd_eval(args) -> int:
