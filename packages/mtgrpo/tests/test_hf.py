@@ -104,6 +104,10 @@ def test_cli_lora_on_local_model_and_file_tasks(tiny_llama_dir, tmp_path):
                "--out", str(out), "--log-every", "0", "--filter", "lenient"])
     assert rc == 0
     assert (out / "model" / "adapter_config.json").is_file()
+    # the saved adapter loads back (base model from the adapter's config) for eval
+    rc = main(["eval", "--model", str(out / "model"), "--tasks", f"copy:easy,rev={data}",
+               "--verifier", "exact", "--max-new-tokens", "3", "--eval-prompts", "2", "--n-val", "1"])
+    assert rc == 0
 
 
 @pytest.mark.slow

@@ -128,9 +128,21 @@ def load_hf_policy(path: str | Path, lora_r: int = 0, lora_alpha: int = 16,
     adapter so only the adapter trains."""
 
     path = Path(path)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if (path / "adapter_config.json").is_file():  # a PEFT adapter saved by `mtgrpo train --lora-r`
+        from peft import AutoPeftModelForCausalLM
+
+        try:
+            model = AutoPeftModelForCausalLM.from_pretrained(path, is_trainable=True,
+                                                             dtype=getattr(torch, dtype),
+                                                             local_files_only=True)
+            tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        except (OSError, ValueError) as exc:
+            raise UserError(f"cannot load adapter {path}: {str(exc).splitlines()[0]}") from None
+        return wrap_hf(model, tok, 0, chat_template=chat_template)
     if not (path / "config.json").is_file():
         raise UserError(f"{path} is not a local Hugging Face model folder (no config.json)")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype),
