@@ -133,3 +133,24 @@ def test_smollm2_lora_steps_change_adapter():
     recs = [tr.step() for _ in range(3)]
     assert any(r["batch_size"] > 0 for r in recs), "no group carried an advantage"
     assert any(not torch.equal(p, lora[n]) for n, p in pol.model.named_parameters() if n in lora)
+
+
+def test_full_scale_recipe_runs_on_a_local_model(tiny_llama_dir, tmp_path, monkeypatch):
+    from icml26_shared import UserError
+    from mtgrpo.experiments import reproduce
+
+    monkeypatch.delenv("MTGRPO_MODEL", raising=False)
+    with pytest.raises(UserError, match="MTGRPO_MODEL"):
+        reproduce("full", tmp_path / "a", 0)
+    data = tmp_path / "data"
+    data.mkdir()
+    for name, f in (("cp", lambda i: str(i)), ("neg", lambda i: str(-i))):
+        (data / f"{name}.jsonl").write_text("".join(
+            json.dumps({"prompt": f"c{i}=", "answer": f(i)}) + "\n" for i in range(12)))
+    for k, v in {"MTGRPO_MODEL": str(tiny_llama_dir), "MTGRPO_DATA": str(data), "MTGRPO_STEPS": "1",
+                 "MTGRPO_SEEDS": "1", "MTGRPO_BATCH": "2", "MTGRPO_GROUP": "2",
+                 "MTGRPO_MAX_NEW_TOKENS": "2", "MTGRPO_VERIFIER": "contains"}.items():
+        monkeypatch.setenv(k, v)
+    res = reproduce("full", tmp_path / "b", 0)
+    res.validate()
+    assert {r.method for r in res.rows} == {"grpo", "dapo", "mtgrpo"}
