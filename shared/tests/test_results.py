@@ -35,8 +35,13 @@ def test_json_round_trip(tmp_path):
 def test_nan_is_written_as_null(tmp_path):
     res = _results()
     res.add("exp", "x", "m", float("nan"))
-    data = json.loads(res.to_json(tmp_path / "r.json").read_text())
+    path = res.to_json(tmp_path / "r.json")
+    data = json.loads(path.read_text())
     assert data["rows"][-1]["value"] is None
+    back = Results.from_json(path)
+    back.validate()
+    assert math.isnan(back.rows[-1].value)
+    assert back.to_dict() == data
 
 
 @pytest.mark.parametrize("direction,ours,base,margin,held", [

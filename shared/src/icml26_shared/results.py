@@ -195,7 +195,9 @@ class Results:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Results:
         data = dict(data)
-        data["rows"] = [Row(**r) for r in data.get("rows", [])]
+        # JSON has no NaN: a figure that could not be measured is written as null and read back as NaN
+        data["rows"] = [Row(**{**r, "value": math.nan if r.get("value") is None else r["value"]})
+                        for r in data.get("rows", [])]
         data["claims"] = [ClaimCheck(**c) for c in data.get("claims", [])]
         if data.get("env") is not None:
             data["env"] = EnvInfo(**data["env"])
