@@ -111,6 +111,10 @@ class PQ(Codec):
 class OPQ(PQ):
     """faiss OPQ: a learned rotation ``A`` (stored, d x d) before PQ; decoding rotates back."""
 
+    def __init__(self, dim, bytes_per_token=None, niter: int = 25, **params):
+        self.niter = int(niter)
+        super().__init__(dim, bytes_per_token, niter=self.niter, **params)
+
     def fit(self, X, offsets, seed=0, training=None):
         Codec.fit(self, X, offsets, seed)
         from ._faiss import load_faiss
@@ -119,6 +123,7 @@ class OPQ(PQ):
 
         X = np.ascontiguousarray(X, np.float32)
         opq = faiss.OPQMatrix(self.dim, self.bytes_per_token)
+        opq.niter = self.niter
         opq.train(X)
         self.rotation = faiss.vector_to_array(opq.A).reshape(self.dim, self.dim).astype(np.float32)
         self._train_pq(X @ self.rotation.T, seed)

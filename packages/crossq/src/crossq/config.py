@@ -3,7 +3,7 @@ version (see the design note), [R] = reconstructed here (no public code)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 INDEX_FORMAT = "crossq-index"
 INDEX_VERSION = 1  # bump when the on-disk layout changes; older/newer indexes are refused
@@ -21,7 +21,7 @@ class EncoderConfig:
     doc_maxlen: int = 128  # document truncation [R]
     query_prefix: str = ""  # e.g. "[Q] " for ColBERT/PyLate checkpoints
     doc_prefix: str = ""  # e.g. "[D] "
-    batch_size: int = 32
+    batch_size: int = 16
 
 
 @dataclass(frozen=True)
@@ -66,12 +66,15 @@ class ReproConfig:
     tiny_encoder: bool = False
     budgets: tuple[int, ...] = BUDGETS
     latency_tokens: int = 100_000
-    extra: dict = field(default_factory=dict)
+    latency_queries: int = 8
+    latency_repeats: int = 5
+    opq_niter: int = 25  # faiss OPQ alternations (faiss default 50) [R]
 
 
 SCALES = {
     "smoke": ReproConfig(n_docs=60, n_test_queries=20, n_train_queries=30, seeds=(0,), steps=4,
-                         tiny_encoder=True, budgets=(2, 4), latency_tokens=5_000),
-    "quick": ReproConfig(n_docs=2500, n_test_queries=500, n_train_queries=600, seeds=(0, 1),
+                         tiny_encoder=True, budgets=(2, 4), latency_tokens=5_000,
+                         latency_queries=2, latency_repeats=1, opq_niter=2),
+    "quick": ReproConfig(n_docs=1200, n_test_queries=400, n_train_queries=800, seeds=(0, 1),
                          steps=150),
 }

@@ -29,20 +29,12 @@ def doc_index(offsets: torch.Tensor) -> torch.Tensor:
     return torch.repeat_interleave(torch.arange(len(lengths), device=offsets.device), lengths)
 
 
-def padded_index(offsets: torch.Tensor) -> torch.Tensor:
-    """``[n_docs, Lmax]`` token rows of each document; padding points at row ``n_tok``."""
-    lengths = offsets[1:] - offsets[:-1]
-    lmax = int(lengths.max()) if len(lengths) else 0
-    ar = torch.arange(lmax, device=offsets.device)
-    idx = offsets[:-1, None] + ar[None, :]
-    return torch.where(ar[None, :] < lengths[:, None], idx, torch.full_like(idx, int(offsets[-1])))
-
-
-def segment_max(S: torch.Tensor, offsets: torch.Tensor, pad: torch.Tensor | None = None) -> torch.Tensor:
-    """``[Lq, n_tok]`` token scores -> ``[Lq, n_docs]`` max over each document's tokens."""
-    pad = padded_index(offsets) if pad is None else pad
-    Sx = torch.cat([S, S.new_full((S.shape[0], 1), float("-inf"))], dim=1)
-    return Sx[:, pad].amax(dim=-1)
+def segment_max(S: torch.Tensor, offsets: torch.Tensor, idx: torch.Tensor | None = None) -> torch.Tensor:
+    """``[Lq, n_tok]`` token scores -> ``[Lq, n_docs]`` max over each document's tokens
+    (``idx`` = ``doc_index(offsets)``, precomputed by callers that repeat the call)."""
+    idx = doc_index(offsets) if idx is None else idx
+    out = S.new_full((S.shape[0], len(offsets) - 1), float("-inf"))
+    return out.scatter_reduce(1, idx[None, :].expand(S.shape[0], -1), S, "amax", include_self=True)
 
 
 def maxsim(Q: torch.Tensor, X: torch.Tensor, offsets: torch.Tensor,
@@ -52,6 +44,25 @@ def maxsim(Q: torch.Tensor, X: torch.Tensor, offsets: torch.Tensor,
     if q_mask is not None:
         per = per * q_mask[:, None]
     return per.sum(0)
+
+
+def maxsim_many(queries: list[torch.Tensor], X: torch.Tensor, offsets: torch.Tensor,
+                max_rows: int = 512) -> torch.Tensor:
+    """MaxSim of many queries against every document ``[n_q, n_docs]`` (query tokens batched
+    into one matrix product, in chunks of about ``max_rows`` query tokens)."""
+    pad = doc_index(offsets)
+    out, i = [], 0
+    while i < len(queries):
+        j, rows = i, 0
+        while j < len(queries) and (rows == 0 or rows + len(queries[j]) <= max_rows):
+            rows += len(queries[j])
+            j += 1
+        Q = torch.cat(queries[i:j])
+        per = segment_max(Q @ X.T, offsets, pad)  # [rows, n_docs]
+        bounds = torch.tensor([0, *np.cumsum([len(q) for q in queries[i:j]])])
+        out.extend(per[bounds[a]:bounds[a + 1]].sum(0) for a in range(j - i))
+        i = j
+    return torch.stack(out) if out else X.new_zeros(0, len(offsets) - 1)
 
 
 def maxsim_bruteforce(Q: np.ndarray, docs: list[np.ndarray]) -> np.ndarray:
