@@ -27,5 +27,5 @@ def tiny_model(tmp_path_factory):
     from crossq.corpus import stdlib_pairs
     from crossq.encoder import tiny_bert
 
-    words = " ".join(p[1] + " " + p[2] for p in stdlib_pairs()[:200]).lower().split()
+    words = [p[1] + " " + p[2] for p in stdlib_pairs()[:200]]
     return tiny_bert(tmp_path_factory.mktemp("tiny-bert"), seed=0, hidden=32, vocab_words=words)

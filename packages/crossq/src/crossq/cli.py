@@ -38,6 +38,10 @@ def _cmd_index(args) -> int:
     if args.out.exists() and not args.overwrite:
         raise UserError(f"{args.out} exists (pass --overwrite to replace it)")
     ids, texts = read_corpus(args.corpus)
+    if args.codec_model is None:  # fail before loading any model (dim = --dim, see README)
+        from .codecs import get_codec
+
+        get_codec(args.codec).check_budget(args.dim, args.bytes_per_token)
     params = _crossq_params(args) if args.codec == "crossq" else {}
     manifest = build_index(ids, texts, args.out, _encoder(args), args.codec, args.bytes_per_token,
                            params, args.codec_model, chunk_docs=args.chunk_docs,

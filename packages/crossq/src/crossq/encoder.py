@@ -9,6 +9,7 @@ states (the built-in all-MiniLM-L6-v2 default, which has no ColBERT head) [R].
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -62,6 +63,9 @@ class LateInteractionEncoder:
     def load(cls, cfg: EncoderConfig = EncoderConfig()) -> LateInteractionEncoder:
         """From ``cfg.model``: "minilm" or a local folder (HF, ColBERT or PyLate checkpoint)."""
         from transformers import AutoModel, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
 
         root = resolve_model_dir(cfg.model)
         hf_dir, projection = root, None
@@ -162,18 +166,25 @@ class LateInteractionEncoder:
 
 
 def tiny_bert(folder: Path, seed: int = 0, hidden: int = 32, vocab_words: Sequence[str] = ()) -> Path:
-    """Save a tiny random BERT + word-level tokenizer to ``folder`` (tests and the smoke run)."""
+    """Save a tiny random BERT to ``folder`` with a word-level vocabulary of the most frequent
+    words of ``vocab_words`` (texts) plus punctuation (tests build their encoders with it)."""
     from transformers import BertConfig, BertModel, BertTokenizerFast
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    words = sorted({w for w in vocab_words if w.isalnum()})[:2000]
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"abcdefghijklmnopqrstuvwxyz0123456789", *words]
+    import string
+    from collections import Counter
+
+    counts = Counter(w for text in vocab_words for w in re.findall(r"[a-z0-9]+", text.lower()))
+    words = sorted(w for w, _ in counts.most_common(3000))
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *string.punctuation,
+             *"abcdefghijklmnopqrstuvwxyz0123456789", *words]
     vocab = list(dict.fromkeys(vocab))
     (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
     torch.manual_seed(seed)
     cfg = BertConfig(vocab_size=len(vocab), hidden_size=hidden, num_hidden_layers=1,
-                     num_attention_heads=2, intermediate_size=2 * hidden, max_position_embeddings=256)
+                     num_attention_heads=2, intermediate_size=2 * hidden, max_position_embeddings=256,
+                     initializer_range=0.5)  # large random word vectors: lexical matching
     BertModel(cfg).save_pretrained(folder)
-    BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=True).save_pretrained(folder)
+    BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}, do_lower_case=True).save_pretrained(folder)
     return folder
