@@ -3,9 +3,18 @@
 import numpy as np
 import pytest
 import torch
-from crossq.core import (CrossQuantizer, adc_tables, adc_token_scores, additive_decode,
-                         listwise_kl, margin_loss, maxsim, maxsim_bruteforce, maxsim_many,
-                         residual_kmeans)
+from crossq.core import (
+    CrossQuantizer,
+    adc_tables,
+    adc_token_scores,
+    additive_decode,
+    listwise_kl,
+    margin_loss,
+    maxsim,
+    maxsim_bruteforce,
+    maxsim_many,
+    residual_kmeans,
+)
 
 
 def test_maxsim_equals_bruteforce(make_corpus):

@@ -60,8 +60,9 @@ class LateInteractionEncoder:
         return self.projection.shape[1] if self.projection is not None else self.model.config.hidden_size
 
     @classmethod
-    def load(cls, cfg: EncoderConfig = EncoderConfig()) -> LateInteractionEncoder:
+    def load(cls, cfg: EncoderConfig | None = None) -> LateInteractionEncoder:
         """From ``cfg.model``: "minilm" or a local folder (HF, ColBERT or PyLate checkpoint)."""
+        cfg = cfg or EncoderConfig()
         from transformers import AutoModel, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
