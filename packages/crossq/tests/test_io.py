@@ -47,3 +47,15 @@ def test_local_datasets_folder_as_corpus(tmp_path):
     datasets.Dataset.from_dict({"id": [1, 1], "text": ["a", "b"]}).save_to_disk(str(tmp_path / "dup"))
     with pytest.raises(UserError, match="duplicate id"):
         read_corpus(tmp_path / "dup")
+
+
+def test_stdlib_task_is_identical_across_hash_seeds():
+    """The corpus must not depend on PYTHONHASHSEED (set reprs in signatures once did)."""
+    import subprocess
+    import sys
+
+    code = ("import hashlib, json; from crossq.corpus import build_task; t = build_task(300, 50); "
+            "print(hashlib.sha256(json.dumps([t.doc_texts, t.query_texts, t.qrels]).encode()).hexdigest())")
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={"PYTHONHASHSEED": seed, "PATH": ""}).stdout for seed in ("1", "2")}
+    assert len(outs) == 1

@@ -68,13 +68,16 @@ class ReproConfig:
     latency_tokens: int = 100_000
     latency_queries: int = 8
     latency_repeats: int = 5
-    opq_niter: int = 25  # faiss OPQ alternations (faiss default 50) [R]
+    queries_per_step: int = 4  # CrossQ training batch [R]
+    n_candidates: int = 8  # teacher top-N per training query [R]
+    opq_niter: int = 10  # faiss OPQ alternations (faiss default 50) [R]
+    log: bool = True  # one line per fitted codec on stderr
 
 
 SCALES = {
     "smoke": ReproConfig(n_docs=60, n_test_queries=20, n_train_queries=30, seeds=(0,), steps=4,
                          tiny_encoder=True, budgets=(2, 4), latency_tokens=5_000,
-                         latency_queries=2, latency_repeats=1, opq_niter=2),
-    "quick": ReproConfig(n_docs=1200, n_test_queries=400, n_train_queries=800, seeds=(0, 1),
-                         steps=150),
+                         latency_queries=2, latency_repeats=1, opq_niter=2, log=False),
+    "quick": ReproConfig(n_docs=1200, n_test_queries=150, n_train_queries=300, seeds=(0, 1),
+                         steps=80),
 }

@@ -48,10 +48,13 @@ class RetrievalTask:
 
 
 def _signature(obj) -> str:
+    """Parameter names only: default values' reprs can depend on hash randomisation (sets)."""
     try:
-        return str(inspect.signature(obj))
+        params = inspect.signature(obj).parameters.values()
     except (TypeError, ValueError):
         return "(...)"
+    star = {inspect.Parameter.VAR_POSITIONAL: "*", inspect.Parameter.VAR_KEYWORD: "**"}
+    return "(" + ", ".join(star.get(p.kind, "") + p.name for p in params) + ")"
 
 
 def _members(mod):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 import time
 import zlib
 from pathlib import Path
@@ -41,13 +42,13 @@ FULL_RECIPE = (
     "DEV_QRELS` (see the README)")
 
 
-def make_codec(method: str, dim: int, budget: int, steps: int, opq_niter: int = 25) -> Codec:
+def make_codec(method: str, dim: int, budget: int, steps: int, opq_niter: int = 25,
+               queries_per_step: int = 8) -> Codec:
     if method == "rq":
         return get_codec("crossq")(dim, budget, steps=0)
-    if method == "tokenwise":
-        return get_codec("crossq")(dim, budget, steps=steps, context=False)
-    if method == "crossq":
-        return get_codec("crossq")(dim, budget, steps=steps)
+    if method in ("tokenwise", "crossq"):
+        return get_codec("crossq")(dim, budget, steps=steps, context=method == "crossq",
+                                   queries_per_step=queries_per_step)
     if method == "opq":
         return get_codec("opq")(dim, budget, niter=opq_niter)
     return get_codec(method)(dim, budget)
@@ -81,6 +82,9 @@ def _embed(task, rc: ReproConfig, out_dir: Path):
                         z["projection"], 0.0)
     enc = LateInteractionEncoder.load(cfg)
     t0 = time.perf_counter()
+    if rc.log:
+        print(f"  encoding {len(task.doc_texts)} documents and {len(task.query_texts)} queries",
+              file=sys.stderr, flush=True)
     hidden = enc.hidden_states(task.doc_texts, is_query=False)
     enc.fit_projection_from(hidden, seed=0)
     docs = enc.project(hidden)
@@ -115,20 +119,21 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
     out_dir = Path(out_dir)
     torch.manual_seed(seed)
     res = Results(package="crossq", version=package_version("crossq"), scale=scale, seed=seed)
-    task = build_task(rc.n_docs, rc.n_test_queries + rc.n_train_queries, seed=0)
+    task = build_task(rc.n_docs, rc.n_docs, seed=0)  # every query; split below (one embedding cache)
     X, off, queries, projection, enc_s = _embed(task, rc, out_dir)
     dim = X.shape[1]
     pos_of = {d: i for i, d in enumerate(task.doc_ids)}
     positives = [pos_of[next(iter(task.qrels[q]))] for q in task.query_ids]
     n_test = min(rc.n_test_queries, len(queries) // 2)
+    n_train = min(rc.n_train_queries, len(queries) - n_test)
     Qt = [torch.from_numpy(q) for q in queries]
-    Qtest, Qtrain = Qt[:n_test], Qt[n_test:]
-    pos_test, pos_train = positives[:n_test], positives[n_test:]
+    Qtest, Qtrain = Qt[:n_test], Qt[n_test:n_test + n_train]
+    pos_test, pos_train = positives[:n_test], positives[n_test:n_test + n_train]
     Xt, offt = torch.from_numpy(X), torch.from_numpy(off)
     S_fp = maxsim_many(Qtest, Xt, offt)
     fp_top = S_fp.topk(10, dim=1).indices
     fp = _rank_metrics(S_fp, pos_test, None)
-    training = build_training_set(Qtrain, Xt, offt, 16, pos_train)
+    training = build_training_set(Qtrain, Xt, offt, rc.n_candidates, pos_train)
     seeds = [seed + s for s in rc.seeds]
     exp_ref = "full precision"
     for name, codec in (("fp32", None), ("fp16", get_codec("fp16")(dim)), ("int8", get_codec("int8")(dim))):
@@ -145,7 +150,7 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
     for s in seeds:
         for B in rc.budgets:
             for method in METHODS:
-                codec = make_codec(method, dim, B, rc.steps, rc.opq_niter)
+                codec = make_codec(method, dim, B, rc.steps, rc.opq_niter, rc.queries_per_step)
                 t0 = time.perf_counter()
                 codec.fit(X, off, seed=s, training=training) if method in ("tokenwise", "crossq") else codec.fit(X, off, seed=s)
                 codes = codec.encode(X, off)
@@ -153,6 +158,9 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
                 Xhat = torch.from_numpy(codec.decode(codes))
                 m = _rank_metrics(maxsim_many(Qtest, Xhat, offt), pos_test, fp_top)
                 m["index_time_s"] = t_index
+                if rc.log:
+                    print(f"  seed {s} {B} B/token {method:<9} fit+encode {t_index:6.1f} s  "
+                          f"MRR@10 {m['mrr@10']:.4f}", file=sys.stderr, flush=True)
                 m["recon_mse"] = float(((Xhat - Xt) ** 2).sum(1).mean())
                 for k, v in m.items():
                     per.setdefault((B, method), {}).setdefault(k, []).append(v)
