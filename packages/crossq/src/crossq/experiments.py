@@ -217,11 +217,14 @@ def _latency(res, last, off, Qtest, rc, dim, X) -> float | None:
     codec, codes = last[key]
     reps = int(np.ceil(rc.latency_tokens / len(codes)))
     lengths = np.tile(np.diff(off), reps)
+    n_docs = int(np.searchsorted(np.cumsum(lengths), rc.latency_tokens)) + 1  # just >= the target
+    lengths = lengths[:n_docs]
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    ids = [str(i) for i in range(len(lengths))]
-    idx = Index(codec, np.tile(codes, (reps, 1)), offsets, ids)
+    n_tok = int(offsets[-1])
+    ids = [str(i) for i in range(n_docs)]
+    idx = Index(codec, np.tile(codes, (reps, 1))[:n_tok], offsets, ids)
     fp16 = get_codec("fp16")(dim)
-    idx_fp = Index(fp16, np.tile(fp16.encode(X, off), (reps, 1)), offsets, ids)
+    idx_fp = Index(fp16, np.tile(fp16.encode(X, off), (reps, 1))[:n_tok], offsets, ids)
     qs = Qtest[:rc.latency_queries]
     t = compare({"lut": lambda: [idx.search(q, 10) for q in qs],
                  "lut_nprobe": lambda: [idx.search(q, 10, nprobe=4) for q in qs],
