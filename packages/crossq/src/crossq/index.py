@@ -214,7 +214,9 @@ class Index:
         return index, lists
 
     def search(self, Q: torch.Tensor, k: int = 10, nprobe: int = 0) -> tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` ``(doc positions, scores)``; ``nprobe > 0`` re-ranks faiss candidates only."""
+        """Top-``k`` ``(doc positions, scores)``; ``nprobe > 0`` re-ranks faiss candidates only.
+        ``Q`` is a query's token vectors ``[Lq, d]`` (a tensor or a NumPy array)."""
+        Q = torch.as_tensor(np.asarray(Q, np.float32)) if not torch.is_tensor(Q) else Q
         with torch.no_grad():
             if nprobe > 0:
                 docs = self.candidates(Q, nprobe)
