@@ -157,10 +157,15 @@ class LateInteractionEncoder:
 
     def encode(self, texts: Sequence[str], is_query: bool = False,
                progress: Callable[[int], None] | None = None) -> list[np.ndarray]:
+        return self.project(self.hidden(texts, is_query, progress))
+
+    def hidden(self, texts: Sequence[str], is_query: bool = False,
+               progress: Callable[[int], None] | None = None) -> list[np.ndarray]:
+        """Token states in fixed steps of texts, so the same texts always batch the same way."""
         out: list[np.ndarray] = []
         step = self.cfg.batch_size * 8
         for i in range(0, len(texts), step):
-            out.extend(self.project(self.hidden_states(texts[i:i + step], is_query)))
+            out.extend(self.hidden_states(texts[i:i + step], is_query))
             if progress is not None:
                 progress(min(step, len(texts) - i))
         return out

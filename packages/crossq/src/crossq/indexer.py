@@ -99,8 +99,9 @@ def build_index(ids: list[str], texts: list[str], out: Path, encoder: LateIntera
                 chunk_docs: int = 256, fit_docs: int = 2000, seed: int = 0,
                 overwrite: bool = False, progress: bool = False,
                 _stop_after_chunks: int | None = None) -> dict[str, Any]:
-    """Index ``texts`` into ``out``; returns the manifest. ``_stop_after_chunks`` simulates an
-    interruption (tests)."""
+    """Index ``texts`` into ``out``; returns the manifest. The codec is fitted on the first
+    ``fit_docs`` documents (rounded up to whole chunks), whose vectors are reused for their
+    chunks. ``_stop_after_chunks`` simulates an interruption (tests)."""
     from tqdm.auto import tqdm
 
     out = Path(out)
@@ -117,6 +118,7 @@ def build_index(ids: list[str], texts: list[str], out: Path, encoder: LateIntera
     part = out.with_name(f".{out.name}.partial")
     state_file = part / "state.json"
     resumed = state_file.is_file() and json.loads(state_file.read_text()).get("fingerprint") == fp
+    sample: list[np.ndarray] = []  # the fit sample's vectors, reused for its chunks
     if resumed:
         codec = load_codec_model(part / "codec", encoder)
     else:
@@ -125,9 +127,12 @@ def build_index(ids: list[str], texts: list[str], out: Path, encoder: LateIntera
         if codec_model is not None:
             codec = load_codec_model(codec_model, encoder)
         else:
+            n_fit = min(len(texts), -(-fit_docs // chunk_docs) * chunk_docs)  # whole chunks
+            hidden = [h for lo in range(0, n_fit, chunk_docs)
+                      for h in encoder.hidden(texts[lo:lo + chunk_docs], is_query=False)]
             if encoder.projection is None and encoder.cfg.dim < encoder.dim:
-                encoder.fit_projection(texts[:fit_docs], seed)
-            sample = encoder.encode(texts[:fit_docs], is_query=False)
+                encoder.fit_projection_from(hidden, seed)
+            sample = encoder.project(hidden)
             codec = cls(encoder.dim, bytes_per_token, **(codec_params or {}))
             codec.fit(np.concatenate(sample), offsets_of(sample), seed=seed)
         save_codec_model(part / "codec", codec, encoder)
@@ -142,7 +147,7 @@ def build_index(ids: list[str], texts: list[str], out: Path, encoder: LateIntera
             if _stop_after_chunks is not None and done_now >= _stop_after_chunks:
                 bar.close()
                 raise KeyboardInterrupt("simulated interruption")
-            vecs = encoder.encode(texts[lo:hi], is_query=False)
+            vecs = sample[lo:hi] if hi <= len(sample) else encoder.encode(texts[lo:hi], is_query=False)
             X, off = np.concatenate(vecs), offsets_of(vecs)
             _atomic_save_npz(f, codes=codec.encode(X, off), lengths=np.diff(off))
             done_now += 1
