@@ -1,0 +1,212 @@
+"""``crossq`` command line: index, search, eval, train, info, reproduce.
+
+Heavy imports (torch, transformers, faiss) happen inside the command functions so that ``--help``
+stays instant. Users' mistakes raise ``UserError``: one line on stderr, exit 2, nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from icml26_shared import UserError, cli_entry
+from icml26_shared.cli import add_reproduce_arguments, reproduce_from_args
+
+CODEC_NAMES = ("fp16", "int8", "pq", "opq", "residual", "crossq")
+
+
+def _encoder(args):
+    from .config import EncoderConfig
+    from .encoder import LateInteractionEncoder
+
+    return LateInteractionEncoder.load(EncoderConfig(model=args.model, dim=args.dim,
+                                                     doc_maxlen=args.doc_maxlen))
+
+
+def _crossq_params(args) -> dict:
+    return {} if args.steps is None else {"steps": args.steps}
+
+
+def _cmd_index(args) -> int:
+    from .indexer import build_index
+    from .io import read_corpus
+
+    if args.codec_model is not None and args.codec != "crossq":
+        raise UserError("--codec-model is for --codec crossq")
+    if args.out.exists() and not args.overwrite:
+        raise UserError(f"{args.out} exists (pass --overwrite to replace it)")
+    ids, texts = read_corpus(args.corpus)
+    if args.codec_model is None:  # fail before loading any model (dim = --dim, see README)
+        from .codecs import get_codec
+
+        get_codec(args.codec).check_budget(args.dim, args.bytes_per_token)
+    params = _crossq_params(args) if args.codec == "crossq" else {}
+    manifest = build_index(ids, texts, args.out, _encoder(args), args.codec, args.bytes_per_token,
+                           params, args.codec_model, chunk_docs=args.chunk_docs,
+                           fit_docs=args.fit_docs, seed=args.seed, overwrite=args.overwrite,
+                           progress=not args.quiet)
+    _print_bytes(manifest)
+    print(f"index: {args.out}")
+    return 0
+
+
+def _print_bytes(manifest: dict) -> None:
+    b = manifest["bytes"]
+    print(f"{manifest['n_docs']} documents, {manifest['n_tokens']} token vectors, codec "
+          f"{manifest['codec']['codec']} at {b['bytes_per_token_raw']} B/token "
+          f"({b['bytes_per_token_with_metadata']:.2f} with metadata, "
+          f"{b['bytes_per_token_on_disk']:.2f} on disk); vs fp32: "
+          f"{b['reduction_vs_fp32_raw']:.1f}x raw, {b['reduction_vs_fp32_with_metadata']:.1f}x with metadata")
+
+
+def _cmd_search(args) -> int:
+    from .indexer import search_texts
+    from .io import read_jsonl, write_run
+
+    if args.k < 1:
+        raise UserError("--k must be at least 1")
+    if args.out.exists() and not args.overwrite:
+        raise UserError(f"{args.out} exists (pass --overwrite to replace it)")
+    from .index import read_manifest
+
+    read_manifest(args.index)  # a clear error before loading the encoder
+    qids, qtexts = read_jsonl(args.queries)
+    run = search_texts(args.index, qids, qtexts, args.k, args.nprobe, progress=not args.quiet)
+    write_run(args.out, run)
+    print(f"run: {args.out} ({len(run)} queries, top {args.k})")
+    return 0
+
+
+def _cmd_eval(args) -> int:
+    from .io import evaluate, read_qrels, read_run
+
+    metrics = evaluate(read_run(args.run), read_qrels(args.qrels), k=10, recall_k=args.recall_k)
+    if args.json:
+        print(json.dumps(metrics, indent=2))
+    else:
+        for m, v in metrics.items():
+            print(f"{m:<12}{v:.4f}" if m != "queries" else f"{m:<12}{int(v)}")
+    return 0
+
+
+def _cmd_train(args) -> int:
+    import numpy as np
+
+    from .codecs import get_codec
+    from .indexer import offsets_of, save_codec_model
+    from .io import read_corpus, read_jsonl, read_qrels
+
+    if (args.queries is None) != (args.qrels is None):
+        raise UserError("--queries and --qrels go together (training pairs)")
+    if args.out.exists() and not args.overwrite:
+        raise UserError(f"{args.out} exists (pass --overwrite to replace it)")
+    ids, texts = read_corpus(args.corpus)
+    get_codec("crossq").check_budget(args.dim, args.bytes_per_token)
+    pairs = None
+    if args.queries is not None:
+        qids, qtexts = read_jsonl(args.queries)
+        qrels = read_qrels(args.qrels)
+        pos = {i: n for n, i in enumerate(ids)}
+        pairs = [(qt, pos[d]) for q, qt in zip(qids, qtexts, strict=True)
+                 for d, g in qrels.get(q, {}).items() if g > 0 and d in pos][: args.max_pairs]
+        if not pairs:
+            raise UserError("no (query, relevant document) pair matches the corpus ids")
+    enc = _encoder(args)
+    if enc.projection is None and args.dim < enc.dim:
+        enc.fit_projection(texts[: args.fit_docs], args.seed)
+    docs = enc.encode(texts, is_query=False)
+    X, off = np.concatenate(docs), offsets_of(docs)
+    codec = get_codec("crossq")(enc.dim, args.bytes_per_token, **_crossq_params(args))
+    training = None
+    if pairs is not None:
+        import torch
+
+        from .train import build_training_set
+
+        Qs = [torch.from_numpy(q) for q in enc.encode([p[0] for p in pairs], is_query=True)]
+        training = build_training_set(Qs, torch.from_numpy(X), torch.from_numpy(off),
+                                      codec.cfg.candidates, [p[1] for p in pairs])
+    codec.fit(X, off, seed=args.seed, training=training)
+    save_codec_model(args.out, codec, enc)
+    print(f"codec model: {args.out} (use: crossq index CORPUS --codec crossq --codec-model {args.out})")
+    return 0
+
+
+def _cmd_info(args) -> int:
+    from .index import read_manifest
+
+    _print_bytes(read_manifest(args.index))
+    return 0
+
+
+def _encoder_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="minilm",
+                   help="'minilm' (all-MiniLM-L6-v2, offline) or a local HF / ColBERT / PyLate folder")
+    p.add_argument("--dim", type=int, default=128,
+                   help="token dim (PCA-fitted when the model has no projection head)")
+    p.add_argument("--doc-maxlen", type=int, default=128)
+    p.add_argument("--fit-docs", type=int, default=2000, help="documents used to fit the codec")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--steps", type=int, default=None, help="CrossQ training steps")
+    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="crossq", description="CrossQ (ICML 2026): compressed late-interaction retrieval. "
+                                   "Not the CrossQ reinforcement-learning algorithm.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("index", help="encode and compress a corpus into an index directory")
+    p.add_argument("corpus", type=Path, help='JSONL of {"id", "text"} or a local datasets folder')
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--codec", choices=CODEC_NAMES, default="crossq")
+    p.add_argument("--bytes-per-token", type=int, default=None)
+    p.add_argument("--codec-model", type=Path, default=None, help="a folder from `crossq train`")
+    p.add_argument("--chunk-docs", type=int, default=256)
+    _encoder_args(p)
+    p.set_defaults(fn=_cmd_index)
+    p = sub.add_parser("search", help="top-k MaxSim on the compressed codes, as a TREC run")
+    p.add_argument("index", type=Path)
+    p.add_argument("queries", type=Path, help='JSONL of {"id", "text"}')
+    p.add_argument("--k", type=int, default=10)
+    p.add_argument("--nprobe", type=int, default=0,
+                   help="faiss candidate generation: coarse cells per query token (0 = exhaustive)")
+    p.add_argument("--out", type=Path, required=True, help="TREC run file")
+    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(fn=_cmd_search)
+    p = sub.add_parser("eval", help="MRR@10, nDCG@10 and recall@k of a TREC run")
+    p.add_argument("run", type=Path)
+    p.add_argument("qrels", type=Path)
+    p.add_argument("--recall-k", type=int, nargs="+", default=[10, 100])
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=_cmd_eval)
+    p = sub.add_parser("train", help="fit a CrossQ codec on a corpus (pseudo-queries or given pairs)")
+    p.add_argument("corpus", type=Path)
+    p.add_argument("--out", type=Path, required=True, help="codec model folder")
+    p.add_argument("--bytes-per-token", type=int, default=4)
+    p.add_argument("--queries", type=Path, default=None, help="training queries JSONL")
+    p.add_argument("--qrels", type=Path, default=None, help="their TREC qrels")
+    p.add_argument("--max-pairs", type=int, default=5000)
+    _encoder_args(p)
+    p.set_defaults(fn=_cmd_train)
+    p = sub.add_parser("info", help="an index's size and bytes per token")
+    p.add_argument("index", type=Path)
+    p.set_defaults(fn=_cmd_info)
+    p = sub.add_parser("reproduce", help="the paper's claims at laptop scale (see README)")
+    add_reproduce_arguments(p)
+    p.set_defaults(fn=lambda a: reproduce_from_args(["crossq"], a))
+    return parser
+
+
+@cli_entry("crossq")
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

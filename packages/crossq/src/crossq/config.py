@@ -1,0 +1,83 @@
+"""Frozen configuration dataclasses. [P] = paper abstract, [S] = secondary brief of the arXiv
+version (see the design note), [R] = reconstructed here (no public code)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+INDEX_FORMAT = "crossq-index"
+INDEX_VERSION = 1  # bump when the on-disk layout changes; older/newer indexes are refused
+CODEBOOK_SIZE = 256  # K = 256 entries per codebook: one byte per code [P: "bytes per token"]
+BUDGETS = (2, 4, 8)  # bytes per token compared in the paper [P]
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    """Late-interaction encoder around any Hugging Face encoder (ColBERT-style) [R]."""
+
+    model: str = "minilm"  # "minilm" (all-MiniLM-L6-v2, offline) or a local folder
+    dim: int = 128  # projected token dim; ColBERT uses 128 [S]; PCA-fitted when no checkpoint linear [R]
+    query_maxlen: int = 32  # ColBERT query length [S]
+    doc_maxlen: int = 128  # document truncation [R]
+    query_prefix: str = ""  # e.g. "[Q] " for ColBERT/PyLate checkpoints
+    doc_prefix: str = ""  # e.g. "[D] "
+    batch_size: int = 16
+
+
+@dataclass(frozen=True)
+class CrossQConfig:
+    """The CrossQ quantizer and its training. Losses from [S]; exact forms [R]."""
+
+    bytes_per_token: int = 4  # M codebooks x 1 byte [P]
+    context: bool = True  # False = token-wise conditional ablation (no document context) [S]
+    context_dim: int = 32  # DeepSets context size [R]
+    hidden: int = 64  # width of phi / rho / gate MLPs [R]
+    steps: int = 150  # optimisation steps [R]
+    queries_per_step: int = 8  # [R]
+    candidates: int = 16  # teacher top-N (+ hard negatives) per training query [S]
+    lr: float = 5e-4  # Adam [R]; 3e-3 undid the k-means init on the docstring task
+    tau: float = 1.0  # listwise KL temperature on MaxSim scores [R]
+    w_kl: float = 1.0  # listwise KL distillation weight [S]
+    w_margin: float = 0.3  # hard-negative margin-preservation weight [S]
+    w_recon: float = 1.0  # small reconstruction term for stability [R]
+    t_start: float = 0.01  # soft-assignment temperature at step 0 (units of squared distance) [R]
+    t_end: float = 0.0005  # annealed to this, then straight-through hard codes [S: soft-to-hard]
+    hard_fraction: float = 0.25  # final fraction of steps with straight-through hard codes [R]
+    kmeans_iters: int = 20  # residual k-means initialisation [R]
+    pseudo_query_tokens: int = 8  # tokens per pseudo-query when no training pairs are given [R]
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    k: int = 10
+    nprobe: int = 4  # faiss coarse centroids probed per query token for candidates [R: PLAID-like]
+    n_candidates: int = 0  # 0 = exhaustive LUT MaxSim over every document
+
+
+@dataclass(frozen=True)
+class ReproConfig:
+    """Sizes of each reproduction scale [R]."""
+
+    n_docs: int
+    n_test_queries: int
+    n_train_queries: int
+    seeds: tuple[int, ...]
+    steps: int
+    tiny_encoder: bool = False
+    budgets: tuple[int, ...] = BUDGETS
+    latency_tokens: int = 100_000
+    latency_queries: int = 8
+    latency_repeats: int = 5
+    queries_per_step: int = 4  # CrossQ training batch [R]
+    n_candidates: int = 8  # teacher top-N per training query [R]
+    opq_niter: int = 10  # faiss OPQ alternations (faiss default 50) [R]
+    log: bool = True  # one line per fitted codec on stderr
+
+
+SCALES = {
+    "smoke": ReproConfig(n_docs=60, n_test_queries=20, n_train_queries=30, seeds=(0,), steps=4,
+                         tiny_encoder=True, budgets=(2, 4), latency_tokens=5_000,
+                         latency_queries=2, latency_repeats=1, opq_niter=2, log=False),
+    "quick": ReproConfig(n_docs=1200, n_test_queries=150, n_train_queries=300, seeds=(0, 1),
+                         steps=80),
+}

@@ -1,0 +1,184 @@
+"""Building an index from text: encode in chunks, fit (or load) the codec, compress, assemble.
+
+Resumable and memory-bounded: work happens in ``.<out>.partial/`` next to ``out``; the fitted
+projection and codec are saved there first, then each chunk's codes (atomically). A rerun with the
+same corpus and settings skips finished chunks; anything else starts afresh. ``out`` appears only
+when complete (atomic rename), so an interrupted run leaves no half-written index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from icml26_shared import UserError
+
+from .codecs import Codec, get_codec
+from .encoder import LateInteractionEncoder
+from .index import write_index
+
+PARTIAL_VERSION = 1
+
+
+def _atomic_save_npz(path: Path, **arrays: np.ndarray) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as f:
+        np.savez(f, **arrays)
+    os.replace(tmp, path)
+
+
+def _load_npz(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+def offsets_of(vectors: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum([len(v) for v in vectors])]).astype(np.int64)
+
+
+# --- codec model folders (crossq train --out DIR) ------------------------------------------------
+
+
+def save_codec_model(folder: Path, codec: Codec, encoder: LateInteractionEncoder) -> None:
+    folder = Path(folder)
+    tmp = folder.with_name(f".{folder.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    (tmp / "codec.json").write_text(json.dumps({"format": "crossq-codec", "version": 1,
+                                                "codec": codec.config(), "encoder": encoder.info()}, indent=2))
+    _atomic_save_npz(tmp / "codec_model.npz", **codec.model_state())
+    if encoder.projection is not None:
+        np.save(tmp / "projection.npy", encoder.projection)
+    if folder.exists():
+        shutil.rmtree(folder)
+    tmp.replace(folder)
+
+
+def load_codec_model(folder: Path, encoder: LateInteractionEncoder | None = None) -> Codec:
+    """A fitted codec; sets ``encoder``'s projection to the one it was fitted with."""
+    folder = Path(folder)
+    meta = folder / "codec.json"
+    if not meta.is_file():
+        raise UserError(f"{folder} is not a codec model folder (no codec.json; see `crossq train`)")
+    try:
+        info = json.loads(meta.read_text())
+        arrays = _load_npz(folder / "codec_model.npz")
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{folder}: corrupt codec model ({exc})") from None
+    if info.get("format") != "crossq-codec" or info.get("version") != 1:
+        raise UserError(f"{folder}: unsupported codec model format/version")
+    codec = get_codec(info["codec"]["codec"]).from_config(info["codec"])
+    codec.load_model_state(arrays)
+    if encoder is not None:
+        proj = folder / "projection.npy"
+        encoder.set_projection(np.load(proj) if proj.is_file() else None,
+                               info["encoder"].get("projection", "none"))
+        if encoder.dim != codec.dim:
+            raise UserError(f"{folder}: codec dim {codec.dim} != encoder dim {encoder.dim}")
+    return codec
+
+
+# --- indexing -------------------------------------------------------------------------------------
+
+
+def fingerprint(ids: list[str], texts: list[str], settings: dict[str, Any]) -> str:
+    h = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode())
+    for i, t in zip(ids, texts, strict=True):
+        h.update(i.encode() + b"\0" + t.encode() + b"\1")
+    return h.hexdigest()
+
+
+def build_index(ids: list[str], texts: list[str], out: Path, encoder: LateInteractionEncoder,
+                codec_name: str = "crossq", bytes_per_token: int | None = None,
+                codec_params: dict[str, Any] | None = None, codec_model: Path | None = None,
+                chunk_docs: int = 256, fit_docs: int = 2000, seed: int = 0,
+                overwrite: bool = False, progress: bool = False,
+                _stop_after_chunks: int | None = None) -> dict[str, Any]:
+    """Index ``texts`` into ``out``; returns the manifest. The codec is fitted on the first
+    ``fit_docs`` documents (rounded up to whole chunks), whose vectors are reused for their
+    chunks. ``_stop_after_chunks`` simulates an interruption (tests)."""
+    from tqdm.auto import tqdm
+
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise UserError(f"{out} exists (pass --overwrite to replace it)")
+    cls = get_codec(codec_name)
+    if codec_model is None:
+        dim = encoder.dim if encoder.projection is not None else min(encoder.cfg.dim, encoder.dim)
+        cls.check_budget(dim, bytes_per_token)  # fail before any work
+    settings = {"codec": codec_name, "bpt": bytes_per_token, "params": codec_params or {},
+                "codec_model": str(codec_model), "chunk": chunk_docs, "fit_docs": fit_docs,
+                "seed": seed, "encoder": encoder.info(), "v": PARTIAL_VERSION}
+    fp = fingerprint(ids, texts, settings)
+    part = out.with_name(f".{out.name}.partial")
+    state_file = part / "state.json"
+    resumed = state_file.is_file() and json.loads(state_file.read_text()).get("fingerprint") == fp
+    sample: list[np.ndarray] = []  # the fit sample's vectors, reused for its chunks
+    if resumed:
+        codec = load_codec_model(part / "codec", encoder)
+    else:
+        shutil.rmtree(part, ignore_errors=True)
+        part.mkdir(parents=True)
+        if codec_model is not None:
+            codec = load_codec_model(codec_model, encoder)
+        else:
+            n_fit = min(len(texts), -(-fit_docs // chunk_docs) * chunk_docs)  # whole chunks
+            hidden = [h for lo in range(0, n_fit, chunk_docs)
+                      for h in encoder.hidden(texts[lo:lo + chunk_docs], is_query=False)]
+            if encoder.projection is None and encoder.cfg.dim < encoder.dim:
+                encoder.fit_projection_from(hidden, seed)
+            sample = encoder.project(hidden)
+            codec = cls(encoder.dim, bytes_per_token, **(codec_params or {}))
+            codec.fit(np.concatenate(sample), offsets_of(sample), seed=seed)
+        save_codec_model(part / "codec", codec, encoder)
+        state_file.write_text(json.dumps({"fingerprint": fp}))
+    n_chunks = (len(texts) + chunk_docs - 1) // chunk_docs
+    bar = tqdm(total=len(texts), desc=f"indexing ({codec.name})", disable=not progress, unit="doc")
+    done_now = 0
+    for c in range(n_chunks):
+        f = part / f"chunk_{c:06d}.npz"
+        lo, hi = c * chunk_docs, min(len(texts), (c + 1) * chunk_docs)
+        if not f.is_file():
+            if _stop_after_chunks is not None and done_now >= _stop_after_chunks:
+                bar.close()
+                raise KeyboardInterrupt("simulated interruption")
+            vecs = sample[lo:hi] if hi <= len(sample) else encoder.encode(texts[lo:hi], is_query=False)
+            X, off = np.concatenate(vecs), offsets_of(vecs)
+            _atomic_save_npz(f, codes=codec.encode(X, off), lengths=np.diff(off))
+            done_now += 1
+        bar.update(hi - lo)
+    bar.close()
+    chunks = [_load_npz(part / f"chunk_{c:06d}.npz") for c in range(n_chunks)]
+    codes = np.concatenate([ch["codes"] for ch in chunks])
+    offsets = np.concatenate([[0], np.cumsum(np.concatenate([ch["lengths"] for ch in chunks]))])
+    enc_arrays = {"projection": encoder.projection} if encoder.projection is not None else {}
+    manifest = write_index(out, codes, offsets.astype(np.int64), ids, codec, encoder.info(),
+                           overwrite=overwrite, encoder_arrays=enc_arrays)
+    shutil.rmtree(part)
+    return manifest
+
+
+def search_texts(index_dir: Path, qids: list[str], qtexts: list[str], k: int = 10, nprobe: int = 0,
+                 progress: bool = False) -> dict[str, list[tuple[str, float]]]:
+    """Encode queries with the index's encoder and return the top-``k`` per query."""
+    import torch
+    from tqdm.auto import tqdm
+
+    from .index import Index
+
+    index = Index.open(index_dir)
+    encoder = LateInteractionEncoder.from_info(index.manifest["encoder"],
+                                               index.encoder_arrays.get("projection"))
+    if encoder.dim != index.codec.dim:
+        raise UserError(f"{index_dir}: encoder dim {encoder.dim} != index dim {index.codec.dim}")
+    Qs = encoder.encode(qtexts, is_query=True)
+    run = {}
+    for qid, Q in tqdm(list(zip(qids, Qs, strict=True)), desc="searching", disable=not progress):
+        docs, scores = index.search(torch.from_numpy(Q), k, nprobe)
+        run[qid] = [(index.doc_ids[d], float(s)) for d, s in zip(docs, scores, strict=True)]
+    return run

@@ -1,0 +1,154 @@
+"""Users' formats: JSONL / ``datasets`` corpora and queries, TREC run and qrels files, evaluation.
+
+Every reader raises ``UserError`` with the file and line for bad input; writers are atomic.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from icml26_shared import UserError
+from icml26_shared.eval import mrr_at_k, ndcg_at_k, recall_at_k
+
+
+def _check_records(ids: list[str], texts: list[str], where: str) -> tuple[list[str], list[str]]:
+    if not ids:
+        raise UserError(f"{where} is empty")
+    seen: dict[str, int] = {}
+    for i, d in enumerate(ids):
+        if d in seen:
+            raise UserError(f"{where}: duplicate id {d!r} (records {seen[d] + 1} and {i + 1})")
+        seen[d] = i
+    return ids, texts
+
+
+def read_jsonl(path: str | Path) -> tuple[list[str], list[str]]:
+    """``{"id", "text"}`` per line (blank lines skipped). Ids may be strings or integers."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path} does not exist")
+    ids, texts = [], []
+    with path.open(encoding="utf-8", errors="strict") as f:
+        try:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise UserError(f"{path}:{n}: malformed JSON ({exc.msg})") from None
+                if not isinstance(rec, dict) or "id" not in rec or "text" not in rec:
+                    raise UserError(f'{path}:{n}: expected an object with "id" and "text"')
+                if not isinstance(rec["id"], (str, int)) or isinstance(rec["id"], bool):
+                    raise UserError(f"{path}:{n}: id must be a string or an integer")
+                if not isinstance(rec["text"], str) or not rec["text"].strip():
+                    raise UserError(f"{path}:{n}: text must be a non-empty string")
+                ids.append(str(rec["id"]))
+                texts.append(rec["text"])
+        except UnicodeDecodeError:
+            raise UserError(f"{path}: not UTF-8 text") from None
+    return _check_records(ids, texts, str(path))
+
+
+def read_corpus(path: str | Path) -> tuple[list[str], list[str]]:
+    """A JSONL file, or a local ``datasets`` folder (``save_to_disk``) with ``id`` and ``text``."""
+    path = Path(path)
+    if path.is_dir():
+        from icml26_shared.data import load_local_dataset
+
+        ds = load_local_dataset(path)
+        missing = {"id", "text"} - set(ds.column_names)
+        if missing:
+            raise UserError(f"{path}: dataset lacks column(s) {', '.join(sorted(missing))}")
+        ids, texts = [str(x) for x in ds["id"]], list(ds["text"])
+        for i, t in enumerate(texts):
+            if not isinstance(t, str) or not t.strip():
+                raise UserError(f"{path}: record {i + 1}: text must be a non-empty string")
+        return _check_records(ids, texts, str(path))
+    if path.suffix.lower() not in (".jsonl", ".json") and path.exists():
+        raise UserError(f"{path}: expected a .jsonl file or a datasets folder")
+    return read_jsonl(path)
+
+
+# --- TREC ---------------------------------------------------------------------------------------
+
+
+def write_run(path: str | Path, run: Mapping[str, Sequence[tuple[str, float]]], tag: str = "crossq") -> Path:
+    """TREC run ``qid Q0 docid rank score tag``, written atomically."""
+    path = Path(path)
+    lines = [f"{q} Q0 {d} {r} {s:.6f} {tag}" for q, hits in run.items()
+             for r, (d, s) in enumerate(hits, 1)]
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("\n".join(lines) + ("\n" if lines else ""))
+    tmp.replace(path)
+    return path
+
+
+def _lines(path: Path):
+    if not path.is_file():
+        raise UserError(f"{path} does not exist")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not UTF-8 text") from None
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            yield n, line.split()
+
+
+def read_run(path: str | Path) -> dict[str, list[str]]:
+    """Document ids per query, best first (by score, ties by rank)."""
+    path = Path(path)
+    rows: dict[str, list[tuple[float, int, str]]] = {}
+    for n, f in _lines(path):
+        if len(f) != 6:
+            raise UserError(f"{path}:{n}: a TREC run line has 6 fields (qid Q0 docid rank score tag)")
+        try:
+            rank, score = int(f[3]), float(f[4])
+        except ValueError:
+            raise UserError(f"{path}:{n}: rank must be an integer and score a number") from None
+        rows.setdefault(f[0], []).append((-score, rank, f[2]))
+    if not rows:
+        raise UserError(f"{path} is empty")
+    return {q: [d for *_, d in sorted(hits)] for q, hits in rows.items()}
+
+
+def read_qrels(path: str | Path) -> dict[str, dict[str, int]]:
+    """TREC qrels ``qid iter docid relevance``."""
+    path = Path(path)
+    qrels: dict[str, dict[str, int]] = {}
+    for n, f in _lines(path):
+        if len(f) != 4:
+            raise UserError(f"{path}:{n}: a qrels line has 4 fields (qid iter docid relevance)")
+        try:
+            rel = int(f[3])
+        except ValueError:
+            raise UserError(f"{path}:{n}: relevance must be an integer") from None
+        qrels.setdefault(f[0], {})[f[2]] = rel
+    if not qrels:
+        raise UserError(f"{path} is empty")
+    return qrels
+
+
+def evaluate(run: Mapping[str, Sequence[str]], qrels: Mapping[str, Mapping[str, int]],
+             k: int = 10, recall_k: Sequence[int] = (10, 100)) -> dict[str, float]:
+    """Mean MRR@k, nDCG@k and recall@k over the qrels' queries (with a relevant document).
+    Queries of the qrels that the run lacks are an error (a run for another query set)."""
+    judged = [q for q, rels in qrels.items() if any(g > 0 for g in rels.values())]
+    if not judged:
+        raise UserError("the qrels have no relevant documents")
+    missing = [q for q in judged if q not in run]
+    if missing:
+        raise UserError(f"{len(missing)} of {len(judged)} qrels queries are not in the run "
+                        f"(e.g. {missing[0]!r}): the qrels name unknown query ids")
+    out = {f"mrr@{k}": 0.0, f"ndcg@{k}": 0.0, **{f"recall@{r}": 0.0 for r in recall_k}}
+    for q in judged:
+        out[f"mrr@{k}"] += mrr_at_k(run[q], qrels[q], k)
+        out[f"ndcg@{k}"] += ndcg_at_k(run[q], qrels[q], k)
+        for r in recall_k:
+            out[f"recall@{r}"] += recall_at_k(run[q], qrels[q], r)
+    out = {m: v / len(judged) for m, v in out.items()}
+    out["queries"] = float(len(judged))
+    return out

@@ -1,0 +1,143 @@
+"""The crossq CLI end to end on a tiny BERT: index -> search -> eval, resume, and bad input."""
+
+import json
+
+import numpy as np
+import pytest
+from crossq.cli import main
+
+TINY = ["--dim", "16", "--quiet", "--fit-docs", "40"]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    from crossq.corpus import stdlib_pairs
+
+    pairs = [(a, b, " ".join(c.split()[:20])) for a, b, c in stdlib_pairs()[:40]]  # < query_maxlen
+    d = tmp_path_factory.mktemp("data")
+    (d / "corpus.jsonl").write_text("".join(json.dumps({"id": f"doc{i}", "text": p[2]}) + "\n"
+                                            for i, p in enumerate(pairs)))
+    # a query equal to its document: MaxSim must rank that document first
+    (d / "queries.jsonl").write_text("".join(json.dumps({"id": f"q{i}", "text": p[2]}) + "\n"
+                                             for i, p in enumerate(pairs[:10])))
+    (d / "qrels.txt").write_text("".join(f"q{i} 0 doc{i} 1\n" for i in range(10)))
+    return d
+
+
+def _err(capsys):
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("crossq: error: "), err
+    return err[0]
+
+
+def test_index_search_eval_round_trip(files, tiny_model, tmp_path, capsys):
+    idx, run = tmp_path / "idx", tmp_path / "run.trec"
+    assert main(["index", str(files / "corpus.jsonl"), "--out", str(idx), "--codec", "fp16",
+                 "--bytes-per-token", "32", "--model", str(tiny_model), *TINY]) == 0
+    assert main(["search", str(idx), str(files / "queries.jsonl"), "--k", "5", "--out", str(run),
+                 "--quiet"]) == 0
+    lines = run.read_text().splitlines()
+    assert len(lines) == 50 and lines[0].split()[1] == "Q0"
+    capsys.readouterr()
+    assert main(["eval", str(run), str(files / "qrels.txt"), "--json", "--recall-k", "5"]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert metrics["mrr@10"] >= 0.9 and metrics["queries"] == 10
+
+
+def test_compressed_index_round_trip_and_info(files, tiny_model, tmp_path, capsys):
+    idx = tmp_path / "pq"
+    assert main(["index", str(files / "corpus.jsonl"), "--out", str(idx), "--codec", "pq",
+                 "--bytes-per-token", "4", "--model", str(tiny_model), *TINY]) == 0
+    assert main(["info", str(idx)]) == 0
+    assert "4 B/token" in capsys.readouterr().out
+    run = tmp_path / "run"
+    assert main(["search", str(idx), str(files / "queries.jsonl"), "--out", str(run), "--quiet",
+                 "--nprobe", "2"]) == 0
+    assert len(run.read_text().splitlines()) == 100
+
+
+def test_interrupted_indexing_resumes_to_the_same_index(files, tiny_model, tmp_path):
+    from crossq.config import EncoderConfig
+    from crossq.encoder import LateInteractionEncoder
+    from crossq.indexer import build_index
+    from crossq.io import read_corpus
+
+    ids, texts = read_corpus(files / "corpus.jsonl")
+
+    def build(out, **kw):
+        enc = LateInteractionEncoder.load(EncoderConfig(model=str(tiny_model), dim=16))
+        return build_index(ids, texts, out, enc, "crossq", 2, {"steps": 2}, chunk_docs=8,
+                           fit_docs=40, **kw)
+
+    ref = build(tmp_path / "ref")
+    out = tmp_path / "resumed"
+    with pytest.raises(KeyboardInterrupt):
+        build(out, _stop_after_chunks=2)
+    assert not out.exists()
+    partial = tmp_path / ".resumed.partial"
+    assert len(list(partial.glob("chunk_*.npz"))) == 2
+    again = build(out)
+    assert not partial.exists()
+    assert again["files"]["codes.npy"]["crc32"] == ref["files"]["codes.npy"]["crc32"]
+    assert again["files"] == ref["files"]
+
+
+def _write(path, text):
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize("content,message", [
+    ("", "is empty"),
+    ('{"id": 1, "text": "a b c"}\n{"id": 1, "text": "d e f"}\n', "duplicate id '1'"),
+    ('{"id": 1, "text": "a b c"}\n\n{"id": 2, "text": "x"\n', r"corpus.jsonl:3: malformed JSON"),
+    ('{"id": 1, "body": "a b c"}\n', r'corpus.jsonl:1: expected an object with "id" and "text"'),
+    ('{"id": 1, "text": "  "}\n', "text must be a non-empty string"),
+])
+def test_bad_corpus_is_one_clear_error(tmp_path, capsys, content, message):
+    out = tmp_path / "idx"
+    rc = main(["index", _write(tmp_path / "corpus.jsonl", content), "--out", str(out), "--quiet"])
+    assert rc == 2
+    assert message in _err(capsys)
+    assert not out.exists() and not (tmp_path / ".idx.partial").exists()
+
+
+def test_budget_the_codec_cannot_meet(files, tiny_model, tmp_path, capsys):
+    out = tmp_path / "idx"
+    rc = main(["index", str(files / "corpus.jsonl"), "--out", str(out), "--codec", "pq",
+               "--bytes-per-token", "3", "--model", str(tiny_model), *TINY])
+    assert rc == 2 and "cannot meet 3 bytes/token" in _err(capsys)
+    assert not out.exists() and not (tmp_path / ".idx.partial").exists()
+
+
+def test_qrels_for_unknown_ids(files, tmp_path, capsys):
+    run = _write(tmp_path / "run", "q1 Q0 doc1 1 2.0 x\nq1 Q0 doc2 2 1.0 x\n")
+    qrels = _write(tmp_path / "qrels", "q1 0 doc1 1\nq9 0 doc3 1\n")
+    assert main(["eval", run, qrels]) == 2
+    assert "unknown query ids" in _err(capsys)
+    assert main(["eval", run, _write(tmp_path / "bad", "q1 doc1 1\n")]) == 2
+    assert "bad:1" in _err(capsys)
+
+
+def test_search_refuses_a_non_index_and_existing_output(files, tmp_path, capsys):
+    assert main(["search", str(tmp_path), str(files / "queries.jsonl"), "--out",
+                 str(tmp_path / "run")]) == 2
+    assert "not a crossq index" in _err(capsys)
+    assert not (tmp_path / "run").exists()
+    existing = _write(tmp_path / "run2", "keep me")
+    assert main(["search", str(tmp_path), str(files / "queries.jsonl"), "--out", existing]) == 2
+    assert "exists" in _err(capsys)
+    assert (tmp_path / "run2").read_text() == "keep me"
+
+
+def test_train_then_index_with_the_codec_model(files, tiny_model, tmp_path, capsys):
+    model = tmp_path / "codec"
+    assert main(["train", str(files / "corpus.jsonl"), "--out", str(model), "--bytes-per-token",
+                 "2", "--model", str(tiny_model), "--steps", "2", "--queries",
+                 str(files / "queries.jsonl"), "--qrels", str(files / "qrels.txt"), *TINY]) == 0
+    idx = tmp_path / "idx"
+    assert main(["index", str(files / "corpus.jsonl"), "--out", str(idx), "--codec-model",
+                 str(model), "--model", str(tiny_model), *TINY]) == 0
+    mf = json.loads((idx / "manifest.json").read_text())
+    assert mf["codec"]["codec"] == "crossq" and mf["codec"]["bytes_per_token"] == 2
+    assert np.load(idx / "codec.books.npy").shape == (2, 256, 16)
