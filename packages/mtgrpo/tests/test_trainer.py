@@ -4,12 +4,13 @@ determinism, resume == uninterrupted, and users' mistakes."""
 import numpy as np
 import pytest
 import torch
-from icml26_shared import UserError
 from mtgrpo.config import TinyPolicyConfig, TrainConfig
 from mtgrpo.io import build_tiny, load_task, sft_warmstart
 from mtgrpo.policy import left_pad, response_logprobs
 from mtgrpo.tasks import Task, make_synthetic
 from mtgrpo.trainer import MTGRPOTrainer
+
+from icml26_shared import UserError
 
 TINY = TinyPolicyConfig(d=16, layers=1, heads=2, ctx=24, sft_steps=30, sft_batch=32)
 

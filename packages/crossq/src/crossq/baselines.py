@@ -5,6 +5,7 @@ ColBERTv2/PLAID-style residual compression. Each is one registered class (see ``
 from __future__ import annotations
 
 import numpy as np
+
 from icml26_shared import UserError
 
 from .codecs import Codec, check_bytes, register

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
+
 from icml26_shared import UserError
 
 from .config import CODEBOOK_SIZE, CrossQConfig

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from icml26_shared import UserError
 
 from .config import EncoderConfig

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
 from icml26_shared import ClaimCheck, Results, UserError
 from icml26_shared.eval import compare, mrr_at_k, ndcg_at_k, recall_at_k
 from icml26_shared.registry import package_version

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from icml26_shared import UserError
 
 from .codecs import Codec, get_codec

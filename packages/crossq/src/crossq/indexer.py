@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from icml26_shared import UserError
 
 from .codecs import Codec, get_codec

@@ -11,6 +11,7 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
+
 from icml26_shared import Results, UserError
 from icml26_shared.registry import package_version
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
 from icml26_shared import UserError
 
 from .config import TinyPolicyConfig

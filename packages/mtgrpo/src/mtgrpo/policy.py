@@ -13,6 +13,7 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
 from icml26_kernels import token_logprobs
 
 

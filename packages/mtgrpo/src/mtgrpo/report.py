@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+
 from icml26_shared import ClaimCheck
 from icml26_shared.report import line_plot
 

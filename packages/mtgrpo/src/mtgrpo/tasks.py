@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from icml26_shared import UserError
 
 Verifier = Callable[[str, dict], float]

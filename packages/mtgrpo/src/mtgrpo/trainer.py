@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from icml26_shared import UserError
 
 from .baselines import METHODS, SecBandit
