@@ -36,30 +36,6 @@ TASKS: dict[str, tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray]
 }
 
 
-class Adam:
-    """Plain Adam (Kingma & Ba): torch.optim's first use imports torch._dynamo, seconds of
-    start-up that the smoke run cannot afford."""
-
-    def __init__(self, params, lr: float, betas=(0.9, 0.999), eps: float = 1e-8):
-        self.params, self.lr, self.betas, self.eps, self.t = list(params), lr, betas, eps, 0
-        self.m = [torch.zeros_like(p) for p in self.params]
-        self.v = [torch.zeros_like(p) for p in self.params]
-
-    def zero_grad(self) -> None:
-        for p in self.params:
-            p.grad = None
-
-    @torch.no_grad()
-    def step(self) -> None:
-        self.t += 1
-        b1, b2 = self.betas
-        for p, m, v in zip(self.params, self.m, self.v, strict=True):
-            m.mul_(b1).add_(p.grad, alpha=1 - b1)
-            v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
-            denom = (v / (1 - b2 ** self.t)).sqrt_().add_(self.eps)
-            p.addcdiv_(m, denom, value=-self.lr / (1 - b1 ** self.t))
-
-
 class MLP(nn.Module):
     def __init__(self, hidden: int = 256):
         super().__init__()
@@ -100,7 +76,7 @@ def make_tasks(names: Sequence[str], seed: int) -> tuple[tuple[torch.Tensor, ...
 def train_base(base, steps: int, seed: int) -> tuple[MLP, nn.Linear]:
     torch.manual_seed(seed)
     net, head = MLP(), nn.Linear(256, 10)
-    opt = Adam([*net.parameters(), *head.parameters()], lr=3e-3)
+    opt = torch.optim.Adam([*net.parameters(), *head.parameters()], lr=3e-3)
     X, y = base
     g = torch.Generator().manual_seed(seed)
     for _ in range(steps):
@@ -122,7 +98,7 @@ def train_lora(net: MLP, task: Task, rank: int, steps: int, seed: int):
                       nn.Parameter(torch.zeros(W.shape[0], rank)))
     torch.manual_seed(seed)
     head = nn.Linear(256, task.classes)
-    opt = Adam([p for ab in lora.values() for p in ab] + list(head.parameters()), lr=1e-2)
+    opt = torch.optim.Adam([p for ab in lora.values() for p in ab] + list(head.parameters()), lr=1e-2)
     X, y = task.splits["train"]
     for _ in range(steps):
         idx = torch.randint(0, len(y), (BATCH,), generator=g)

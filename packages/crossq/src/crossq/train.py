@@ -85,33 +85,6 @@ def temperature_at(step: int, cfg: CrossQConfig) -> tuple[float, bool]:
     return float(cfg.t_start * (cfg.t_end / cfg.t_start) ** frac), False
 
 
-class Adam:
-    """Plain Adam. ``torch.optim`` imports ``torch._dynamo`` on first use (~9 s on a busy 2-core
-    machine), longer than a whole smoke reproduction; this is the same update rule."""
-
-    def __init__(self, params, lr: float, betas=(0.9, 0.999), eps: float = 1e-8):
-        self.params = [p for p in params if p.requires_grad]
-        self.lr, self.betas, self.eps, self.t = lr, betas, eps, 0
-        self.m = [torch.zeros_like(p) for p in self.params]
-        self.v = [torch.zeros_like(p) for p in self.params]
-
-    def zero_grad(self) -> None:
-        for p in self.params:
-            p.grad = None
-
-    @torch.no_grad()
-    def step(self) -> None:
-        self.t += 1
-        b1, b2 = self.betas
-        for p, m, v in zip(self.params, self.m, self.v, strict=True):
-            if p.grad is None:
-                continue
-            m.mul_(b1).add_(p.grad, alpha=1 - b1)
-            v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
-            mhat, vhat = m / (1 - b1 ** self.t), v / (1 - b2 ** self.t)
-            p.sub_(self.lr * mhat / (vhat.sqrt() + self.eps))
-
-
 def init_quantizer(X: np.ndarray, cfg: CrossQConfig, seed: int) -> CrossQuantizer:
     torch.manual_seed(seed)
     model = CrossQuantizer(X.shape[1], cfg.bytes_per_token, CODEBOOK_SIZE, context=cfg.context,
@@ -129,7 +102,7 @@ def fit_crossq(X: np.ndarray, offsets: np.ndarray, data: TrainingSet, cfg: Cross
     model = init_quantizer(X, cfg, seed)
     Xt = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32))
     rng = np.random.default_rng(seed)
-    opt = Adam(model.parameters(), lr=cfg.lr)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     n_q = len(data.queries)
     for step in range(cfg.steps if n_q else 0):
         T, st = temperature_at(step, cfg)
