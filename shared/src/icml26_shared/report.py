@@ -92,13 +92,16 @@ def print_summary(results: Sequence[Results]) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    import sys
+
     table = Table(title="icml26 reproduction summary")
     for col in ("package", "claim", "metric", "paper", "ours", "baseline", "held"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=col in ("package", "held"), ratio=3 if col == "claim" else None)
     style = {"held": "green", "NOT held": "red", "FAILED": "bold red", "n/a": "yellow"}
     for row in summary_rows(results):
         table.add_row(*row[:-1], f"[{style.get(row[-1], '')}]{row[-1]}")
-    Console().print(table)
+    # a log file or a pipe is not 80 columns wide: give the table room to stay readable there
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
 
 
 def line_plot(path: str | Path, series: Mapping[str, tuple[Sequence[float], Sequence[float]]
