@@ -133,24 +133,6 @@ def smollm2_hf_dir() -> Path:
     except OSError:  # another process finished first
         shutil.rmtree(tmp, ignore_errors=True)
     return out
-    gguf = smollm2_gguf_path()
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    config = model.config
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    clean = LlamaForCausalLM(config)
-    clean.load_state_dict(model.state_dict())
-    tmp = out.with_name(out.name + ".tmp")
-    clean.to(torch.bfloat16).save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    for f in tmp.iterdir():
-        f.replace(out / f.name)
-    tmp.rmdir()
-    return out
 
 
 def load_smollm2(dtype: str = "float32") -> tuple[Any, Any]:

@@ -89,10 +89,10 @@ def summary_markdown(results: Sequence[Results]) -> str:
 
 
 def print_summary(results: Sequence[Results]) -> None:
+    import sys
+
     from rich.console import Console
     from rich.table import Table
-
-    import sys
 
     table = Table(title="icml26 reproduction summary")
     for col in ("package", "claim", "metric", "paper", "ours", "baseline", "held"):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from .rules import apply_rule
-from .spaces import SpaceOptions, register_space
+from .spaces import SpaceOptions, rank_blocks, register_space
 
 
 def _keep(S: torch.Tensor, rtol: float) -> int:
@@ -76,14 +76,7 @@ def core_space(As, Bs, *, rule, weights, density, generator, opts: SpaceOptions)
     A_s, B_s = torch.cat(list(As), 0), torch.cat(list(Bs), 1)
     U, V = core_bases(A_s, B_s, opts.rank_tol)
     UtB, AVt = U.T @ B_s, A_s @ V.T  # (k_B × R), (R × k_A)
-    mats = torch.stack([UtB[:, sl] @ AVt[sl] for sl in _blocks(As)])
+    mats = torch.stack([UtB[:, sl] @ AVt[sl] for sl in rank_blocks(As)])
     merged = apply_rule(rule, mats, weights, density=density, generator=generator)
     return V, U @ merged
 
-
-def _blocks(As) -> list[slice]:
-    out, start = [], 0
-    for a in As:
-        out.append(slice(start, start + a.shape[0]))
-        start += a.shape[0]
-    return out

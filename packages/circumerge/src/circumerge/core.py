@@ -30,7 +30,7 @@ import math
 import torch
 
 from .rules import apply_rule
-from .spaces import SpaceOptions, register_space
+from .spaces import SpaceOptions, rank_blocks, register_space
 
 
 def effective_rank(values: torch.Tensor, *, singular: bool = True) -> float:
@@ -147,17 +147,10 @@ def circulant_space(As, Bs, *, rule, weights, density, generator, opts: SpaceOpt
     Q, lam_b = whiten(G_B, opts.rank_tol, eps)
     Z_B = lam_b.sqrt()[:, None] * Q.T  # (k_B × R) = Uᵀ B_s
     Z_A = P * lam_a.sqrt()[None, :]  # (R × k_A) = A_s Vᵀ
-    mats = torch.stack([Z_B[:, sl] @ Z_A[sl] for sl in _blocks(As)]).to(A_s.dtype)
+    mats = torch.stack([Z_B[:, sl] @ Z_A[sl] for sl in rank_blocks(As)]).to(A_s.dtype)
     merged = apply_rule(rule, mats, weights, density=density, generator=generator)
     X_B = (Q / lam_b.sqrt()[None, :]).to(A_s.dtype)  # U = B_s X_B
     Y_A = (P / lam_a.sqrt()[None, :]).T.to(A_s.dtype)  # V = Y_A A_s
     # ΔW* = U M* V = B_s (X_B M* Y_A) A_s: keep the stacked A factors as A*, one m×R×R product
     return A_s, B_s @ (X_B @ merged @ Y_A)
 
-
-def _blocks(As) -> list[slice]:
-    out, start = [], 0
-    for a in As:
-        out.append(slice(start, start + a.shape[0]))
-        start += a.shape[0]
-    return out

@@ -104,6 +104,16 @@ def dense(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     return B @ A
 
 
+def rank_blocks(As) -> list[slice]:
+    """The rows of each task's A factor inside the stacked A (heterogeneous ranks allowed)."""
+    out, start = [], 0
+    for a in As:
+        out.append(slice(start, start + a.shape[0]))
+        start += a.shape[0]
+    return out
+
+
 # populate the registry: the exact baselines and the (reconstructed) circulant space
 from . import baselines as _baselines  # noqa: E402,F401
 from . import core as _core  # noqa: E402,F401
+
