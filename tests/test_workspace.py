@@ -58,3 +58,16 @@ def test_paper_package_is_registered_with_its_cli(member):
     assert desc.version == proj["version"]
     assert desc.claims and all(c.description for c in desc.claims)
     assert (member / "tests").is_dir()
+
+
+@pytest.mark.parametrize("member", PAPERS, ids=lambda p: p.name)
+def test_paper_package_has_a_readme_row_and_declares_its_scales(member):
+    proj = _project(member)
+    name = proj["name"]
+    row = next((line for line in (ROOT / "README.md").read_text().splitlines()
+                if line.startswith(f"| [{name}](packages/{member.name}/)")), None)
+    assert row is not None, f"{name}: no row in the root README's package table"
+    assert row.rstrip().endswith(f"| {proj['version']} |"), f"{name}: README row shows another version"
+    desc = registry.get(name)
+    assert desc.quick_minutes and desc.quick_minutes > 0, f"{name}: declare quick_minutes"
+    assert {"smoke", "quick", "full"} <= set(desc.scales), f"{name}: describe every scale"

@@ -153,6 +153,11 @@ def test_full_scale_recipe_runs_on_a_local_model(tiny_llama_dir, tmp_path, monke
                  "MTGRPO_SEEDS": "1", "MTGRPO_BATCH": "2", "MTGRPO_GROUP": "2",
                  "MTGRPO_MAX_NEW_TOKENS": "2", "MTGRPO_VERIFIER": "contains"}.items():
         monkeypatch.setenv(k, v)
+    if not torch.cuda.is_available():  # a GPU recipe refuses a CPU machine unless told to run
+        monkeypatch.delenv("MTGRPO_DEVICE", raising=False)
+        with pytest.raises(UserError, match="CUDA"):
+            reproduce("full", tmp_path / "b", 0)
+        monkeypatch.setenv("MTGRPO_DEVICE", "cpu")
     res = reproduce("full", tmp_path / "b", 0)
     res.validate()
     assert {r.method for r in res.rows} == {"grpo", "dapo", "mtgrpo"}

@@ -21,10 +21,20 @@ def add_reproduce_arguments(p: argparse.ArgumentParser, default_scale: str = "qu
     p.add_argument("--out", type=Path, default=None,
                    help="output folder (default: runs/reproduce-<scale>)")
     p.add_argument("--seed", type=int, default=0, help="base seed (default: %(default)s)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out: reuse every package whose results.json is ok "
+                        "for the same scale, seed and version, run the rest")
+    p.add_argument("--force", action="store_true",
+                   help="replace an earlier run's --out folder (refused without --resume/--force)")
 
 
 def reproduce_from_args(names: list[str] | None, args: argparse.Namespace) -> int:
-    """Run the named packages' reproductions (all registered when ``names`` is empty)."""
+    """Run the named packages' reproductions (all registered when ``names`` is empty).
+
+    Exit code 0 when every package is ok or skipped (refused this scale here, e.g. ``full``
+    without a GPU), 1 when one failed; a user's mistake raises ``UserError`` (exit 2). With one
+    package named, its refusal is the answer to the user's request: one line, exit 2.
+    """
     from . import registry, runner
     from .report import print_summary
 
@@ -36,16 +46,19 @@ def reproduce_from_args(names: list[str] | None, args: argparse.Namespace) -> in
         if unknown:
             known = ", ".join(methods) or "none registered"
             raise UserError(f"unknown package {', '.join(unknown)} (registered: {known})")
-        descs = [methods[n] for n in names]
+        descs = [methods[n] for n in dict.fromkeys(names)]
     else:
         descs = list(methods.values())
     if not descs:
         print("no paper packages are registered yet (entry-point group icml26.methods); nothing to run")
         return 0
-    results = runner.run_many(descs, args.scale, out, args.seed)
+    results = runner.run_many(descs, args.scale, out, args.seed,
+                              resume=getattr(args, "resume", False),
+                              force=getattr(args, "force", False),
+                              refusal="raise" if len(descs) == 1 and names else "skip")
     print_summary(results)
     print(f"report: {out / 'REPORT.md'}")
-    return 0 if all(r.status == "ok" for r in results) else 1
+    return 1 if any(r.status == "failed" for r in results) else 0
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -57,7 +70,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
         return 0
     for d in methods.values():
         arxiv = f" (arXiv {d.paper.arxiv})" if d.paper.arxiv else ""
-        print(f"{d.name} {d.version} — {d.paper.title}, {d.paper.venue}{arxiv}")
+        quick = f" · quick ≈ {d.quick_minutes:g} min" if d.quick_minutes else " · quick: not timed"
+        print(f"{d.name} {d.version} — {d.paper.title}, {d.paper.venue}{arxiv}{quick}")
         for c in d.claims:
             paper = f" [paper: {c.paper_value:g}{c.unit}]" if c.paper_value is not None else ""
             print(f"    - {c.description} ({c.metric}, {c.direction} is better){paper}")
@@ -69,7 +83,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from .runner import load_results_dir
 
     results = load_results_dir(args.dir)
-    path = write_report(results, args.dir)
+    path = write_report(results, args.dir)  # a re-render: the packages not run are not known here
     print_summary(results)
     print(f"report: {path}")
     return 0

@@ -70,6 +70,59 @@ def ndcg_at_k(ranking: Sequence, relevant: Mapping | set, k: int = 10) -> float:
     return disc(gains) / idcg if idcg > 0 else 0.0
 
 
+# --- paired intervals --------------------------------------------------------------------------
+
+@dataclass
+class PairedInterval:
+    """Mean of the paired differences ``a - b`` and its bootstrap confidence interval."""
+
+    mean: float
+    low: float
+    high: float
+    n: int
+    confidence: float = 0.95
+
+    def clears(self, margin: float = 0.0, direction: str = "higher") -> bool:
+        """True when the whole interval lies beyond ``margin`` in ``direction``."""
+        return self.low > margin if direction == "higher" else self.high < -margin
+
+    def __str__(self) -> str:
+        return f"{self.mean:+.4g} [{self.low:+.4g}, {self.high:+.4g}]"
+
+
+def paired_interval(a, b=None, *, confidence: float = 0.95, n_resamples: int = 9999,
+                    seed: int = 0) -> PairedInterval:
+    """Bootstrap interval (BCa, ``scipy.stats.bootstrap``) of the mean paired difference ``a - b``.
+
+    ``a`` and ``b`` are per-seed (or per-query, per-task) values of two methods on the same units;
+    with ``b=None``, ``a`` already holds the differences. With fewer than 2 pairs or zero
+    variance the interval collapses to the mean; BCa falls back to the percentile method when it
+    is undefined.
+    """
+    d = np.asarray(a, dtype=float) - (0.0 if b is None else np.asarray(b, dtype=float))
+    d = d.ravel()
+    if d.size == 0:
+        raise ValueError("paired_interval needs at least one pair")
+    mean = float(d.mean())
+    if d.size < 2 or float(np.ptp(d)) == 0.0:
+        return PairedInterval(mean, mean, mean, int(d.size), confidence)
+    import warnings
+
+    from scipy.stats import bootstrap
+
+    rng = np.random.default_rng(seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ci = bootstrap((d,), np.mean, confidence_level=confidence, n_resamples=n_resamples,
+                       method="BCa", random_state=rng).confidence_interval
+        low, high = float(ci.low), float(ci.high)
+        if not (np.isfinite(low) and np.isfinite(high)):
+            ci = bootstrap((d,), np.mean, confidence_level=confidence, n_resamples=n_resamples,
+                           method="percentile", random_state=rng).confidence_interval
+            low, high = float(ci.low), float(ci.high)
+    return PairedInterval(mean, low, high, int(d.size), confidence)
+
+
 # --- timing ------------------------------------------------------------------------------------
 
 @dataclass

@@ -43,7 +43,8 @@ class MethodDescriptor:
 
     ``reproduce`` names a function ``f(scale: str, out_dir: Path, seed: int) -> Results`` as
     ``"module:function"``; it may write figures into ``out_dir`` and list them in
-    ``Results.figures``. ``scales`` documents what each scale runs.
+    ``Results.figures``. ``scales`` documents what each scale runs; ``full`` names what it needs
+    (a CUDA device, user-supplied paths) and raises ``UserError`` at once when they are missing.
     """
 
     name: str
@@ -53,6 +54,9 @@ class MethodDescriptor:
     reproduce: str
     summary: str = ""
     scales: dict[str, str] = field(default_factory=dict)
+    #: typical wall time of ``reproduce --scale quick`` on 2 CPU cores, in minutes (for progress
+    #: estimates and ``icml26 list``); None when not measured yet
+    quick_minutes: float | None = None
 
     def load_reproduce(self) -> ReproduceFn:
         module, _, func = self.reproduce.partition(":")

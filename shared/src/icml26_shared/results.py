@@ -54,6 +54,8 @@ class ClaimCheck:
     baseline_name: str = ""
     held: bool | None = None
     note: str = ""
+    #: 95% interval: of ``ours - baseline`` when there is a baseline, else of ``ours``
+    interval: list[float] | None = None
 
     @classmethod
     def compare(
@@ -66,16 +68,26 @@ class ClaimCheck:
         margin: float = 0.0,
         threshold: float | None = None,
         note: str = "",
+        interval: Sequence[float] | None = None,
     ) -> ClaimCheck:
         """Decide ``held``: ours beats the baseline by ``margin`` in the claim's direction, or,
-        with ``threshold`` and no baseline, ours is on the right side of the threshold."""
+        with ``threshold`` and no baseline, ours is on the right side of the threshold.
+
+        With ``interval`` = (low, high), a 95% interval of ``ours - baseline`` (paired, e.g.
+        ``eval.paired_interval``) or, without a baseline, of ``ours``, the whole interval must
+        clear the target: a mean that clears it by noise alone does not hold."""
         held: bool | None = None
+        iv = None if interval is None else [float(interval[0]), float(interval[1])]
+        if iv is not None and (iv[0] > iv[1] or any(map(_isnan, iv))):
+            raise ValueError(f"bad interval {iv}")
         if ours is not None and not _isnan(ours):
             sign = 1.0 if claim.direction == "higher" else -1.0
             if baseline is not None and not _isnan(baseline):
-                held = sign * (ours - baseline) >= margin
+                diff = (iv[0] if sign > 0 else iv[1]) if iv else ours - baseline
+                held = sign * diff >= margin
             elif threshold is not None:
-                held = sign * (ours - threshold) >= 0
+                val = (iv[0] if sign > 0 else iv[1]) if iv else ours
+                held = sign * (val - threshold) >= 0
         return cls(
             claim_id=claim.id,
             description=claim.description,
@@ -87,6 +99,7 @@ class ClaimCheck:
             baseline_name=baseline_name,
             held=held,
             note=note,
+            interval=iv,
         )
 
 
@@ -114,9 +127,13 @@ class EnvInfo:
     cpu_count: int
     threads: int | None
     gpu: str | None
+    #: whether the git tree holding the package's source had uncommitted changes there
+    git_dirty: bool | None = None
 
     @classmethod
-    def capture(cls, extra_packages: Iterable[str] = ()) -> EnvInfo:
+    def capture(cls, extra_packages: Iterable[str] = (), source: str | Path | None = None) -> EnvInfo:
+        """Describe this run. ``source`` is the package's source folder: the commit and the dirty
+        flag are read from the git checkout holding it (none for an installed wheel)."""
         names = {"icml26-shared", "icml26-kernels", "numpy", "torch", "triton", "jax",
                  "transformers", "peft", *extra_packages}
         packages = {}
@@ -136,15 +153,17 @@ class EnvInfo:
             accel = [d for d in sys.modules["jax"].devices() if d.platform != "cpu"]
             if accel:
                 gpu = f"{accel[0].device_kind} (x{len(accel)}, jax)"
+        commit, dirty = _git_state(Path(source) if source is not None else None)
         return cls(
             python=platform.python_version(),
             platform=platform.platform(),
             packages=packages,
-            git_commit=_git_commit(),
+            git_commit=commit,
             cpu=platform.processor() or platform.machine(),
             cpu_count=os.cpu_count() or 1,
             threads=threads,
             gpu=gpu,
+            git_dirty=dirty,
         )
 
 
@@ -162,7 +181,9 @@ class Results:
     figures: list[str] = field(default_factory=list)  # paths relative to the results.json folder
     notes: list[str] = field(default_factory=list)
     elapsed_s: float | None = None
-    status: Literal["ok", "failed"] = "ok"
+    #: ok; failed (an exception: ``error`` holds it); skipped (the package refused this scale
+    #: here, e.g. full without a GPU: ``error`` holds its reason)
+    status: Literal["ok", "failed", "skipped"] = "ok"
     error: str | None = None
     created: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
     schema_version: int = SCHEMA_VERSION
@@ -213,6 +234,8 @@ class Results:
             raise ValueError(f"schema_version {self.schema_version} != {SCHEMA_VERSION}")
         if self.scale not in SCALES:
             raise ValueError(f"scale {self.scale!r} not in {SCALES}")
+        if self.status not in ("ok", "failed", "skipped"):
+            raise ValueError(f"status {self.status!r} is not ok, failed or skipped")
         if self.status == "ok" and not self.rows:
             raise ValueError("a successful run must report at least one row")
         for row in self.rows:
@@ -256,10 +279,24 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
-def _git_commit() -> str | None:
+def _git(args: list[str], cwd: Path | None) -> str | None:
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=5, check=False)
+        out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=5,
+                             check=False, cwd=cwd)
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+    return out.stdout if out.returncode == 0 else None
+
+
+def _git_state(source: Path | None) -> tuple[str | None, bool | None]:
+    """(commit, dirty) of the git checkout holding ``source`` (the current folder when None);
+    (None, None) outside a checkout. ``dirty`` looks only below ``source``."""
+    if source is not None:
+        source = source if source.is_dir() else source.parent
+        if not source.is_dir():
+            return None, None
+    commit = _git(["rev-parse", "HEAD"], source)
+    if not commit or not commit.strip():
+        return None, None
+    status = _git(["status", "--porcelain", "--", "."], source)
+    return commit.strip(), (None if status is None else bool(status.strip()))

@@ -33,6 +33,8 @@ DESCRIPTOR = MethodDescriptor(
                  "accuracy with T=8 LoRA adapters, 3 seeds, every space x rule; peak memory of "
                  "merging PEFT sets from disk (about 5 min, 2 CPUs)",
         "full": "the GPU recipe: `circumerge bench` on Llama shapes up to 14336 and `circumerge "
-                "merge` on user-supplied KnOTS-suite checkpoints (8 ViT / 6 NLI LoRAs)",
+                "merge` on user-supplied KnOTS-suite checkpoints (8 ViT / 6 NLI LoRAs); needs a CUDA device and "
+                "those checkpoints, so `reproduce --scale full` refuses at once and names the commands",
     },
+    quick_minutes=2.1,
 )

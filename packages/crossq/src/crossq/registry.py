@@ -37,6 +37,7 @@ DESCRIPTOR = MethodDescriptor(
         "quick": "all-MiniLM-L6-v2 (+PCA to 128 d), ~1.2k stdlib docstring pairs + pydoc topics, "
                  "2/4/8 B/token, 2 seeds, every codec; ~10 min on 2 CPU cores",
         "full": "GPU recipe: ColBERTv2 / PyLate checkpoint on MS MARCO or BEIR (user-supplied), "
-                "see README",
+                "see README; needs a CUDA device and those local files, refused at once without them",
     },
+    quick_minutes=5.4,
 )

@@ -27,6 +27,7 @@ DESCRIPTOR = MethodDescriptor(
         "smoke": "5x5 gridworld, LEO vs PQN, 2 seeds, 8 updates; speed at K=4,16 (seconds)",
         "quick": "speed at K=16..1024; 10x10 gridworld (73 goals), LEO / PQN / PQN+HER / Dual LEO, "
                  "3 seeds, 205k steps; Craftax-Classic pipeline smoke (minutes on 2 CPU cores)",
-        "full": "GPU recipe: six methods on Craftax-Classic and Craftax, 1e9 steps, 3 seeds",
+        "full": "GPU recipe: six methods on Craftax-Classic and Craftax, 1e9 steps, 3 seeds; needs a CUDA build of JAX and a GPU, refused at once without",
     },
+    quick_minutes=1.1,
 )

@@ -88,12 +88,19 @@ def _full_scale() -> tuple[dict, list, object]:
     """The GPU recipe, configured from the environment: MTGRPO_MODEL (a local HF folder),
     MTGRPO_DATA (a folder of <task>.jsonl files with prompt / answer [/ split]), optional
     MTGRPO_VERIFIER (default number), MTGRPO_STEPS (300), MTGRPO_SEEDS (3), MTGRPO_LORA_R (0)."""
+    import torch
+
     from .io import load_hf_policy, load_task
 
     model, data = os.environ.get("MTGRPO_MODEL"), os.environ.get("MTGRPO_DATA")
     if not model or not data:
         raise UserError("the full scale is a GPU recipe that needs a local model and data "
-                        "(set MTGRPO_MODEL and MTGRPO_DATA):\n" + FULL_RECIPE)
+                        "(set MTGRPO_MODEL and MTGRPO_DATA) and a CUDA device; the recipe:\n" + FULL_RECIPE)
+    if not torch.cuda.is_available() and os.environ.get("MTGRPO_DEVICE") != "cpu":
+        raise UserError("the full scale is a GPU recipe (hours of RL on a 1.5B-3B model) and needs "
+                        "a CUDA device; none is visible here (MTGRPO_DEVICE=cpu runs it anyway)")
+    if not Path(model).is_dir():
+        raise UserError(f"MTGRPO_MODEL={model} is not a folder (a local Hugging Face model)")
     files = sorted(Path(data).glob("*.jsonl"))
     if not files:
         raise UserError(f"MTGRPO_DATA={data} holds no .jsonl task files")

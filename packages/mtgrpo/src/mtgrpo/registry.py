@@ -31,6 +31,9 @@ DESCRIPTOR = MethodDescriptor(
         "quick": "tiny transformer, 3 synthetic tasks, GRPO / DAPO / MT-GRPO / IWU-only, 5 seeds, "
                  "same steps; minutes on 2 CPU cores",
         "full": "GPU recipe: reasoning-gym Countdown / Zebra / ARC-1D with a local Qwen2.5-class "
-                "model via `accelerate launch -m mtgrpo train` (see README)",
+                "model via `accelerate launch -m mtgrpo train` (see README); needs a CUDA device, "
+                "MTGRPO_MODEL (a local HF model folder) and MTGRPO_DATA (<task>.jsonl files), "
+                "refused at once without them",
     },
+    quick_minutes=1.8,
 )

@@ -63,10 +63,15 @@ def run(lens=(32768, 65536, 131072), density: float = 0.25, heads: int = 32, kv_
 
 def full_recipe(out_dir: Path, seed: int):
     """``reproduce --scale full``: the GPU speed rows (needs CUDA)."""
-    from icml26_shared import ClaimCheck, Results
+    import torch
+
+    from icml26_shared import ClaimCheck, Results, UserError
 
     from .registry import CLAIMS, DESCRIPTOR
 
+    if not torch.cuda.is_available():
+        raise UserError("the full scale is the GPU recipe (Triton kernel vs SDPA/FlashAttention at "
+                        "32k-128k tokens) and needs a CUDA device; none is visible here")
     rows = run()
     res = Results(package=DESCRIPTOR.name, version=DESCRIPTOR.version, scale="full", seed=seed)
     by = {}

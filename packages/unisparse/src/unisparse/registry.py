@@ -32,6 +32,7 @@ DESCRIPTOR = MethodDescriptor(
                  "fidelity; CPU speed vs dense SDPA at 8k/16k/32k (one thread); ~7-10 min on 2 cores",
         "full": "GPU recipe: Triton kernel + estimation vs SDPA/FlashAttention at 32k-128k "
                 "(unisparse.gpu_bench, needs CUDA); accuracy on a user-supplied model with "
-                "`unisparse eval --model PATH --lengths ...`",
+                "`unisparse eval --model PATH --lengths ...`; refused at once without a CUDA device",
     },
+    quick_minutes=3.2,
 )
