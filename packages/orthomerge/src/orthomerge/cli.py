@@ -1,0 +1,196 @@
+"""``orthomerge``: oft / full / diagnose / reproduce. Heavy imports live inside the commands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+from icml26_shared import UserError, cli_entry
+from icml26_shared.cli import add_reproduce_arguments, reproduce_from_args
+
+OFT_METHODS = ("orthomerge", "avg", "ta", "ties", "dare", "tsv")
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be finite, got {text!r}")
+    return value
+
+
+def _weights(text: str) -> tuple[float, ...]:
+    try:
+        vals = tuple(float(x) for x in text.replace(",", " ").split())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"weights must be numbers, got {text!r}") from None
+    if not vals or not all(math.isfinite(v) and v >= 0 for v in vals) or sum(vals) <= 0:
+        raise argparse.ArgumentTypeError(f"weights must be finite, >= 0 and not all 0, got {text!r}")
+    return vals
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse errors as one line (no usage dump), exit 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        print(f"{self.prog.split()[0]}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _config(cls, **kw):
+    try:
+        return cls(**kw)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+def _progress(quiet: bool):
+    def show(i: int, total: int, name: str) -> None:
+        if not quiet and sys.stderr.isatty():
+            print(f"\r[{i}/{total}] {name[-60:]:<60}", end="" if i < total else "\n", file=sys.stderr, flush=True)
+    return show
+
+
+def _cmd_oft(args: argparse.Namespace) -> int:
+    from .config import OFTMergeConfig
+    from .io import Adapter, Tensors, prepare_out, write_adapter, write_checkpoint
+    from .merging import merge_oft_adapters, oft_dense
+
+    cfg = _config(OFTMergeConfig, method=args.method, magnitude=args.magnitude, granularity=args.granularity,
+                  weights=args.weights, scale=args.scale, density=args.density, seed=args.seed)
+    euclid = args.method not in ("orthomerge", "avg")
+    if euclid and not args.dense:
+        raise UserError(f"--method {args.method} merges dense deltas: pass --base PATH --dense")
+    if args.dense and args.base is None:
+        raise UserError("--dense needs --base PATH (the base model's safetensors checkpoint)")
+    if args.weights is not None and len(args.weights) != len(args.adapters):
+        raise UserError(f"{len(args.weights)} weights given for {len(args.adapters)} adapters")
+    out = prepare_out(args.out, args.force)
+    ads = [Adapter.open(p) for p in args.adapters]
+    if args.dense:
+        base = Tensors.open(args.base)
+        tensors = oft_dense(ads, base, cfg, progress=_progress(args.quiet))
+        write_checkpoint(out, tensors, Path(args.base) if Path(args.base).is_dir() else None, force=args.force)
+        what = "dense checkpoint"
+    else:
+        tensors, config = merge_oft_adapters(ads, cfg, progress=_progress(args.quiet))
+        write_adapter(out, config, tensors, force=args.force)
+        what = f"{ads[0].peft_type} adapter"
+    print(f"merged {len(ads)} {ads[0].peft_type} adapters with {args.method} -> {what} {out}")
+    return 0
+
+
+def _open_expert(path: Path, base):
+    from .io import ADAPTER_CONFIG, Adapter, Tensors
+    from .merging import LoraExpert
+
+    if path.is_dir() and (path / ADAPTER_CONFIG).is_file():
+        return LoraExpert(Adapter.open(path, allowed=("LORA",)), base)
+    return Tensors.open(path)
+
+
+def _cmd_full(args: argparse.Namespace) -> int:
+    from .config import DecoupleConfig
+    from .io import Tensors, prepare_out, write_checkpoint
+    from .merging import orthogonal_residual_merge
+
+    cfg = _config(DecoupleConfig, ortho=args.ortho, residual=args.residual, residual_scale=args.residual_scale,
+                  density=args.density, seed=args.seed)
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UserError("--device cuda: no CUDA device is available")
+    out = prepare_out(args.out, args.force)
+    base = Tensors.open(args.base)
+    experts = [_open_expert(Path(p), base) for p in args.experts]
+    merged = orthogonal_residual_merge(base, experts, cfg, device=args.device, progress=_progress(args.quiet))
+    write_checkpoint(out, merged, Path(args.base) if Path(args.base).is_dir() else None, force=args.force)
+    print(f"merged {len(experts)} experts (ortho {args.ortho}, residual {args.residual} x "
+          f"{args.residual_scale:g}) -> {out}")
+    return 0
+
+
+def _cmd_diagnose(args: argparse.Namespace) -> int:
+    from .io import ADAPTER_CONFIG, Adapter, Tensors
+    from .merging import diagnose, diagnose_adapter
+
+    path = Path(args.path)
+    base = Tensors.open(args.base) if args.base else None
+    if path.is_dir() and (path / ADAPTER_CONFIG).is_file():
+        rows = diagnose_adapter(Adapter.open(path), base)
+    else:
+        rows = diagnose(Tensors.open(path), base)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    cols = [c for c in ("hyperspherical_energy", "base_hyperspherical_energy", "spectral_norm",
+                        "base_spectral_norm", "orthogonality_error", "residual_fraction") if rows and c in rows[0]]
+    print(f"{'module':<48}" + "".join(f"{c[:22]:>24}" for c in cols))
+    for r in rows:
+        print(f"{r['module'][-48:]:<48}" + "".join(f"{r[c]:>24.6g}" for c in cols))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="orthomerge", description="OrthoMerge (ICML 2026): merge OFT/BOFT adapters and "
+                "fine-tuned experts on the orthogonal group, plus the Euclidean merges.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    o = sub.add_parser("oft", help="merge peft OFT / BOFT adapters (one adapter out, or --dense)")
+    o.add_argument("adapters", nargs="+", type=Path, metavar="ADAPTER")
+    o.add_argument("--out", type=Path, required=True, help="output folder (must not exist)")
+    o.add_argument("--method", choices=OFT_METHODS, default="orthomerge",
+                   help="orthomerge (default), avg (no magnitude correction), or a Euclidean merge (needs --dense)")
+    o.add_argument("--magnitude", choices=("mean", "median", "max"), default="mean")
+    o.add_argument("--granularity", choices=("module", "block"), default="module")
+    o.add_argument("--weights", type=_weights, default=None, help="per-adapter weights, e.g. 1,0.5,0.5")
+    o.add_argument("--scale", type=_number, default=1.0, help="strength λ (default 1: the paper's)")
+    o.add_argument("--density", type=_number, default=0.2, help="TIES/DARE kept fraction (default 0.2)")
+    o.add_argument("--base", type=Path, default=None, help="base model (safetensors folder) for --dense")
+    o.add_argument("--dense", action="store_true", help="write a merged Hugging Face checkpoint instead")
+    o.add_argument("--seed", type=int, default=0)
+    o.add_argument("--force", action="store_true", help="replace --out if it exists")
+    o.add_argument("--quiet", action="store_true")
+    o.set_defaults(fn=_cmd_oft)
+
+    f = sub.add_parser("full", help="Orthogonal-Residual Decoupling of full / LoRA experts")
+    f.add_argument("--base", type=Path, required=True)
+    f.add_argument("--experts", type=Path, nargs="+", required=True,
+                   help="full checkpoints (safetensors) or peft LoRA adapter folders")
+    f.add_argument("--out", type=Path, required=True)
+    f.add_argument("--residual", choices=("ta", "ties", "dare", "tsv"), default="ta")
+    f.add_argument("--ortho", choices=("none", "general", "conflict"), default="general")
+    f.add_argument("--residual-scale", type=_number, default=0.2, help="λ on the merged residual (default 0.2)")
+    f.add_argument("--density", type=_number, default=0.2)
+    f.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the SVDs run")
+    f.add_argument("--seed", type=int, default=0)
+    f.add_argument("--force", action="store_true")
+    f.add_argument("--quiet", action="store_true")
+    f.set_defaults(fn=_cmd_full)
+
+    d = sub.add_parser("diagnose", help="per 2-D module: hyperspherical energy, spectral norm, ‖RᵀR − I‖")
+    d.add_argument("path", type=Path, help="a checkpoint, or an OFT / BOFT adapter folder")
+    d.add_argument("--base", type=Path, default=None)
+    d.add_argument("--json", action="store_true")
+    d.set_defaults(fn=_cmd_diagnose)
+
+    r = sub.add_parser("reproduce", help="run the laptop-scale reproduction")
+    add_reproduce_arguments(r)
+    r.set_defaults(fn=lambda a: reproduce_from_args(["orthomerge"], a))
+    return p
+
+
+@cli_entry("orthomerge")
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
