@@ -1,0 +1,233 @@
+"""``mesret``: bench / policy / report / reproduce. Heavy imports live inside the commands; every
+user mistake is one ``mesret: error: ...`` line on stderr and exit code 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+from icml26_shared import UserError, cli_entry
+from icml26_shared.cli import add_reproduce_arguments, reproduce_from_args
+
+ALGO_NAMES = ("mesret", "smesret", "indep-cma", "indep-sepcma", "openai-es", "mfea", "mesret-norwe",
+              "mesret-tau0")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse without the usage dump: a bad argument is one UserError line."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise UserError(message)
+
+
+def _pos_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def _finite(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return v
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        vals = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not vals or min(vals) < 2:
+        raise argparse.ArgumentTypeError(f"dimensions must be integers >= 2, got {text!r}")
+    return vals
+
+
+def _names(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def _load_suite(args) -> list:
+    from .suites import load_user_suite, wcci20
+
+    if args.suite == "wcci20":
+        return wcci20(args.tasks, args.dims, args.similarity, seed=args.suite_seed)
+    if args.suite == "cec17-mix":
+        raise UserError("suite cec17-mix needs opfunu (pip install opfunu), which this build does not include")
+    if args.suite == "gymnax":
+        raise UserError("the policy suite runs through `mesret policy` (NumPy classic control; gymnax not used)")
+    return load_user_suite(args.suite)
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from icml26_shared import Results
+
+    from .baselines import ALGOS, optimize
+    from .bench import add_rows
+    from .io import check_new_dir, summary_table, write_run_dir
+    from .registry import DESCRIPTOR
+
+    check_new_dir(args.out, args.force)
+    algos = _names(args.algos)
+    for a in algos:
+        if a not in ALGOS:
+            raise UserError(f"unknown algo {a!r} (choose from {', '.join(ALGOS)})")
+    tasks = _load_suite(args)
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    jobs = [(a, s) for a in algos for s in seeds]
+    results = _run_jobs(tasks, jobs, args.fe_per_task, args.backend, args.workers, optimize)
+    import numpy as np
+
+    runs = {a: dict(best_f=np.array([results[(a, s)].best_f for s in seeds]),
+                    fe_used=np.array([results[(a, s)].fe_used for s in seeds]),
+                    results=[results[(a, s)] for s in seeds]) for a in algos}
+    res = Results(package=DESCRIPTOR.name, version=DESCRIPTOR.version, scale="quick", seed=args.seed)
+    add_rows(res, f"bench_{Path(args.suite).name}", tasks, runs, seeds, per_task=True)
+    res.notes.append(f"mesret bench --suite {args.suite} --algos {','.join(algos)} --fe-per-task "
+                     f"{args.fe_per_task} --seeds {args.seeds} --backend {args.backend}")
+    path = write_run_dir(args.out, res, force=args.force)
+    if args.json:
+        print(json.dumps(res.to_dict(), indent=2))
+    else:
+        print(summary_table(res))
+        print(f"results: {path}")
+    return 0
+
+
+def _run_jobs(tasks, jobs, fe, backend, workers, optimize) -> dict:
+    """Each (algo, seed) job is seeded on its own, so results do not depend on ``workers``."""
+    if workers <= 1 or len(jobs) == 1:
+        return {j: optimize(tasks, j[0], fe_per_task=fe, seed=j[1], backend=backend) for j in jobs}
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    optimize(tasks, jobs[0][0], fe_per_task=fe, seed=jobs[0][1], backend=backend)  # validate in-process
+    global _POOL_STATE
+    _POOL_STATE = (tasks, fe, backend)
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) as ex:
+        out = list(ex.map(_pool_job, jobs))
+    return dict(zip(jobs, out, strict=True))
+
+
+_POOL_STATE: tuple | None = None
+
+
+def _pool_job(job):
+    from .baselines import optimize
+
+    tasks, fe, backend = _POOL_STATE
+    return optimize(tasks, job[0], fe_per_task=fe, seed=job[1], backend=backend)
+
+
+def _cmd_policy(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from icml26_shared import Results
+
+    from .baselines import ALGOS, optimize
+    from .io import check_new_dir, summary_table, write_run_dir
+    from .policy import ENVS, normalised_return, policy_suite
+    from .registry import DESCRIPTOR
+
+    check_new_dir(args.out, args.force)
+    envs = _names(args.envs)
+    for e in envs:
+        if e not in ENVS:
+            raise UserError(f"unknown env {e!r} (choose from {', '.join(ENVS)})")
+    algos = _names(args.algos)
+    for a in algos:
+        if a not in ALGOS:
+            raise UserError(f"unknown algo {a!r} (choose from {', '.join(ALGOS)})")
+    fe = args.env_steps // (args.horizon * 2)  # 2 rollouts of up to `horizon` steps per evaluation
+    if fe < 2:
+        raise UserError(f"--env-steps {args.env_steps} is below two evaluations ({4 * args.horizon} steps)")
+    res = Results(package=DESCRIPTOR.name, version=DESCRIPTOR.version, scale="quick", seed=args.seed)
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    for a in algos:
+        scores, steps = [], []
+        for s in seeds:
+            tasks = policy_suite(envs, args.layout, args.hidden, args.horizon, seed=args.seed + 1000)
+            r = optimize(tasks, a, fe_per_task=fe, seed=s)
+            scores.append([normalised_return(t.name, -f) for t, f in zip(tasks, r.best_f, strict=True)])
+            steps.append(sum(t.fn.steps for t in tasks))
+        scores = np.array(scores)
+        res.add(f"policy_{args.layout}", a, "normalised_return", list(scores.mean(axis=1)), seeds=seeds)
+        res.add(f"policy_{args.layout}", a, "env_steps", [float(x) for x in steps], seeds=seeds)
+        for i, e in enumerate(envs):
+            res.add(f"policy_{args.layout}", a, "normalised_return", list(scores[:, i]), seeds=seeds, task=e)
+    path = write_run_dir(args.out, res, force=args.force)
+    print(summary_table(res))
+    print(f"results: {path}")
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from .io import read_run_dir, summary_table
+
+    res = read_run_dir(args.dir)
+    print(summary_table(res))
+    for c in res.claims:
+        print(f"[{'held' if c.held else 'not held' if c.held is not None else 'n/a'}] {c.description}: "
+              f"{c.ours if c.ours is None else f'{c.ours:.4g}'} {c.note}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(prog="mesret", description="MES-RET: many-task evolution strategy with reward-weighted "
+               "evaluation and transfer (ICML 2026), with its baselines and benchmark suites.")
+    sub = p.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("bench", help="run algorithms on a many-task suite, write DIR/results.json")
+    b.add_argument("--suite", default="wcci20", help="wcci20 or FILE.py:FUNC returning TaskSpecs")
+    b.add_argument("--tasks", type=_pos_int, default=50, help="wcci20: number of tasks (default 50)")
+    b.add_argument("--dims", type=_int_list, default=(10, 20, 30), help="wcci20: dimensions, e.g. 10,20,30")
+    b.add_argument("--similarity", choices=("high", "mixed", "low"), default="mixed")
+    b.add_argument("--suite-seed", type=int, default=1000, help="wcci20 instance (default 1000 = the test instance)")
+    b.add_argument("--algos", default="mesret,indep-cma,mfea", help=f"comma-separated: {', '.join(ALGO_NAMES)}")
+    b.add_argument("--fe-per-task", type=_pos_int, default=2000, help="evaluations per task (budget = N x T)")
+    b.add_argument("--seeds", type=_pos_int, default=3, help="number of seeds")
+    b.add_argument("--seed", type=int, default=0, help="first seed")
+    b.add_argument("--backend", choices=("numpy", "jax"), default="numpy")
+    b.add_argument("--workers", type=_pos_int, default=1, help="processes over (algo, seed) runs")
+    b.add_argument("--out", type=Path, required=True, help="output folder (must not exist)")
+    b.add_argument("--force", action="store_true", help="replace --out if it exists")
+    b.add_argument("--json", action="store_true", help="print the results as JSON")
+    b.set_defaults(fn=_cmd_bench)
+    q = sub.add_parser("policy", help="policy search on classic-control tasks (semantic or naive layout)")
+    q.add_argument("--envs", default="CartPole-v1,Acrobot-v1,Pendulum-v1,MountainCarContinuous-v0")
+    q.add_argument("--layout", choices=("semantic", "naive"), default="semantic")
+    q.add_argument("--algos", default="smesret,indep-sepcma")
+    q.add_argument("--hidden", type=_pos_int, default=8)
+    q.add_argument("--horizon", type=_pos_int, default=100)
+    q.add_argument("--env-steps", type=_pos_int, default=120_000, help="env-step budget per task")
+    q.add_argument("--seeds", type=_pos_int, default=1)
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--out", type=Path, required=True)
+    q.add_argument("--force", action="store_true")
+    q.set_defaults(fn=_cmd_policy)
+    r = sub.add_parser("report", help="print the tables and claim checks of a results folder")
+    r.add_argument("dir", type=Path)
+    r.set_defaults(fn=_cmd_report)
+    rp = sub.add_parser("reproduce", help="run the laptop-scale reproduction")
+    add_reproduce_arguments(rp)
+    rp.set_defaults(fn=lambda a: reproduce_from_args(["mesret"], a))
+    return p
+
+
+@cli_entry("mesret")
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
