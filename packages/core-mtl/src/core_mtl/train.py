@@ -1,0 +1,259 @@
+"""One trainer for CORE-MTL and every baseline: same encoder, data order, steps and optimiser.
+
+CORE: stage 0 (first ``stage0_frac`` of the steps) trains the decomposition with the task heads
+frozen; then the task losses, reconstruction, physics prior, CKA penalty and (from
+``cfa_start_frac``, with probability ``cfa_prob``) the counterfactual pass [C: engine/trainer.py].
+Gradient methods aggregate the per-task gradients of the shared parameters; under several
+processes (``accelerate launch``) each task's gradient is all-reduced first, so MGDA and PCGrad
+see the global batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+from . import baselines
+from .config import TaskSpec, TrainConfig
+from .core import gradient_conflict
+from .losses import (
+    edge_consistency,
+    perceptual,
+    physics_priors,
+    pooled_cka,
+    task_losses,
+    weighted_task_sum,
+)
+from .model import build_model
+
+
+@dataclass
+class Batch:
+    image: torch.Tensor  # [B, 3, H, W]
+    targets: dict[str, torch.Tensor]
+
+    def index(self, idx) -> Batch:
+        return Batch(self.image[idx], {k: v[idx] for k, v in self.targets.items()})
+
+    def __len__(self) -> int:
+        return self.image.shape[0]
+
+
+@dataclass
+class TrainResult:
+    model: nn.Module
+    history: dict = field(default_factory=dict)
+
+
+def _dist():
+    d = torch.distributed
+    return d if d.is_available() and d.is_initialized() and d.get_world_size() > 1 else None
+
+
+def allreduce_mean(t: torch.Tensor) -> torch.Tensor:
+    """Average a tensor over processes (identity in one process)."""
+    d = _dist()
+    if d is not None:
+        d.all_reduce(t)
+        t /= d.get_world_size()
+    return t
+
+
+def task_gradients(losses: list[torch.Tensor], params: list[nn.Parameter]) -> torch.Tensor:
+    """G [T, P]: each task loss's gradient on ``params``, flattened, all-reduced over processes."""
+    rows = []
+    for loss in losses:
+        gs = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
+        rows.append(torch.cat([(g if g is not None else torch.zeros_like(p)).reshape(-1)
+                               for g, p in zip(gs, params)]))
+    return allreduce_mean(torch.stack(rows))
+
+
+def set_flat_grad(params: list[nn.Parameter], vec: torch.Tensor) -> None:
+    i = 0
+    for p in params:
+        n = p.numel()
+        p.grad = vec[i:i + n].view_as(p).clone()
+        i += n
+
+
+def aggregated_backward(model: nn.Module, losses: list[torch.Tensor], agg: baselines.Aggregator):
+    """Shared parameters get ``agg.aggregate(G)``; every other parameter the plain sum of the task
+    losses (heads are task-specific). Returns G for the diagnostics."""
+    shared = [p for p in model.shared_parameters() if p.requires_grad]
+    G = task_gradients(losses, shared)
+    set_flat_grad(shared, agg.aggregate(G, torch.stack([x.detach() for x in losses])))
+    ids = {id(p) for p in shared}
+    rest = [p for p in model.parameters() if id(p) not in ids and p.requires_grad]
+    if rest:
+        torch.stack(losses).sum().backward(inputs=rest)
+        for p in rest:
+            if p.grad is not None:
+                allreduce_mean(p.grad)
+    return G
+
+
+@contextlib.contextmanager
+def bn_protected(model: nn.Module):
+    """Run a forward pass without changing BatchNorm running statistics [C: the CFA pass]: the
+    pass updates throw-away copies; the originals (held by the main pass's graph) are untouched."""
+    saved = [(m, m.running_mean, m.running_var, m.num_batches_tracked)
+             for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
+    for m, mean, var, n in saved:
+        m.running_mean, m.running_var, m.num_batches_tracked = mean.clone(), var.clone(), n.clone()
+    try:
+        yield
+    finally:
+        for m, mean, var, n in saved:
+            m.running_mean, m.running_var, m.num_batches_tracked = mean, var, n
+
+
+def counterfactual_loss(model, batch: Batch, z_s, z_p, perm, cfg: TrainConfig) -> torch.Tensor:
+    """lambda_cfa (task loss of model(I_cf) with the ORIGINAL labels + 0.1 CKA) [C]."""
+    size = batch.image.shape[-2:]
+    with torch.no_grad():
+        i_cf = model.counterfactual(z_s, z_p, perm, size)
+    with bn_protected(model):
+        out = model(i_cf)
+    loss = weighted_task_sum(model.tasks, task_losses(model.tasks, out["tasks"], batch.targets), cfg.weights)
+    if cfg.cka:
+        loss = loss + cfg.weights.cfa_cka * pooled_cka(out["z_s"], out["z_p"])
+    return cfg.weights.cfa * loss
+
+
+def core_loss(model, batch: Batch, out: dict, cfg: TrainConfig, step: int, total: int,
+              gen: torch.Generator) -> torch.Tensor:
+    w, tasks = cfg.weights, model.tasks
+    stage0 = step < round(cfg.stage0_frac * total)
+    loss = w.geom_recon * (out["depth_recon"] - _depth_target(model, batch)).abs().mean()
+    loss = loss + w.app_recon * perceptual(out["app_recon"], batch.image)
+    if cfg.physics:
+        loss = loss + physics_priors(out, batch.image, w)
+    if stage0:
+        return loss
+    losses = task_losses(tasks, out["tasks"], batch.targets)
+    loss = loss + weighted_task_sum(tasks, losses, w)
+    seg = [n for n, t in tasks.items() if t.kind == "segmentation"]
+    dep = [n for n, t in tasks.items() if t.kind == "depth"]
+    if seg and dep:
+        loss = loss + w.edge * edge_consistency(out["tasks"][dep[0]], out["tasks"][seg[0]])
+    if cfg.cka:
+        loss = loss + w.cka * pooled_cka(out["z_s"], out["z_p"])
+    if cfg.cfa and step >= round(cfg.cfa_start_frac * total) and torch.rand(1, generator=gen) < cfg.cfa_prob:
+        perm = torch.randperm(len(batch), generator=gen)
+        loss = loss + counterfactual_loss(model, batch, out["z_s"], out["z_p"], perm, cfg)
+    return loss
+
+
+def _depth_target(model, batch: Batch) -> torch.Tensor:
+    """D_g's target: the depth task's map; without one, the image intensity [R]."""
+    for name, t in model.tasks.items():
+        if t.kind == "depth":
+            return batch.targets[name]
+    return batch.image.mean(1)
+
+
+def train(cfg: TrainConfig, tasks: tuple[TaskSpec, ...], data: Batch, dev: Batch | None = None,
+          progress=None) -> TrainResult:
+    """Train ``cfg.method`` on ``data``; with ``dev``, keep the epoch with the lowest mean dev
+    task-loss ratio to epoch 1 (each arm's own selection rule, on dev) [R]."""
+    torch.manual_seed(cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    method = cfg.method
+    if method not in baselines.ALL_METHODS:
+        raise ValueError(f"unknown method {method!r}")
+    if method == "single" and len(tasks) != 1:
+        raise ValueError("single-task training takes exactly one task")
+    model = build_model(method, tasks, cfg.model)
+    is_core = method == "core"
+    agg = baselines.make(method, len(tasks)) if method in baselines.METHODS else None
+    params = list(model.parameters()) + (agg.parameters() if agg else [])
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    d = _dist()
+    rank, world = (d.get_rank(), d.get_world_size()) if d else (0, 1)
+    n = len(data)
+    steps_per_epoch = max(1, n // cfg.batch_size)
+    total = steps_per_epoch * cfg.epochs
+    warm = max(1, round(cfg.warmup_frac * total))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (
+        1 + math.cos(math.pi * min(1.0, max(0, s - warm) / max(1, total - warm)))))
+    hist = {"conflict_cos": [], "conflict_neg": [], "dev_score": [], "train_loss": []}
+    best, best_score, ref = None, math.inf, None
+    step = 0
+    for epoch in range(cfg.epochs):
+        model.train()
+        order = torch.randperm(n, generator=gen)
+        ep_losses = []
+        for b in range(steps_per_epoch):
+            idx = order[b * cfg.batch_size:(b + 1) * cfg.batch_size]
+            batch = data.index(idx[rank::world])
+            frozen = is_core and step < round(cfg.stage0_frac * total)
+            for p in model.head_parameters():
+                p.requires_grad_(not frozen)
+            opt.zero_grad(set_to_none=True)
+            out = model(batch.image, decode=is_core, physics=is_core and cfg.physics)
+            L = task_losses(model.tasks, out["tasks"], batch.targets)
+            Ls = [L[t.name] for t in tasks]
+            G = None
+            if agg is not None and agg.kind == "grad" and method != "ew":
+                G = aggregated_backward(model, Ls, agg)
+            else:
+                if len(Ls) > 1 and step % cfg.conflict_every == 0:
+                    G = task_gradients(Ls, [p for p in model.shared_parameters() if p.requires_grad])
+                if is_core:
+                    loss = core_loss(model, batch, out, cfg, step, total, gen)
+                elif agg is not None and agg.kind == "loss":
+                    agg.observe(torch.stack(Ls))
+                    loss = agg.combine(torch.stack(Ls))
+                else:  # ew, single, mtan: the plain sum (EW without per-task backward passes)
+                    loss = torch.stack(Ls).sum()
+                loss.backward()
+                if d is not None:
+                    for p in params:
+                        if p.grad is not None:
+                            allreduce_mean(p.grad)
+            if G is not None and step % cfg.conflict_every == 0 and len(Ls) > 1:
+                cos, neg = gradient_conflict(G.detach().double().numpy())
+                hist["conflict_cos"].append(cos)
+                hist["conflict_neg"].append(neg)
+            opt.step()
+            sched.step()
+            ep_losses.append([x.item() for x in Ls])
+            step += 1
+        mean_l = np.mean(ep_losses, 0)
+        hist["train_loss"].append(mean_l.tolist())
+        if agg is not None:
+            agg.end_epoch(mean_l)
+        if dev is not None:
+            dl = dev_losses(model, tasks, dev, cfg.batch_size)
+            ref = dl if ref is None else ref
+            score = float(np.mean(dl / np.maximum(ref, 1e-12)))
+            hist["dev_score"].append(score)
+            if score <= best_score:
+                best_score, best = score, {k: v.detach().clone() for k, v in model.state_dict().items()}
+                hist["best_epoch"] = epoch + 1
+        if progress:
+            progress(epoch + 1, cfg.epochs)
+    if best is not None:
+        model.load_state_dict(best)
+    for p in model.parameters():
+        p.requires_grad_(True)
+    model.eval()
+    return TrainResult(model, hist)
+
+
+@torch.no_grad()
+def dev_losses(model, tasks, dev: Batch, batch_size: int) -> np.ndarray:
+    model.eval()
+    tot = np.zeros(len(tasks))
+    for i in range(0, len(dev), batch_size):
+        b = dev.index(slice(i, i + batch_size))
+        L = task_losses(model.tasks, model(b.image)["tasks"], b.targets)
+        tot += np.array([L[t.name].item() for t in tasks]) * len(b)
+    model.train()
+    return tot / len(dev)
