@@ -1,0 +1,237 @@
+"""The dd-multiindex command line: sweep / fit-slopes / distill / evaluate / plot / reproduce.
+Heavy imports (torch, scipy, matplotlib) live inside the commands, so ``--help`` stays light."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+from icml26_shared import UserError, cli_entry
+from icml26_shared.cli import add_reproduce_arguments, reproduce_from_args
+
+PROG = "dd-multiindex"
+TARGETS = {"m1_star": ("r", "d", "L"), "memory_stage2": ("L", "d", "r"), "compression": ("d", "r", "L")}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose mistakes are one line (via UserError), not a usage dump."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise UserError(f"{self.prog.removeprefix(PROG).strip() or 'arguments'}: {message}")
+
+
+def _int_at_least(lo: int):
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"must be >= {lo}, got {v}")
+        return v
+
+    return parse
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from .runs import make_spec, sweep
+    from .sweep import default_distill
+
+    distill = default_distill(args.grid)
+    if args.steps is not None:
+        distill = replace(distill, steps=args.steps)
+    spec = make_spec(args.grid, args.distiller, args.link, args.seeds, args.seed, distill)
+
+    def show(row: dict) -> None:
+        flags = f" [{', '.join(row['flags'])}]" if row["flags"] else ""
+        print(f"d={row['d']} r={row['r']} L={row['L']} seed={row['seed']}: m1*={row['m1_star']} "
+              f"m2*={row['m2_star']} memory={row['memory']} n_real*={row['n_real_star']}{flags}",
+              file=sys.stderr, flush=True)
+
+    rows = sweep(spec, args.out, workers=args.workers, device=args.device, on_row=show)
+    print(f"{len(rows)} rows in {args.out / 'rows.jsonl'}")
+    return 0
+
+
+def _cmd_fit(args: argparse.Namespace) -> int:
+    from .core import fit_slopes
+    from .io import load_run
+
+    rows = load_run(args.run)
+    if args.target is not None:
+        if args.target not in TARGETS:
+            raise UserError(f"unknown --target {args.target!r} (choose from {', '.join(TARGETS)})")
+        wanted = {args.target: tuple(a.strip() for a in (args.over or "").split(",") if a.strip())
+                  or TARGETS[args.target][:2]}
+        for axis in wanted[args.target]:
+            if axis not in ("d", "r", "L"):
+                raise UserError(f"unknown axis {axis!r} in --over (choose from d, r, L)")
+    else:
+        wanted = {}
+        for t, axes in TARGETS.items():
+            have = [r for r in rows if r.get(t) is not None]
+            varying = tuple(a for a in axes if len({r[a] for r in have}) >= 2)
+            if varying:
+                wanted[t] = varying
+        if not wanted:
+            raise UserError(f"{args.run}: no target varies over at least 2 values of any axis")
+    out: dict[str, dict] = {}
+    for t, axes in wanted.items():
+        try:
+            slopes = fit_slopes(rows, t, axes)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        out[t] = {a: {"exponent": s.exponent, "ci_low": s.ci_low, "ci_high": s.ci_high} for a, s in slopes.items()}
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"{'target':<15}{'axis':<6}{'exponent':>10}{'90% CI':>22}")
+    for t, per in out.items():
+        for a, s in per.items():
+            print(f"{t:<15}{a:<6}{s['exponent']:>10.3f}   [{s['ci_low']:>7.3f}, {s['ci_high']:>7.3f}]")
+    return 0
+
+
+def _cmd_distill(args: argparse.Namespace) -> int:
+    from .config import DistillConfig, default_eta1
+    from .core import DistilledSet, MultiIndexTeacher, TwoStageLearner
+    from .distill import DISTILLERS, distill_labels
+    from .io import check_new_file, save_distilled
+
+    check_new_file(args.out, args.force)
+    try:
+        teacher = MultiIndexTeacher(args.d, args.r, args.link, seed=args.teacher_seed)
+        learner = TwoStageLearner(args.L, default_eta1(args.d), 1e-2, seed=args.teacher_seed + 1)
+        cfg = DistillConfig(steps=args.steps, lr=args.lr)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    m2 = args.m2 if args.m2 is not None else args.L
+    X1, y1 = teacher.sample(4 * args.d**2, seed=args.teacher_seed + 2)
+    X2, y2 = teacher.sample(4 * args.L, seed=args.teacher_seed + 3)
+    xs, ys = DISTILLERS[args.distiller](learner, X1, y1, args.m1, cfg, args.teacher_seed + 4)
+    W1 = learner.first_step(xs, ys)
+    seed2 = args.teacher_seed + 5
+    labels = distill_labels(learner, W1, X2, y2, m2, seed2)
+    meta = {"teacher": {"d": args.d, "r": args.r, "link": args.link, "noise": teacher.noise,
+                        "seed": args.teacher_seed},
+            "learner": {"L": args.L, "eta1": learner.eta1, "ridge": learner.ridge, "activation": "relu",
+                        "init_scale": learner.config.init_scale, "seed": learner.seed},
+            "distiller": args.distiller, "steps": args.steps, "lr": args.lr}
+    ds = DistilledSet(xs, ys, labels, seed2, meta)
+    save_distilled(args.out, ds, args.force)
+    print(f"wrote {args.out}: m1={args.m1} m2={m2} memory={ds.memory} "
+          f"(stage 1 {ds.memory_stage1}, stage 2 {ds.memory_stage2})")
+    return 0
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from .core import MultiIndexTeacher, TwoStageLearner, alignment, mse, stage2_inputs
+    from .io import load_distilled
+
+    ds = load_distilled(args.file)
+    t, lm = ds.meta["teacher"], ds.meta["learner"]
+    try:
+        teacher = MultiIndexTeacher(t["d"], t["r"], t["link"], t["noise"], t["seed"])
+        learner = TwoStageLearner(lm["L"], lm["eta1"], lm["ridge"], lm["activation"], lm["init_scale"], lm["seed"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UserError(f"{args.file}: bad teacher/learner metadata ({exc})") from None
+    if ds.x1.shape[1] != teacher.d:
+        raise UserError(f"{args.file}: x1 has {ds.x1.shape[1]} columns but the teacher has d={teacher.d}")
+    W1 = learner.first_step(ds.x1.float(), ds.y1.float())
+    if ds.y2 is not None:
+        X2, y2 = stage2_inputs(ds.seed2, len(ds.y2), teacher.d), ds.y2.float()
+    else:
+        X2, y2 = teacher.sample(4 * learner.L, seed=t["seed"] + 3)
+    model = learner.fit_stage2(W1, X2, y2)
+    Xt, yt = teacher.sample(8192, seed=t["seed"] + 99_991)
+    out = {"test_mse": mse(model, Xt, yt), "alignment": alignment(W1, teacher.U),
+           "memory_stage1": ds.memory_stage1, "memory_stage2": ds.memory_stage2, "memory": ds.memory}
+    if not all(math.isfinite(v) for v in out.values()):
+        raise UserError(f"{args.file}: the distilled set gives non-finite results (NaN or inf values stored)")
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        print("  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in out.items()))
+    return 0
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from .experiments import plot_run
+    from .io import load_run
+
+    figs = plot_run(load_run(args.run), args.run)
+    if not figs:
+        raise UserError(f"{args.run}: nothing to plot yet")
+    for f in figs:
+        print(args.run / f)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="Dataset distillation on multi-index models: a harness for "
+                     "the Θ̃(r²d + L) memory law (Kinoshita et al., ICML 2026; reconstructed).")
+    sub = parser.add_subparsers(dest="command", required=True)
+    pos = _int_at_least(1)
+
+    s = sub.add_parser("sweep", help="measure m1*, m2*, n_real* per (d, r, L) cell and seed; resumable")
+    s.add_argument("--grid", default="smoke", help="smoke, quick, full or 'd=16,32;r=1,2;L=64' (default: %(default)s)")
+    s.add_argument("--distiller", choices=("gm", "pm"), default="gm")
+    s.add_argument("--link", choices=("he2", "he2+cross"), default="he2")
+    s.add_argument("--seeds", type=pos, default=3, help="seeds per cell (default: %(default)s)")
+    s.add_argument("--seed", type=_int_at_least(0), default=0, help="base seed S (default: %(default)s)")
+    s.add_argument("--workers", type=pos, default=1, help="processes (default: %(default)s)")
+    s.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    s.add_argument("--steps", type=_int_at_least(0), default=None, help="distiller steps (default: per grid)")
+    s.add_argument("--out", type=Path, required=True, metavar="RUN", help="run folder (resumed if it holds this spec)")
+    s.set_defaults(fn=_cmd_sweep)
+
+    f = sub.add_parser("fit-slopes", help="log-log exponents with bootstrap 90%% CIs from a run")
+    f.add_argument("run", type=Path, metavar="RUN")
+    f.add_argument("--target", default=None, help=f"one of {', '.join(TARGETS)} (default: all that vary)")
+    f.add_argument("--over", default=None, help="comma-separated axes for --target, e.g. r,d")
+    f.add_argument("--json", action="store_true")
+    f.set_defaults(fn=_cmd_fit)
+
+    d = sub.add_parser("distill", help="distil one teacher into a safetensors file")
+    d.add_argument("--d", type=pos, required=True)
+    d.add_argument("--r", type=pos, required=True)
+    d.add_argument("--L", type=pos, required=True)
+    d.add_argument("--m1", type=pos, required=True, help="distilled stage-1 points")
+    d.add_argument("--m2", type=pos, default=None, help="distilled stage-2 labels (default: L)")
+    d.add_argument("--distiller", choices=("gm", "pm"), default="gm")
+    d.add_argument("--link", choices=("he2", "he2+cross"), default="he2")
+    d.add_argument("--teacher-seed", type=_int_at_least(0), required=True)
+    d.add_argument("--steps", type=_int_at_least(0), default=150)
+    d.add_argument("--lr", type=float, default=0.1)
+    d.add_argument("--out", type=Path, required=True, metavar="FILE.safetensors")
+    d.add_argument("--force", action="store_true", help="replace --out if it exists")
+    d.set_defaults(fn=_cmd_distill)
+
+    e = sub.add_parser("evaluate", help="test MSE, alignment and memory of a distilled set")
+    e.add_argument("file", type=Path, metavar="FILE")
+    e.add_argument("--json", action="store_true")
+    e.set_defaults(fn=_cmd_evaluate)
+
+    p = sub.add_parser("plot", help="log-log plots of a run (PNG files written into RUN)")
+    p.add_argument("run", type=Path, metavar="RUN")
+    p.set_defaults(fn=_cmd_plot)
+
+    r = sub.add_parser("reproduce", help="reproduce the paper's claims at laptop scale")
+    add_reproduce_arguments(r)
+    r.set_defaults(fn=lambda a: reproduce_from_args([PROG], a))
+    return parser
+
+
+@cli_entry(PROG)
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
