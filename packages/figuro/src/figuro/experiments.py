@@ -1,0 +1,328 @@
+"""The reproduction: (a) the known-truth grid, (b) robustness over λ × L beside skdim over k,
+(c) skdim benchmark manifolds (uni-modal), (d) digits left/right halves with linear probes,
+(e) post hoc: frozen MiniLM embeddings of templated digit captions paired with the pixels.
+
+Splits: the defaults (λ, L, T, tie-break, pre-training length, learning rate) come from the
+notes or from dev simulations (seeds 100+, the dev configuration (3, 2, 4), sin nonlinearity),
+never from the reported grid; the grid uses seeds 0, 1, 2 (offset by the base seed). Probes
+cross-validate inside training folds (``cross_val_score``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from icml26_shared import ClaimCheck, Results, UserError
+from icml26_shared.eval import paired_interval
+from icml26_shared.runner import check_scale
+
+from . import baselines
+from .config import FiGuROConfig
+from .core import simulate
+from .estimator import FiGuRO, fit_with, rank_error
+from .registry import CLAIMS, DESCRIPTOR
+
+GRID = ((2, 2, 2), (5, 3, 1), (8, 2, 6), (0, 4, 4))
+CFG = {
+    "smoke": dict(grid=((2, 1, 1),), n=300, dim=20, seeds=1, classical=(),
+                  fig=dict(latent_dim=8, pretrain_epochs=8, update_every=2, max_rounds=25),
+                  sweep=None, manifolds=(), digits=False, posthoc=False, arr=False),
+    "full": dict(grid=GRID, n=5000, dim=50, seeds=5, classical=("twonn", "mle", "danco", "lpca"),
+                 fig={}, sweep=dict(lams=(0.01, 0.05, 0.1), Ls=(16, 32, 64), ks=(5, 10, 20, 50)),
+                 manifolds=("M1_Sphere", "M4_Nonlinear", "M6_Nonlinear", "M7_Roll"),
+                 digits=True, posthoc=True, arr=5),
+    "quick": dict(grid=GRID, n=2000, dim=50, seeds=3, classical=("twonn", "mle", "lpca"),
+                  fig={}, sweep=dict(lams=(0.01, 0.05, 0.1), Ls=(16, 32, 64), ks=(5, 10, 20, 50)),
+                  manifolds=("M1_Sphere", "M4_Nonlinear", "M6_Nonlinear", "M7_Roll"),
+                  digits=True, posthoc=True, arr=1),
+}
+CLAIM = {c.id: c for c in CLAIMS}
+
+
+def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
+    check_scale(scale)
+    if scale == "full":
+        _check_full()
+    cfg = CFG[scale]
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    res = Results(package=DESCRIPTOR.name, version=DESCRIPTOR.version, scale=scale, seed=seed)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    DEVICE["name"] = "cuda" if scale == "full" else "cpu"
+    t0 = time.perf_counter()
+    try:
+        base = FiGuROConfig(**cfg["fig"])
+        if scale == "full":
+            _full_pairs(res, base, seed)
+        traj = _grid(res, cfg, base, seed)
+        if cfg["sweep"]:
+            _sweep(res, cfg, base, seed)
+        if cfg["manifolds"]:
+            _manifolds(res, cfg, base, seed)
+        if cfg["digits"]:
+            _digits(res, base, seed)
+        if cfg["posthoc"]:
+            _posthoc(res, base, seed)
+    finally:
+        torch.set_num_threads(threads)
+    (out_dir / "rank_history.json").write_text(json.dumps(traj, indent=1) + "\n")
+    res.figures.append("rank_history.json")
+    res.notes += [
+        f"wall time {time.perf_counter() - t0:.0f} s on this machine (1 torch thread).",
+        "FiGuRO here is RECONSTRUCTED from the abstract and public reviews (no code): the "
+        "shared/private architecture with cross-reconstruction, the move order (private before "
+        "shared, least loss, jumps to the lowest truncation that keeps fidelity), revert-and-reject, "
+        "the parsimony tie-break and every default are ours [R].",
+        "L, λ, T are the notes' values; pre-training length was looked at on dev simulations only "
+        "(seed 100; (3,2,4) with sin at seed 101); batch 1024 / lr 5e-3 set for speed, untuned. "
+        "The reported grid (seeds base+0..2, tanh) was not used to choose anything. The best "
+        "inclusion–exclusion estimator is picked on the test grid itself (this favours the baseline).",
+        "Classical estimators see at most " + ", ".join(f"{k} {v}" for k, v in baselines.MAX_ROWS.items())
+        + " rows (subsampled with the seed). DANCo is run on the manifolds only: on this shared "
+        "2-core machine it takes > 20 s per call at 600 rows.",
+    ]
+    return res
+
+
+def _check_full() -> None:
+    """full needs a CUDA device and FIGURO_PAIRS (a folder with paired x1.npy, x2.npy)."""
+    import os
+
+    if not torch.cuda.is_available():
+        raise UserError("--scale full needs a CUDA device (none found); it runs 5 seeds, "
+                        "n = 5,000 and λ × L on every configuration, plus FIGURO_PAIRS")
+    pairs = os.environ.get("FIGURO_PAIRS")
+    if not pairs or not all((Path(pairs) / f).is_file() for f in ("x1.npy", "x2.npy")):
+        raise UserError("--scale full needs FIGURO_PAIRS=<folder with paired x1.npy and x2.npy> "
+                        "(e.g. frozen image and text embeddings of the same items)")
+
+
+def _full_pairs(res: Results, base: FiGuROConfig, seed: int) -> None:
+    import os
+
+    from .io import load_views
+
+    folder = Path(os.environ["FIGURO_PAIRS"])
+    views = load_views([folder / "x1.npy", folder / "x2.npy"], min_rows=4 * base.latent_dim)
+    for s in range(seed, seed + 5):
+        f = _fig(base, [v.astype(np.float32) for v in views], s)
+        res.add("user_pairs", "figuro", "shared_dim", float(f.shared_dim_), seeds=[s],
+                private=f.private_dims_, max_rounds_hit=f.stopped_by_max_rounds_)
+
+
+DEVICE = {"name": "cpu"}
+
+
+def _fig(base: FiGuROConfig, views, seed: int, **over) -> FiGuRO:
+    return fit_with(base, views, seed, device=DEVICE["name"], **over)
+
+
+def _ci(a, b=None):
+    iv = paired_interval(a, b)
+    return iv, [iv.low, iv.high]
+
+
+def _grid(res: Results, cfg: dict, base: FiGuROConfig, seed: int) -> list:
+    seeds = [seed + i for i in range(cfg["seeds"])]
+    methods = ["figuro", "figuro-spectral"] + (["arr-ie"] if cfg["arr"] else []) \
+        + [f"{c}-ie" for c in cfg["classical"]] + ["ajive"]
+    err = {m: [] for m in methods}
+    traj = []
+    for conf in cfg["grid"]:
+        for s in seeds:
+            x1, x2, truth = simulate(*conf, n=cfg["n"], dim=cfg["dim"], seed=s)
+            f = _fig(base, [x1, x2], s)
+            traj.append({"config": conf, "seed": s, "history": f.rank_history_, "events": f.events_,
+                         "stop": f.stop_reason_, "max_rounds_hit": f.stopped_by_max_rounds_})
+            if f.rank_history_[0]["shared"] != base.latent_dim or f.n_rounds_ < 1:
+                raise RuntimeError("the rank search did not start at full rank or did not move")
+            est = {"figuro": {"shared": f.shared_dim_, "private": f.private_dims_}}
+            sp = _fig(base, [x1, x2], s, schedule="spectral")
+            est["figuro-spectral"] = {"shared": sp.shared_dim_, "private": sp.private_dims_}
+            if cfg["arr"] and s < seed + cfg["arr"]:
+                est["arr-ie"] = baselines.arr([x1, x2], seed=s, **_kw(base))
+            for c in cfg["classical"]:
+                est[f"{c}-ie"] = baselines.estimate(c, [x1, x2], s)
+            est["ajive"] = baselines.ajive([x1, x2], seed=s)
+            for m in (m for m in methods if m in est):
+                e = rank_error(est[m], truth)
+                err[m].append(e)
+                res.add("grid", m, "shared_estimate", float(est[m]["shared"]), seeds=[s],
+                        config=list(conf))
+    runs = [f"{c}/{s}" for c in cfg["grid"] for s in seeds]
+    for m in methods:
+        e = err[m]
+        sd = seeds if len(e) == len(runs) else [seed]
+        res.add("grid", m, "mean_abs_rank_error", [x["mean"] for x in e], seeds=sd,
+                runs=runs if len(e) == len(runs) else runs[:: len(seeds)])
+        res.add("grid", m, "shared_abs_error", [x["shared"] for x in e], seeds=sd)
+        res.add("grid", m, "exact_rate", [float(x["exact"]) for x in e], seeds=sd)
+    fm = np.array([x["mean"] for x in err["figuro"]])
+    fs = np.array([x["shared"] for x in err["figuro"]], float)
+    fx = np.array([float(x["exact"]) for x in err["figuro"]])
+    hit = sum(t["max_rounds_hit"] for t in traj)
+    note = f"{len(fm)} runs (4 configurations × seeds); {hit} stopped by max_rounds"
+    _, iv = _ci(fm)
+    res.claims.append(ClaimCheck.compare(CLAIM["grid_error"], float(fm.mean()), threshold=0.5,
+                                         interval=iv, note=note + "; interval of the mean over runs"))
+    _, iv = _ci(fx)
+    res.claims.append(ClaimCheck.compare(CLAIM["grid_exact"], float(fx.mean()), threshold=0.7,
+                                         interval=iv, note=note))
+    ie = [m for m in methods if m.endswith("-ie") and m != "arr-ie"] or ["ajive"]
+    best = min(ie, key=lambda m: np.mean([x["shared"] for x in err[m]]))
+    bs = np.array([x["shared"] for x in err[best]], float)
+    _, iv = _ci(2 * fs, bs)
+    res.claims.append(ClaimCheck.compare(
+        CLAIM["shared_vs_ie"], float(2 * fs.mean()), float(bs.mean()), best, interval=iv,
+        note="ours = 2 × FiGuRO's mean shared-rank error; held when the paired interval of "
+             "(2 × FiGuRO − best IE) lies at or below 0"))
+    for m in ("figuro-spectral", "arr-ie", "ajive"):
+        if err.get(m):
+            other = np.array([x["mean"] for x in err[m]])
+            iv_m = paired_interval(fm[: len(other)] if m != "arr-ie" else fm[:: len(seeds)], other)
+            res.add("grid", m, "figuro_minus_this_mean_error", float(iv_m.mean),
+                    interval=[iv_m.low, iv_m.high])
+    return traj
+
+
+def _kw(base: FiGuROConfig) -> dict:
+    return {f: getattr(base, f) for f in base.__dataclass_fields__}
+
+
+def _sweep(res: Results, cfg: dict, base: FiGuROConfig, seed: int) -> None:
+    sw = cfg["sweep"]
+    x1, x2, truth = simulate(5, 3, 1, n=cfg["n"], dim=cfg["dim"], seed=seed)
+    ours = []
+    for lam in sw["lams"]:
+        for L in sw["Ls"]:
+            f = _fig(base, [x1, x2], seed, distortion_threshold=lam, latent_dim=L)
+            ours.append(f.shared_dim_)
+            res.add("robustness", "figuro", "shared_estimate", float(f.shared_dim_), seeds=[seed],
+                    lam=lam, L=L, private=f.private_dims_, max_rounds_hit=f.stopped_by_max_rounds_)
+    spread = float(max(ours) - min(ours))
+    res.add("robustness", "figuro", "shared_spread", spread, seeds=[seed])
+    spreads = {}
+    for name in ("mle", "danco"):
+        vals = []
+        for k in sw["ks"]:
+            kw = {"K": k} if name == "mle" else {"k": k}
+            cls = "MLE" if name == "mle" else "DANCo"
+            rows = 600 if name == "danco" else len(x1)
+            xs = [baselines._standardise(v)[:rows] for v in (x1, x2)]
+            ids = [baselines._skdim(cls, v, **kw) for v in (xs[0], xs[1], np.hstack(xs))]
+            vals.append(ids[0] + ids[1] - ids[2])
+            res.add("robustness", f"{name}-ie", "shared_estimate", float(vals[-1]), seeds=[seed], k=k)
+            if name == "danco":
+                break  # one k: DANCo's spread cannot be measured in the quick budget
+        if len(vals) > 1:
+            spreads[name] = float(max(vals) - min(vals))
+            res.add("robustness", f"{name}-ie", "shared_spread", spreads[name], seeds=[seed])
+    best = min(spreads, key=spreads.get)
+    res.claims.append(ClaimCheck.compare(CLAIM["robust_spread"], spread, threshold=1.0,
+                                         note="one simulation (5,3,1), seed base; 9 fits, no interval"))
+    res.claims.append(ClaimCheck.compare(
+        CLAIM["robust_vs_skdim"], spread, 0.5 * spreads[best], f"0.5 × {best}-ie spread over k",
+        note=f"{best}-ie spread {spreads[best]:.2f} over k ∈ {sw['ks']}; one simulation, no interval"))
+
+
+def _manifolds(res: Results, cfg: dict, base: FiGuROConfig, seed: int) -> None:
+    import skdim
+
+    bm = skdim.datasets.BenchmarkManifolds(random_state=seed)
+    rel = {m: [] for m in ("figuro", "twonn", "mle", "lpca", "danco")}
+    for name in cfg["manifolds"]:
+        d, D, _ = bm._dict_truth[name]
+        x = bm.generate(name, n=cfg["n"], dim=D, d=d).astype(np.float32)  # skdim 0.5 needs both
+        f = _fig(base, x, seed)
+        est = {"figuro": float(f.dimension_)}
+        for c in ("twonn", "mle", "lpca", "danco"):
+            est[c] = baselines.unimodal(c, x, seed)
+        for m, v in est.items():
+            rel[m].append(abs(v - d) / d)
+            res.add("manifolds", m, "estimate", v, seeds=[seed], manifold=name, true_id=d, ambient=D)
+    for m, v in rel.items():
+        res.add("manifolds", m, "median_relative_error", float(np.median(v)), seeds=[seed])
+    best = min((m for m in rel if m != "figuro"), key=lambda m: np.median(rel[m]))
+    iv = paired_interval(rel["figuro"], rel[best])
+    res.claims.append(ClaimCheck.compare(
+        CLAIM["manifolds"], float(np.median(rel["figuro"])), float(np.median(rel[best])), best,
+        interval=[iv.low, iv.high],
+        note="interval: paired bootstrap of per-manifold relative errors (4 manifolds)"))
+
+
+def _probe(z, y, seed) -> np.ndarray:
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold, cross_val_score
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    if z is None or z.shape[1] == 0:
+        return np.full(5, np.nan)
+    clf = make_pipeline(StandardScaler(), LogisticRegression(max_iter=500))
+    return cross_val_score(clf, z, y, cv=StratifiedKFold(5, shuffle=True, random_state=seed))
+
+
+def _digits(res: Results, base: FiGuROConfig, seed: int) -> None:
+    from icml26_shared.data import load_sklearn
+
+    X, y = load_sklearn("digits")
+    img = X.reshape(-1, 8, 8)
+    left, right = img[:, :, :4].reshape(len(X), -1), img[:, :, 4:].reshape(len(X), -1)
+    f = _fig(base, [left, right], seed)
+    codes = f.transform([left, right])
+    res.add("digits", "figuro", "shared_dim", float(f.shared_dim_), seeds=[seed])
+    res.add("digits", "figuro", "private_dims", float(sum(f.private_dims_)), seeds=[seed],
+            private=f.private_dims_)
+    for name, z in (("shared", codes["shared"]), ("private_left", codes["private"][0]),
+                    ("full_pixels", X)):
+        acc = _probe(z, y, seed)
+        res.add("digits", f"probe_{name}", "class_accuracy", [float(a) for a in acc])
+
+
+TEMPLATES = ("a photo of the digit {}", "this is a handwritten {}", "the number {} written by hand",
+             "an image showing {}", "{} scanned from a form")
+NAMES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+
+
+def _posthoc(res: Results, base: FiGuROConfig, seed: int) -> None:
+    from icml26_shared.data import load_sklearn, minilm_dir
+
+    from .io import embed_texts
+
+    X, y = load_sklearn("digits")
+    rng = np.random.default_rng(seed)
+    tmpl = rng.integers(0, len(TEMPLATES), len(y))
+    texts = [TEMPLATES[t].format(NAMES[c]) for t, c in zip(tmpl, y)]
+    emb, _ = embed_texts(texts, minilm_dir())
+    f = _fig(base, [X.astype(np.float32), emb], seed)
+    codes = f.transform([X.astype(np.float32), emb])
+    full = _probe(emb, y, seed)
+    sh_cls = _probe(codes["shared"], y, seed)
+    tp_priv = _probe(codes["private"][1], tmpl, seed)
+    tp_sh = _probe(codes["shared"], tmpl, seed)
+    res.add("posthoc", "figuro", "shared_dim", float(f.shared_dim_), seeds=[seed],
+            private=f.private_dims_)
+    for name, acc in (("class_full_text", full), ("class_shared", sh_cls),
+                      ("template_text_private", tp_priv), ("template_shared", tp_sh)):
+        res.add("posthoc", f"probe_{name}", "accuracy", [float(a) for a in acc])
+    note = f"k_s = {f.shared_dim_}, private {f.private_dims_}; intervals over the 5 CV folds"
+    if np.isnan(sh_cls).any():
+        res.claims.append(ClaimCheck.compare(CLAIM["posthoc_class"], 0.0, threshold=0.95,
+                                             note=note + "; shared rank 0: no shared code"))
+    else:
+        ratio = sh_cls / full
+        res.claims.append(ClaimCheck.compare(CLAIM["posthoc_class"], float(ratio.mean()),
+                                             threshold=0.95, interval=_ci(ratio)[1], note=note))
+    res.claims.append(ClaimCheck.compare(CLAIM["posthoc_template"], float(np.nanmean(tp_priv)),
+                                         threshold=0.9, interval=_ci(np.nan_to_num(tp_priv))[1],
+                                         note=note))
+    chance = 1 / len(TEMPLATES)
+    leak = np.nan_to_num(tp_sh, nan=chance)
+    res.claims.append(ClaimCheck.compare(CLAIM["posthoc_leak"], float(leak.mean()),
+                                         threshold=chance + 0.05, interval=_ci(leak)[1], note=note))
