@@ -1,0 +1,136 @@
+"""The shared trainer: a masked multi-coalition MLP classifier and the three weightings
+(uniform, Nash bargaining, Nash-MTL), so every arm sees the same data, model and budget."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .baselines import LOSSES, Arm
+from .config import NBCGConfig
+from .core import NashBargaining, nash_mtl_alpha
+
+
+class CoalitionMLP(torch.nn.Module):
+    """Shared encoder h = ReLU(Wx + b); coalition k reads h through its learned gate
+    (communication mask) M_k = σ(g_k) and scores its own labels [R]."""
+
+    def __init__(self, d_in: int, hidden: int, coalitions: list[list[int]], n_labels: int):
+        super().__init__()
+        self.enc = torch.nn.Linear(d_in, hidden)
+        self.gates = torch.nn.Parameter(torch.full((len(coalitions), hidden), 2.0))
+        self.head = torch.nn.Linear(hidden, n_labels)
+        owner = torch.zeros(n_labels, dtype=torch.long)
+        for k, c in enumerate(coalitions):
+            owner[c] = k
+        self.register_buffer("owner", owner)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.enc(x))
+        W = self.head.weight * torch.sigmoid(self.gates)[self.owner]  # L×hidden, masked per coalition
+        return h @ W.T + self.head.bias
+
+    def shared_params(self) -> list[torch.nn.Parameter]:
+        return [self.enc.weight, self.enc.bias]
+
+
+@dataclass
+class TrainLog:
+    weights: list[np.ndarray] = field(default_factory=list)   # per-step coalition coefficients
+    nash: list[np.ndarray] = field(default_factory=list)      # per-step raw Nash weights (mean 1)
+    final_coef: np.ndarray | None = None
+
+
+def coalition_losses(elem: torch.Tensor, coalitions: list[list[int]]) -> torch.Tensor:
+    return torch.stack([elem[:, c].mean() for c in coalitions])
+
+
+def train(X: np.ndarray, Y: np.ndarray, coalitions: list[list[int]], arm: Arm,
+          cfg: NBCGConfig, seed: int) -> tuple[CoalitionMLP, TrainLog]:
+    """Train one arm; the coalition coefficients actually used are logged after warm-up."""
+    torch.manual_seed(seed)
+    Xt, Yt = torch.as_tensor(X, dtype=torch.float32), torch.as_tensor(Y, dtype=torch.float32)
+    counts = Yt.sum(0)
+    n, L = Yt.shape
+    K = len(coalitions)
+    sizes = torch.tensor([len(c) for c in coalitions], dtype=torch.float32)
+    model = CoalitionMLP(Xt.shape[1], cfg.hidden, coalitions, L)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    loss_fn = LOSSES[arm.loss]
+    bargain = NashBargaining(cfg)
+    gen = torch.Generator().manual_seed(seed)
+    smooth = None            # EMA of batch coalition losses (the utilities read this) [R]
+    warm_sum, warm_n = torch.zeros(K), 0
+    alpha = np.ones(K)
+    log = TrainLog()
+    step = 0
+    for epoch in range(cfg.epochs):
+        perm = torch.randperm(n, generator=gen)
+        warm = epoch < cfg.warmup_epochs
+        for s in range(0, n, cfg.batch_size):
+            idx = perm[s:s + cfg.batch_size]
+            elem = loss_fn(model(Xt[idx]), Yt[idx], counts)
+            Lk = coalition_losses(elem, coalitions)
+            det = Lk.detach()
+            smooth = det.clone() if smooth is None else 0.9 * smooth + 0.1 * det
+            if arm.weighting == "uniform" or warm:
+                coef = sizes / L                       # = the plain label-mean loss
+                if warm:
+                    warm_sum, warm_n = warm_sum + det, warm_n + 1
+            elif arm.weighting == "nash":
+                w, _ = bargain.step(smooth.numpy())
+                log.nash.append(w)
+                ref = torch.as_tensor(bargain.ref, dtype=torch.float32)
+                # ∇(−Σ log(u_k − d_k)) = Σ_k w_k ∇L_k / L_k⁰ (up to a constant); rescaled to loss units
+                coef = torch.as_tensor(w, dtype=torch.float32) / ref * ref.mean() / K
+            else:  # nash-mtl: α from (GᵀG)α = 1/α over coalition gradients of the shared encoder
+                if step % cfg.nash_mtl_every == 0:
+                    G = []
+                    for k in range(K):
+                        g = torch.autograd.grad(Lk[k], model.shared_params(), retain_graph=True)
+                        G.append(torch.cat([t.reshape(-1) for t in g]).numpy())
+                    alpha = nash_mtl_alpha(np.stack(G, 1).astype(np.float64))
+                    alpha = alpha / alpha.sum()
+                coef = torch.as_tensor(alpha, dtype=torch.float32)
+            loss = (coef * Lk).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if not warm:
+                log.weights.append((coef / coef.sum()).numpy().copy())
+            step += 1
+        if warm and epoch == cfg.warmup_epochs - 1 and arm.weighting == "nash":
+            bargain.set_reference((warm_sum / max(warm_n, 1)).numpy())
+    log.final_coef = (log.weights[-1] if log.weights else (sizes / L).numpy())
+    return model, log
+
+
+def predict_scores(model: CoalitionMLP, X: np.ndarray) -> np.ndarray:
+    with torch.no_grad():
+        return torch.sigmoid(model(torch.as_tensor(X, dtype=torch.float32))).numpy()
+
+
+def gradient_shares(model: CoalitionMLP, X: np.ndarray, Y: np.ndarray, coalitions: list[list[int]],
+                    coef: np.ndarray) -> np.ndarray:
+    """Each coalition's share of the shared-encoder gradient norm under the arm's coefficients."""
+    from .baselines import bce
+
+    Xt, Yt = torch.as_tensor(X, dtype=torch.float32), torch.as_tensor(Y, dtype=torch.float32)
+    Lk = coalition_losses(bce(model(Xt), Yt, Yt.sum(0)), coalitions)
+    norms = []
+    for k in range(len(coalitions)):
+        g = torch.autograd.grad(float(coef[k]) * Lk[k], model.shared_params(), retain_graph=True)
+        norms.append(float(torch.sqrt(sum((t * t).sum() for t in g))))
+    norms = np.asarray(norms)
+    return norms / max(norms.sum(), 1e-12)
+
+
+def choose_threshold(S: np.ndarray, Y: np.ndarray) -> float:
+    """One global threshold maximising macro-F1 on the split given (always dev) [R]."""
+    from sklearn.metrics import f1_score
+
+    grid = np.linspace(0.05, 0.7, 14)
+    f = [f1_score(Y, (S >= t).astype(int), average="macro", zero_division=0) for t in grid]
+    return float(grid[int(np.argmax(f))])
