@@ -1,0 +1,64 @@
+"""Hyperparameters: frozen dataclasses, each field citing the paper or marked [R]."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+MODELS = ("flam", "lam")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    model: str = "flam"          # "flam" (factored, the paper's method) or "lam" (monolithic) [P §baselines]
+    slots: int = 5               # K slots; the paper uses K = 8-16 at 64x64, we use K = E + 1 [R]
+    latent_dim: int = 10         # d: total latent-action size, d/K per slot [P]; value [R]
+    beta: float = 0.01           # weight of the KL term in L = ||z' - z'_hat||^2 + beta * sum_k KL [P]; value [R]
+    size: int = 32               # frame side (SpriteWorld 32x32) [R]
+    patch: int = 4               # frozen patch tokenizer: z_t = 4x4 patches (stands in for the VQ-VAE) [R]
+    width: int = 48              # slot / feature width D [R]
+    iters: int = 3               # Slot Attention iterations [R] (3 as in Locatello et al.)
+    temporal: bool = True        # slots carried over time + causal temporal attention [P]; False = ablation
+    recon: float = 1.0           # auxiliary slot-reconstruction weight ||z_t - Agg(s_t)||^2 [R]
+
+    def __post_init__(self) -> None:
+        if self.model not in MODELS:
+            raise ValueError(f"unknown model {self.model!r} (choose from {', '.join(MODELS)})")
+        for name in ("slots", "latent_dim", "size", "patch", "width", "iters"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if self.model == "flam" and self.latent_dim % self.slots:
+            raise ValueError(f"latent dim {self.latent_dim} is not divisible by the {self.slots} slots")
+        if self.size % self.patch:
+            raise ValueError(f"size {self.size} is not a multiple of the patch {self.patch}")
+        for name in ("beta", "recon"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and v == v and 0 <= v < float("inf")):
+                raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+
+    @property
+    def slot_latent(self) -> int:
+        """Per-slot latent-action size d/K [P] (d for the monolithic model)."""
+        return self.latent_dim // self.slots if self.model == "flam" else self.latent_dim
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 400             # optimiser steps, equal for every model [R]
+    batch_size: int = 16         # clips per step [R]
+    window: int = 6              # frames per training window [R]
+    lr: float = 2e-3             # Adam learning rate [R]
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "window"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if self.window < 2:
+            raise ValueError("window must be at least 2 frames")
+        if not (self.lr == self.lr and 0 < self.lr < 1):
+            raise ValueError(f"lr must be in (0, 1), got {self.lr!r}")

@@ -1,0 +1,216 @@
+"""The paper's maths: Gaussian KL, the frozen tokenizer, the slot factoriser with causal temporal
+attention, the shared per-slot IDM / FDM, the aggregator, and FLAM's loss. PyTorch modules and
+pure functions: no I/O, no logging, no global state."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .config import ModelConfig
+
+
+def gaussian_kl(mu: torch.Tensor, logvar: torch.Tensor) -> torch.Tensor:
+    """KL(N(mu, diag exp(logvar)) || N(0, I)) summed over the last axis [P: the prior is N(0, I)]."""
+    return 0.5 * (mu.pow(2) + logvar.exp() - 1.0 - logvar).sum(-1)
+
+
+def tokenize(frames: torch.Tensor, patch: int) -> torch.Tensor:
+    """Frozen tokenizer [R]: ``[..., H, W, 3]`` uint8 -> ``[..., N, patch*patch*3]`` in [0, 1].
+    Exactly invertible (``detokenize``); stands in for the paper's frozen VQ-VAE [P]."""
+    *lead, h, w, c = frames.shape
+    x = frames.float().div(255.0).reshape(*lead, h // patch, patch, w // patch, patch, c)
+    x = x.movedim(-4, -3)  # [..., h/p, w/p, p, p, c]
+    return x.reshape(*lead, (h // patch) * (w // patch), patch * patch * c)
+
+
+def detokenize(z: torch.Tensor, size: int, patch: int) -> torch.Tensor:
+    """Inverse of ``tokenize``: ``[..., N, p*p*3]`` -> ``[..., H, W, 3]`` floats in [0, 1]."""
+    *lead, n, _ = z.shape
+    g = size // patch
+    x = z.reshape(*lead, g, g, patch, patch, 3).movedim(-3, -4)
+    return x.reshape(*lead, size, size, 3).clamp(0, 1)
+
+
+def mlp(i: int, h: int, o: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(i, h), nn.GELU(), nn.Linear(h, o))
+
+
+class SlotFactorizer(nn.Module):
+    """Slot Attention over the tokens of each frame; with ``temporal`` the slots of t-1 initialise
+    those of t (tracking, [R]) and a causal attention over each slot's own past refines them [P]."""
+
+    def __init__(self, cfg: ModelConfig, token_dim: int, n_tokens: int):
+        super().__init__()
+        d, self.k, self.iters, self.temporal = cfg.width, cfg.slots, cfg.iters, cfg.temporal
+        self.embed = mlp(token_dim, d, d)
+        self.pos = nn.Parameter(torch.randn(n_tokens, d) * 0.1)
+        self.init = nn.Parameter(torch.randn(cfg.slots, d) * 0.5)
+        self.norm_in, self.norm_s = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.q, self.kk, self.v = nn.Linear(d, d, bias=False), nn.Linear(d, d, bias=False), nn.Linear(d, d, bias=False)
+        self.gru = nn.GRUCell(d, d)
+        self.ff = mlp(d, 2 * d, d)
+        self.time_attn = nn.MultiheadAttention(d, 2, batch_first=True)
+        self.scale = d ** -0.5
+
+    def _attend(self, x: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        b, k, d = slots.shape
+        keys, vals = self.kk(x), self.v(x)
+        for _ in range(self.iters):
+            q = self.q(self.norm_s(slots))
+            attn = torch.softmax(torch.einsum("bnd,bkd->bnk", keys, q) * self.scale, dim=-1) + 1e-8
+            attn = attn / attn.sum(1, keepdim=True)
+            upd = torch.einsum("bnk,bnd->bkd", attn, vals)
+            slots = self.gru(upd.reshape(-1, d), slots.reshape(-1, d)).reshape(b, k, d)
+            slots = slots + self.ff(slots)
+        return slots
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        """``z [B, T, N, token_dim]`` -> slots ``[B, T, K, D]``."""
+        b, t, _, _ = z.shape
+        x = self.norm_in(self.embed(z) + self.pos)
+        init = self.init.expand(b, -1, -1)
+        slots, prev = [], init
+        for i in range(t):
+            s = self._attend(x[:, i], prev if self.temporal else init)
+            slots.append(s)
+            prev = s
+        s = torch.stack(slots, 1)
+        if not self.temporal:
+            return s
+        d = s.shape[-1]
+        seq = s.transpose(1, 2).reshape(b * self.k, t, d)  # each slot's own history
+        mask = torch.triu(torch.ones(t, t, dtype=torch.bool, device=z.device), 1)
+        out, _ = self.time_attn(seq, seq, seq, attn_mask=mask, need_weights=False)
+        return (seq + out).reshape(b, self.k, t, d).transpose(1, 2)
+
+
+class SharedIDM(nn.Module):
+    """q(a^k | s_t^k, s_{t+1}^k) = N(mu, diag sigma^2), one network for every slot [P]."""
+
+    def __init__(self, width: int, latent: int):
+        super().__init__()
+        self.net = mlp(2 * width, 2 * width, 2 * latent)
+
+    def forward(self, s_t: torch.Tensor, s_next: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mu, logvar = self.net(torch.cat([s_t, s_next], -1)).chunk(2, -1)
+        return mu, logvar.clamp(-8, 4)
+
+
+class SharedFDM(nn.Module):
+    """s_hat_{t+1}^k = s_t^k + f(s_t^k, a^k, attention over the other slots) [P shared; R cross-slot]."""
+
+    def __init__(self, width: int, latent: int):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(width, 2, batch_first=True)
+        self.net = mlp(2 * width + latent, 2 * width, width)
+
+    def forward(self, s: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        lead, (k, d) = s.shape[:-2], s.shape[-2:]
+        flat = s.reshape(-1, k, d)
+        ctx = torch.zeros_like(flat)
+        if k > 1:  # a slot attends to every other slot, never to itself
+            eye = torch.eye(k, dtype=torch.bool, device=s.device)
+            ctx, _ = self.attn(flat, flat, flat, attn_mask=eye, need_weights=False)
+        ctx = ctx.reshape(*lead, k, d)
+        return s + self.net(torch.cat([s, a, ctx], -1))
+
+
+class Aggregator(nn.Module):
+    """z_hat = sum_k softmax_k(m_k) * x_k with (x_k, m_k) = g(slot_k + pos) for every token: a
+    spatial-broadcast mixture decoder, invariant to slot order [R]."""
+
+    def __init__(self, width: int, token_dim: int, n_tokens: int):
+        super().__init__()
+        self.pos = nn.Parameter(torch.randn(n_tokens, width) * 0.1)
+        self.net = mlp(width, 2 * width, token_dim + 1)
+
+    def forward(self, s: torch.Tensor) -> torch.Tensor:
+        out = self.net(s.unsqueeze(-2) + self.pos)  # [..., K, N, token_dim + 1]
+        x, m = out[..., :-1], out[..., -1:]
+        return (torch.softmax(m, dim=-3) * x).sum(-3)
+
+
+class MonolithicEncoder(nn.Module):
+    """The monolithic model's 'slots': K = 1, one vector per frame from all tokens [R]."""
+
+    def __init__(self, cfg: ModelConfig, token_dim: int, n_tokens: int):
+        super().__init__()
+        self.embed = mlp(token_dim, cfg.width, cfg.width // 4)
+        self.proj = mlp(n_tokens * (cfg.width // 4), 2 * cfg.width, cfg.width)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        h = self.embed(z)
+        return self.proj(h.flatten(-2)).unsqueeze(-2)  # [B, T, 1, D]
+
+
+class WorldModel(nn.Module):
+    """FLAM (``model="flam"``) or the monolithic continuous LAM (``model="lam"``, AdaWorld-style):
+    one interface, one loss, one training loop. Shapes: slots [B, T, K, D], latents [B, T-1, K, d/K]."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        n_tokens, token_dim = (cfg.size // cfg.patch) ** 2, cfg.patch * cfg.patch * 3
+        if cfg.model == "flam":
+            self.factorizer = SlotFactorizer(cfg, token_dim, n_tokens)
+        else:
+            self.factorizer = MonolithicEncoder(cfg, token_dim, n_tokens)
+        self.idm = SharedIDM(cfg.width, cfg.slot_latent)
+        self.fdm = SharedFDM(cfg.width, cfg.slot_latent)
+        self.agg = Aggregator(cfg.width, token_dim, n_tokens)
+
+    def slots(self, z: torch.Tensor) -> torch.Tensor:
+        return self.factorizer(z)
+
+    def infer(self, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-slot Gaussian posteriors of the latent actions between consecutive frames."""
+        return self.idm(s[:, :-1], s[:, 1:])
+
+    def loss(self, z: torch.Tensor, gen: torch.Generator | None = None) -> tuple[torch.Tensor, dict]:
+        """L = ||z_{t+1} - z_hat_{t+1}||^2 + beta * sum_k KL(q(a^k) || N(0, I)) [P], + recon [R]."""
+        s = self.slots(z)
+        mu, logvar = self.infer(s)
+        eps = torch.randn(mu.shape, generator=gen, device=mu.device)
+        a = mu + eps * (0.5 * logvar).exp()
+        z_hat = self.agg(self.fdm(s[:, :-1], a))
+        pred = (z[:, 1:] - z_hat).pow(2).sum(-1).mean()
+        kl = gaussian_kl(mu, logvar).sum(-1).mean()
+        recon = (z - self.agg(s)).pow(2).sum(-1).mean()
+        total = pred + self.cfg.beta * kl + self.cfg.recon * recon
+        return total, {"pred": pred.item(), "kl": kl.item(), "recon": recon.item()}
+
+    @torch.no_grad()
+    def rollout(self, z: torch.Tensor, latents: torch.Tensor | None = None) -> torch.Tensor:
+        """Autoregressive rollout from frame 0 with latent actions inferred from the true frames
+        (posterior means) unless ``latents`` is given: ``[B, T-1, N, token_dim]`` predictions."""
+        s = self.slots(z)
+        if latents is None:
+            latents = self.infer(s)[0]
+        cur, preds = s[:, 0], []
+        for t in range(latents.shape[1]):
+            cur = self.fdm(cur, latents[:, t])
+            preds.append(self.agg(cur))
+        return torch.stack(preds, 1)
+
+
+def psnr(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """PSNR in dB of images in [0, 1] over the last three axes."""
+    mse = (pred - target).pow(2).flatten(-3).mean(-1).clamp_min(1e-10)
+    return 10.0 * torch.log10(1.0 / mse)
+
+
+def n_params(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def chance(y) -> float:
+    """Accuracy of always predicting the most frequent label."""
+    import numpy as np
+
+    _, counts = np.unique(np.asarray(y), return_counts=True)
+    return float(counts.max() / counts.sum())
+
+
+__all__ = ["gaussian_kl", "tokenize", "detokenize", "SlotFactorizer", "SharedIDM", "SharedFDM",
+           "Aggregator", "WorldModel", "psnr", "n_params", "chance"]

@@ -1,0 +1,90 @@
+"""CLI: gen-data / train write new folders; users' mistakes give one line and exit 2, nothing written."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from flam_wm.cli import main
+from flam_wm.io import read_clip, read_dataset
+from PIL import Image
+
+
+def _one_line(capsys, match):
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("flam-wm: error:") and match in err[0], err
+
+
+@pytest.fixture
+def data(tmp_path):
+    out = tmp_path / "data"
+    assert main(["gen-data", "sprites", "--entities", "2", "--clips", "4", "--frames", "5",
+                 "--size", "16", "--seed", "1", "--out", str(out)]) == 0
+    return out
+
+
+def test_gen_data_then_train(data, tmp_path, capsys):
+    video, acts = read_dataset(data, 16)
+    assert video.shape == (4, 5, 16, 16, 3) and acts.shape == (4, 4, 2)
+    run = tmp_path / "run"
+    assert main(["train", "--data", str(data), "--size", "16", "--slots", "3", "--latent-dim", "6",
+                 "--steps", "2", "--batch-size", "2", "--out", str(run)]) == 0
+    assert {p.name for p in run.iterdir()} == {"model.pt", "config.json", "metrics.json"}
+    assert "PSNR" in capsys.readouterr().out
+    assert main(["train", "--data", str(data), "--size", "16", "--slots", "3", "--latent-dim", "6",
+                 "--steps", "2", "--out", str(run)]) == 2
+    _one_line(capsys, "already exists")
+
+
+def test_png_folder_and_npy_read_back_the_same(tmp_path):
+    clip = np.random.default_rng(0).integers(0, 255, size=(3, 8, 8, 3), dtype=np.uint8)
+    np.save(tmp_path / "c.npy", clip)
+    (tmp_path / "png").mkdir()
+    for i, f in enumerate(clip):
+        Image.fromarray(f).save(tmp_path / "png" / f"{i:03d}.png")
+    assert np.array_equal(read_clip(tmp_path / "c.npy", 8)[0], clip)
+    assert np.array_equal(read_clip(tmp_path / "png", 8)[0], clip)
+
+
+def test_existing_out_is_not_overwritten(data, capsys):
+    before = sorted(p.name for p in data.iterdir())
+    assert main(["gen-data", "sprites", "--out", str(data)]) == 2
+    _one_line(capsys, "already exists")
+    assert sorted(p.name for p in data.iterdir()) == before
+
+
+def _train(data, out, *extra):
+    return main(["train", "--data", str(data), "--size", "16", "--steps", "1", "--out", str(out), *extra])
+
+
+def test_bad_inputs_exit_2_and_write_nothing(tmp_path, data, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert _train(empty, tmp_path / "r1") == 2
+    _one_line(capsys, "holds no clips")
+    bad = tmp_path / "bad" / "clip0"
+    bad.mkdir(parents=True)
+    (bad / "000.png").write_bytes(b"not a png")
+    assert _train(bad.parent, tmp_path / "r2") == 2
+    _one_line(capsys, "000.png")
+    short = tmp_path / "short"
+    short.mkdir()
+    np.save(short / "c.npy", np.zeros((1, 16, 16, 3), np.uint8))
+    assert _train(short, tmp_path / "r3") == 2
+    _one_line(capsys, "at least 2 frames")
+    assert _train(data, tmp_path / "r4", "--slots", "4", "--latent-dim", "10") == 2
+    _one_line(capsys, "not divisible")
+    assert _train(data, tmp_path / "r5", "--beta", "nan") == 2
+    _one_line(capsys, "--beta")
+    assert _train(data, tmp_path / "r6", "--model", "genie") == 2
+    _one_line(capsys, "--model")
+    assert not any((tmp_path / f"r{i}").exists() for i in range(1, 7))
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_full_scale_refuses_without_cuda(tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    assert main(["reproduce", "--scale", "full", "--out", str(tmp_path / "o")]) == 2
+    assert "CUDA" in capsys.readouterr().err
