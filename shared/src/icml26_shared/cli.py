@@ -14,6 +14,14 @@ from .errors import UserError, cli_entry
 from .results import SCALES
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose mistakes raise ``UserError``: one line and exit 2 through ``cli_entry``,
+    not a usage dump. Subparsers made by ``add_subparsers`` inherit the class."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise UserError(message)
+
+
 def add_reproduce_arguments(p: argparse.ArgumentParser, default_scale: str = "quick") -> None:
     p.add_argument("--scale", default=default_scale,
                    help=f"one of {', '.join(SCALES)}: smoke = seconds (tests), quick = minutes on "

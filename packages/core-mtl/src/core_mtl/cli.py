@@ -11,17 +11,11 @@ import sys
 from pathlib import Path
 
 from icml26_shared import UserError, cli_entry
+from icml26_shared.cli import ArgumentParser as Parser
 from icml26_shared.cli import add_reproduce_arguments, reproduce_from_args
 
 METHODS = ("core", "single", "ew", "uw", "dwa", "gradnorm", "mgda", "pcgrad", "cagrad", "nashmtl",
            "famo", "fairgrad", "stch", "mtan")  # = baselines.ALL_METHODS (kept here: no torch import)
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse that reports a bad argument as one line (UserError), not a usage dump."""
-
-    def error(self, message: str):  # type: ignore[override]
-        raise UserError(message)
 
 
 def _positive_int(text: str) -> int:

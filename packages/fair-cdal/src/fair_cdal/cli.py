@@ -11,15 +11,11 @@ import time
 from pathlib import Path
 
 from icml26_shared import UserError, cli_entry
+from icml26_shared.cli import ArgumentParser as _Parser
 from icml26_shared.cli import add_reproduce_arguments, reproduce_from_args
 
 METHODS = ("cdal", "concat_kmeans", "anchor_mvc", "fair_spectral", "vfc",
            "cdal_alpha0", "cdal_beta0", "cdal_gamma0", "cdal_all0")
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, no usage dump
-        raise UserError(message)
 
 
 def _nonneg(text: str) -> float:

@@ -13,16 +13,10 @@ import sys
 from pathlib import Path
 
 from icml26_shared import UserError, cli_entry
+from icml26_shared.cli import ArgumentParser as _Parser
 from icml26_shared.cli import add_reproduce_arguments, reproduce_from_args
 
 ESTIMATORS = ("twonn", "mle", "danco", "lpca", "ajive", "figuro")
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports a bad option as one UserError line (no usage dump)."""
-
-    def error(self, message: str):
-        raise UserError(message)
 
 
 def _int_at_least(lo: int):

@@ -9,14 +9,8 @@ import sys
 from pathlib import Path
 
 from icml26_shared import UserError, cli_entry
+from icml26_shared.cli import ArgumentParser as _Parser
 from icml26_shared.cli import add_reproduce_arguments, reproduce_from_args
-
-
-class _Parser(argparse.ArgumentParser):
-    """Argument mistakes become one line (UserError) instead of a usage dump."""
-
-    def error(self, message: str):  # type: ignore[override]
-        raise UserError(message)
 
 
 def _positive_int(text: str) -> int:

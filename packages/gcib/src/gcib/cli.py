@@ -10,16 +10,10 @@ import sys
 from pathlib import Path
 
 from icml26_shared import UserError, cli_entry
+from icml26_shared.cli import ArgumentParser as _Parser
 from icml26_shared.cli import add_reproduce_arguments, reproduce_from_args
 
 METHOD_NAMES = ("gcib", "lightgcn", "lightgcn-merged", "mbgcn", "cml", "random-prune", "gcib-no-gib", "gcib-no-cl")
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports a mistake as one line (UserError), not a usage dump."""
-
-    def error(self, message: str):  # type: ignore[override]
-        raise UserError(message)
 
 
 def _number(kind, low=None, low_open=False):

@@ -10,17 +10,11 @@ import sys
 from pathlib import Path
 
 from icml26_shared import UserError, cli_entry
+from icml26_shared.cli import ArgumentParser as Parser
 from icml26_shared.cli import add_reproduce_arguments, reproduce_from_args
 
 ALGO_NAMES = ("mesret", "smesret", "indep-cma", "indep-sepcma", "openai-es", "mfea", "mesret-norwe",
               "mesret-tau0")
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse without the usage dump: a bad argument is one UserError line."""
-
-    def error(self, message: str):  # type: ignore[override]
-        raise UserError(message)
 
 
 def _pos_int(text: str) -> int:

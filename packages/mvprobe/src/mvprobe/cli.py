@@ -14,17 +14,11 @@ import sys
 from pathlib import Path
 
 from icml26_shared import UserError, cli_entry
+from icml26_shared.cli import ArgumentParser as _Parser
 from icml26_shared.cli import add_reproduce_arguments, reproduce_from_args
 
 METHOD_NAMES = ("mvprobe", "probex", "probex4", "statnn", "flat", "mlp", "first_order", "second_order",
                 "no_std")
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports a bad argument as one ``UserError`` line (no usage dump)."""
-
-    def error(self, message: str):  # type: ignore[override]
-        raise UserError(message)
 
 
 def _positive_int(text: str) -> int:

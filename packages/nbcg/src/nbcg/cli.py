@@ -9,14 +9,8 @@ import sys
 from pathlib import Path
 
 from icml26_shared import UserError, cli_entry
+from icml26_shared.cli import ArgumentParser as _Parser
 from icml26_shared.cli import add_reproduce_arguments, reproduce_from_args
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse errors become one UserError line (exit 2), not a usage dump."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UserError(message)
 
 
 def _pos_int(text: str) -> int:
