@@ -1,4 +1,5 @@
 import json
+import os
 import subprocess
 import sys
 
@@ -81,3 +82,15 @@ def test_refused_reproduction_leaves_no_folder(demo_package, tmp_path, monkeypat
     with pytest.raises(UserError):
         runner.run_one(desc, "full", tmp_path, 0)
     assert not (tmp_path / demo_package).exists()
+
+
+def test_closed_pipe_exits_quietly():
+    """``prog … | head``: the reader closes the pipe; no traceback, the SIGPIPE status 141."""
+    script = ("import sys\nfrom icml26_shared import cli_entry\n"
+              "@cli_entry('demo')\ndef main():\n    for i in range(200000):\n        print(i)\n"
+              "    return 0\nsys.exit(main())\n")
+    proc = subprocess.run(f'"{sys.executable}" -c "$SCRIPT" | head -n 2', shell=True,
+                          capture_output=True, text=True, env={**os.environ, "SCRIPT": script},
+                          timeout=60)
+    assert proc.stdout.split() == ["0", "1"]
+    assert proc.stderr == "", proc.stderr
