@@ -21,6 +21,10 @@ def _err(capsys, argv):
     (["train", "--algo", "pqn_her", "--her-mode", "future"], "unknown HER mode"),
     (["goals", "--env", "atari"], "unknown env"),
     (["bench", "--goals", "16,x"], "--goals"),
+    (["bench", "--preset", "huge"], "unknown preset"),
+    (["train", "--test-steps", "0"], "positive integer"),
+    (["train", "--eval-repeats", "nan"], "positive integer"),
+    (["train", "--bogus"], "unrecognized arguments"),
     (["eval", "missing.msgpack"], "does not exist"),
 ])
 def test_bad_input_exits_2(capsys, tmp_path, argv, text):
@@ -58,3 +62,22 @@ def test_goals_lists_names(capsys):
     assert main(["goals", "--env", "gridworld", "--size", "4"]) == 0
     lines = capsys.readouterr().out.split()
     assert lines and all(n.startswith("cell/") for n in lines)
+
+
+def test_altered_checkpoint_is_refused(capsys, tmp_path):
+    import jax
+    from leo_craftax.core import LEONetwork
+    from leo_craftax.train import env_from_config
+
+    cfg = gridworld_cpu("leo", env_size=4, width=8, layers=1)
+    names = env_from_config(cfg).goal_set.names
+    net = LEONetwork(len(names), 4, cfg.width, cfg.layers)
+    params = net.init(jax.random.PRNGKey(0), np.zeros((1, 8), np.float32))["params"]
+    path = save_checkpoint(tmp_path / "k.msgpack", cfg, params, names)
+    data = bytearray(path.read_bytes())
+    data[-40] ^= 0x01  # one bit of the parameters' bytes
+    bad = tmp_path / "bad.msgpack"
+    bad.write_bytes(bytes(data))
+    err = _err(capsys, ["eval", str(bad)])
+    assert "corrupt" in err or "not a leo-craftax checkpoint" in err
+    assert load_checkpoint(path)[2]["seeds"] == [0]  # the intact one still loads

@@ -76,7 +76,7 @@ def _pick(q_all, goal):
 
 def _any_goal(rng, traj, k):
     """One goal per transition drawn uniformly among all K: the teacher knows every goal, so the
-    actor is distilled on the commanded goal and on this one [R]."""
+    ``commanded+random`` variant also distils the actor on this one [R]."""
     return jax.random.randint(rng, traj["goal"].shape, 0, k)
 
 
@@ -117,9 +117,11 @@ def build_leo(cfg: TrainConfig, k: int, a: int) -> AlgoSpec:
 @register("dual_leo_pqn")
 def build_dual_leo_pqn(cfg: TrainConfig, k: int, a: int) -> AlgoSpec:
     """A PQN actor Q(s, g) acts; a LEO teacher learns every goal from the same data; the actor's
-    loss adds ``distill_coef``·CE(softmax(Q_actor(s, g)/τ), argmax_a Q_LEO(s, g, a)) [C], averaged
-    over the commanded goal and one uniformly drawn goal per transition [R] (τ [R])."""
+    loss adds ``distill_coef``·CE(softmax(Q_actor(s, g)/τ), argmax_a Q_LEO(s, g, a)) on the
+    commanded goal [C] (τ [R]); ``distill_goals="commanded+random"`` averages it with one uniformly
+    drawn goal per transition [R]."""
     leo, actor = LEOParts(cfg, k, a), gc_q_network(cfg, k, a)
+    extra_goal = cfg.distill_goals == "commanded+random"
     temp = 0.05  # [R] temperature turning sigmoid Q-values into distillation logits
 
     def init(rng, obs):
@@ -140,9 +142,11 @@ def build_dual_leo_pqn(cfg: TrainConfig, k: int, a: int) -> AlgoSpec:
         q = act_q(params, mb["obs"], mb["goal"])
         l_actor = td_loss(q, mb["action"], mb["y"])
         l_leo = leo.loss(params["leo"], mb, mb["y_all"])
-        q_any = act_q(params, mb["obs"], mb["g_any"])
-        l_distill = 0.5 * (distill_ce(q / temp, leo.q(params["leo"], mb["obs"], mb["goal"]))
-                           + distill_ce(q_any / temp, leo.q(params["leo"], mb["obs"], mb["g_any"])))
+        q_any = act_q(params, mb["obs"], mb["g_any"]) if extra_goal else None
+        l_distill = distill_ce(q / temp, leo.q(params["leo"], mb["obs"], mb["goal"]))
+        if extra_goal:
+            l_distill = 0.5 * (l_distill + distill_ce(
+                q_any / temp, leo.q(params["leo"], mb["obs"], mb["g_any"])))
         total = l_actor + l_leo + cfg.distill_coef * l_distill
         return total, {"actor_loss": l_actor, "leo_loss": l_leo, "distill": l_distill}
 
@@ -154,11 +158,12 @@ def build_dual_leo_pqn(cfg: TrainConfig, k: int, a: int) -> AlgoSpec:
 @register("dual_leo_ppo")
 def build_dual_leo_ppo(cfg: TrainConfig, k: int, a: int) -> AlgoSpec:
     """A goal-conditioned PPO actor-critic acts; a LEO teacher learns every goal off-policy; the
-    actor's loss adds ``distill_coef``·CE(π(·|s, g), argmax_a Q_LEO(s, g, a)) [C], averaged over
-    the commanded goal and one uniformly drawn goal per transition [R]."""
+    actor's loss adds ``distill_coef``·CE(π(·|s, g), argmax_a Q_LEO(s, g, a)) on the commanded
+    goal [C]; ``distill_goals="commanded+random"`` averages it with one uniformly drawn goal [R]."""
     from .baselines import PPOParts
 
     leo, ppo = LEOParts(cfg, k, a), PPOParts(cfg, k, a)
+    extra_goal = cfg.distill_goals == "commanded+random"
 
     def init(rng, obs):
         r1, r2 = jax.random.split(rng)
@@ -171,9 +176,11 @@ def build_dual_leo_ppo(cfg: TrainConfig, k: int, a: int) -> AlgoSpec:
     def loss(params, mb):
         l_ppo, aux, logits = ppo.loss(params["actor"], mb)
         l_leo = leo.loss(params["leo"], mb, mb["y_all"])
-        logits_any = ppo.net.apply({"params": params["actor"]}, mb["obs"], mb["g_any"])[0]
-        l_distill = 0.5 * (distill_ce(logits, leo.q(params["leo"], mb["obs"], mb["goal"]))
-                           + distill_ce(logits_any, leo.q(params["leo"], mb["obs"], mb["g_any"])))
+        l_distill = distill_ce(logits, leo.q(params["leo"], mb["obs"], mb["goal"]))
+        if extra_goal:
+            logits_any = ppo.net.apply({"params": params["actor"]}, mb["obs"], mb["g_any"])[0]
+            l_distill = 0.5 * (l_distill + distill_ce(
+                logits_any, leo.q(params["leo"], mb["obs"], mb["g_any"])))
         return l_ppo + l_leo + cfg.distill_coef * l_distill, {**aux, "leo_loss": l_leo,
                                                                "distill": l_distill}
 

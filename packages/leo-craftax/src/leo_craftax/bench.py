@@ -3,8 +3,14 @@
 One "update" = the TD targets of a minibatch of B transitions for every goal, plus one gradient
 step on them. LEO: one pass of the all-goals network on s' and one on s. All-goals relabelling
 (PQN + HER ``all``): a goal-conditioned network evaluated once per (transition, goal) pair, i.e.
-B·K rows on s' and on s. Same torso for both; timed side by side, interleaved
-(``icml26_shared.eval.compare``)."""
+B·K rows on s' and on s — as the paper compares; ``her_all_factored`` is the same relabelling
+with the first layer's observation part computed once per state (our fastest exact HER-all).
+Same torso for all; timed side by side, interleaved (``icml26_shared.eval.compare``).
+
+Presets: ``cpu`` (width 128 × 2, obs 64, 4 actions, batch 64: what a laptop times in seconds)
+and ``paper`` (Craftax symbolic obs 8,268, 4 × 1024 MLP, 43 actions, minibatch 512, K = 512 /
+1024 [C: the authors' Craftax defaults]: a GPU measurement; HER-all is chunked over goals to fit).
+"""
 
 from __future__ import annotations
 
@@ -16,6 +22,14 @@ import jax.numpy as jnp
 from .algos import build_algo
 from .config import TrainConfig
 from .train import make_optimizer, sgd_step
+
+PRESETS = {
+    "cpu": {"batch": 64, "obs_dim": 64, "num_actions": 4, "width": 128, "layers": 2,
+            "ks": (16, 64, 256, 512, 1024), "chunk": 0},
+    "paper": {"batch": 512, "obs_dim": 8268, "num_actions": 43, "width": 1024, "layers": 4,
+              "ks": (512, 1024), "chunk": 64},
+}
+ARMS = ("leo", "her_all", "her_all_factored")
 
 
 def _batch(rng, k: int, b: int, d: int, a: int) -> dict:
@@ -29,11 +43,14 @@ def _batch(rng, k: int, b: int, d: int, a: int) -> dict:
 
 
 def make_update(algo: str, k: int, *, batch: int = 64, obs_dim: int = 64, num_actions: int = 4,
-                width: int = 128, layers: int = 2, seed: int = 0):
-    """A jitted ``update()`` (closure over its state) for ``algo`` = ``leo`` | ``her_all``."""
+                width: int = 128, layers: int = 2, chunk: int = 0, seed: int = 0):
+    """A jitted ``update()`` (closure over its state) for ``algo`` in ``ARMS``."""
+    if algo not in ARMS:
+        raise ValueError(algo)
     cfg = TrainConfig(algo="leo" if algo == "leo" else "pqn_her", her_mode="all", width=width,
                       layers=layers, num_envs=batch, num_steps=1, minibatch_size=batch,
-                      total_timesteps=batch)
+                      total_timesteps=batch, her_all_chunk=chunk, reset_ratio=1,
+                      her_all_factored=algo == "her_all_factored")
     spec = build_algo(cfg, k, num_actions)
     tx = make_optimizer(cfg, batch)
     r1, r2 = jax.random.split(jax.random.PRNGKey(seed))
@@ -56,29 +73,55 @@ def make_update(algo: str, k: int, *, batch: int = 64, obs_dim: int = 64, num_ac
     return update
 
 
+def cost_model(k: int, *, obs_dim: int = 64, width: int = 128, layers: int = 2,
+               num_actions: int = 4, embed: int = 64, batch: int = 64) -> dict[str, float]:
+    """Per update, for each arm: multiply-adds of one forward pass over the minibatch and the fp32
+    bytes it moves (activations written, plus the weights read once) [R: our model; the backward
+    pass scales both arms alike]. ``ceiling_*`` = HER-all ÷ LEO."""
+    torso = (layers - 1) * width * width
+    mac = {"leo": obs_dim * width + torso + width * k * num_actions,
+           "her_all": k * ((obs_dim + embed) * width + torso + width * num_actions),
+           "her_all_factored": obs_dim * width + k * (embed * width + torso + width * num_actions)}
+    act = {"leo": obs_dim + layers * width + k * num_actions,
+           "her_all": k * (obs_dim + embed + layers * width + num_actions),
+           "her_all_factored": obs_dim + k * (embed + layers * width + num_actions)}
+    weights = {"leo": obs_dim * width + torso + width * k * num_actions,
+               "her_all": (obs_dim + embed) * width + torso + width * num_actions + k * embed}
+    weights["her_all_factored"] = weights["her_all"]
+    out = {}
+    for arm in ARMS:
+        out[f"mac_{arm}"] = float(batch * mac[arm])
+        out[f"bytes_{arm}"] = float(4 * (batch * act[arm] + weights[arm]))
+    for arm in ("her_all", "her_all_factored"):
+        out[f"flop_ceiling_{arm}"] = out[f"mac_{arm}"] / out["mac_leo"]
+        out[f"bytes_ceiling_{arm}"] = out[f"bytes_{arm}"] / out["bytes_leo"]
+    return out
+
+
 def flop_model_speedup(k: int, *, obs_dim: int = 64, width: int = 128, layers: int = 2,
                        num_actions: int = 4, embed: int = 64) -> float:
-    """Predicted HER-all / LEO cost ratio from multiply-adds per transition [R]:
-    LEO = torso(D) + W·K·|A| (one pass, a K·|A| head); HER-all = K·(torso(D + E) + W·|A|)."""
-    torso = (layers - 1) * width * width
-    leo = obs_dim * width + torso + width * k * num_actions
-    her = k * ((obs_dim + embed) * width + torso + width * num_actions)
-    return her / leo
+    """HER-all ÷ LEO multiply-adds per transition (the paper's HER-all, no factoring)."""
+    return cost_model(k, obs_dim=obs_dim, width=width, layers=layers, num_actions=num_actions,
+                      embed=embed, batch=1)["flop_ceiling_her_all"]
 
 
-def speed_table(ks: Sequence[int], *, batch: int = 64, repeats: int = 5, **kw) -> list[dict]:
-    """Per K: median seconds per update of LEO and of all-goals relabelling, their ratio, and the
-    ratio the multiply-add model predicts."""
+def speed_table(ks: Sequence[int] | None = None, *, preset: str = "cpu", repeats: int = 5,
+                arms: Sequence[str] = ARMS, **overrides) -> list[dict]:
+    """Per K: median seconds per update of each arm, HER-all ÷ LEO ratios, and the cost model."""
     from icml26_shared.eval import compare
 
+    p = {**PRESETS[preset], **overrides}
+    sizes = {n: p[n] for n in ("batch", "obs_dim", "num_actions", "width", "layers")}
     rows = []
-    for k in ks:
-        fns = {"leo": make_update("leo", k, batch=batch, **kw),
-               "her_all": make_update("her_all", k, batch=batch, **kw)}
+    for k in (ks or p["ks"]):
+        fns = {arm: make_update(arm, k, chunk=p["chunk"], **sizes) for arm in arms}
         t = compare(fns, warmup=1, repeats=repeats)
-        rows.append({"K": k, "leo_s": t["leo"].median, "her_all_s": t["her_all"].median,
-                     "speedup": t["her_all"].median / t["leo"].median,
-                     "flop_model": flop_model_speedup(k, **{n: v for n, v in kw.items()
-                                                            if n in ("obs_dim", "width", "layers",
-                                                                     "num_actions")})})
+        row = {"K": k, "preset": preset, **{f"{arm}_s": t[arm].median for arm in arms},
+               **cost_model(k, **sizes)}
+        for arm in arms:
+            if arm != "leo":
+                row[f"speedup_{arm}"] = t[arm].median / t["leo"].median
+        row["speedup"] = row.get("speedup_her_all", float("nan"))
+        row["flop_model"] = row["flop_ceiling_her_all"]
+        rows.append(row)
     return rows

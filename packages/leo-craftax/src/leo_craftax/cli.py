@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
 from icml26_shared import UserError, cli_entry
-from icml26_shared.cli import add_reproduce_arguments, reproduce_from_args
+from icml26_shared.cli import ArgumentParser, add_reproduce_arguments, reproduce_from_args
 
 NAME = "leo-craftax"
 ALGOS = ("leo", "pqn", "pqn_her", "ppo_gc", "dual_leo_pqn", "dual_leo_ppo")
@@ -20,9 +21,13 @@ def _num(text: str) -> int:
         value = float(text)
     except ValueError:
         raise UserError(f"not a number: {text!r}") from None
-    if value <= 0 or value != int(value):
+    if not math.isfinite(value) or value <= 0 or value != int(value):
         raise UserError(f"expected a positive integer, got {text!r}")
     return int(value)
+
+
+def _test_steps(text: str) -> int | None:
+    return None if text == "full" else _num(text)
 
 
 def _check(name: str, value: str, choices: tuple[str, ...]) -> str:
@@ -36,11 +41,16 @@ def _config(args):
 
     _check("algo", args.algo, ALGOS)
     _check("env", args.env, ENVS)
-    kw = {"total_timesteps": _num(args.steps), "num_evals": args.evals, "her_mode": args.her_mode}
-    if args.num_envs:
-        kw["num_envs"] = _num(args.num_envs)
-    if args.devices > 1:
-        kw["num_devices"] = args.devices
+    kw = {"total_timesteps": _num(args.steps), "num_evals": _num(args.evals),
+          "her_mode": args.her_mode, "distill_goals": args.distill_goals}
+    for flag, field in (("num_envs", "num_envs"), ("eval_repeats", "test_repeats"),
+                        ("reset_ratio", "reset_ratio"), ("width", "width"), ("layers", "layers")):
+        if getattr(args, flag) is not None:
+            kw[field] = _num(getattr(args, flag))
+    if args.test_steps is not None:
+        kw["test_steps"] = _test_steps(args.test_steps)
+    if _num(args.devices) > 1:
+        kw["num_devices"] = _num(args.devices)
     if args.env == "gridworld":
         return gridworld_cpu(args.algo, env_size=args.size, **kw).validate()
     return TrainConfig(algo=args.algo, env=EnvConfig(args.env), **kw).validate()
@@ -60,16 +70,22 @@ def _cmd_train(args) -> int:
 
     enable_compile_cache()
     env = env_from_config(cfg)
-    seeds = [args.seed + i for i in range(args.seeds)]
+    k = env.goal_set.num_goals
+    per_point, per_segment = cfg.eval_cost(k, env.max_steps)
+    print(f"evaluation: {k} goals x {cfg.test_repeats} repeats x {cfg.eval_steps(env.max_steps)} "
+          f"steps = {per_point:,} env steps per point, {cfg.num_evals + 1} points; training: "
+          f"{per_segment:,} env steps between points (evaluation/training = "
+          f"{per_point / per_segment:.2f}; --test-steps, --eval-repeats, --evals set it)",
+          flush=True)
+    seeds = [args.seed + i for i in range(_num(args.seeds))]
     result = train_seeds(cfg, seeds, env)
     success = np.asarray(result["success"])
-    params = __import__("jax").tree.map(lambda x: x[0], result["params"])
-    save_checkpoint(out, cfg, params, env.goal_set.names,
-                    {"seed": seeds[0], "success": success[0, -1].tolist()})
+    save_checkpoint(out, cfg, result["params"], env.goal_set.names,
+                    {"success": success[:, -1].tolist()}, seeds=seeds)
     for i, s in enumerate(seeds):
         curve = " ".join(f"{v:.3f}" for v in success[i].mean(-1))
-        print(f"seed {s}: success over {env.goal_set.num_goals} goals by eval point: {curve}")
-    print(f"checkpoint (seed {seeds[0]}): {out}")
+        print(f"seed {s}: success over {k} goals by eval point: {curve}")
+    print(f"checkpoint (seeds {', '.join(map(str, seeds))}): {out}")
     return 0
 
 
@@ -80,21 +96,23 @@ def _cmd_eval(args) -> int:
     from .io import check_head, load_checkpoint
     from .train import env_from_config, evaluate
 
-    cfg, params, _ = load_checkpoint(args.checkpoint)
+    cfg, params, meta = load_checkpoint(args.checkpoint, seed=args.run_seed)
     if args.env is not None and _check("env", args.env, ENVS) != cfg.env.name:
         raise UserError(f"checkpoint {args.checkpoint} was trained on {cfg.env.name!r}, "
                         f"not {args.env!r}")
     env = env_from_config(cfg)
-    load_checkpoint(args.checkpoint, cfg, env.goal_set.names)
+    load_checkpoint(args.checkpoint, cfg, env.goal_set.names, seed=meta["seed"])
     check_head(params, env.goal_set.num_goals, env.num_actions)
     spec = build_algo(cfg, env.goal_set.num_goals, env.num_actions)
-    success = jax.jit(lambda p, r: evaluate(spec, p, env, r, args.repeats,
-                                            cfg.test_steps or env.max_steps))(
+    steps = cfg.eval_steps(env.max_steps) if args.test_steps is None else (
+        env.max_steps if args.test_steps == "full" else min(_num(args.test_steps), env.max_steps))
+    success = jax.jit(lambda p, r: evaluate(spec, p, env, r, _num(args.repeats), steps))(
         params, jax.random.PRNGKey(args.seed))
     if args.per_goal:
         for name, s in zip(env.goal_set.names, success.tolist(), strict=True):
             print(f"{name}\t{s:.3f}")
-    print(f"success over {env.goal_set.num_goals} goals: {float(success.mean()):.4f}")
+    print(f"success over {env.goal_set.num_goals} goals (trained seed {meta['seed']}, "
+          f"{steps} steps): {float(success.mean()):.4f}")
     if args.json:
         Path(args.json).write_text(json.dumps(dict(zip(env.goal_set.names, success.tolist(), strict=True))))
     return 0
@@ -110,45 +128,81 @@ def _cmd_goals(args) -> int:
 
 
 def _cmd_bench(args) -> int:
-    try:
-        ks = [int(k) for k in args.goals.split(",")]
-    except ValueError:
-        raise UserError(f"--goals must be comma-separated integers, got {args.goals!r}") from None
-    if not ks or min(ks) < 1:
-        raise UserError("--goals must list positive numbers of goals")
+    from .bench import ARMS, PRESETS
+
+    if args.preset not in PRESETS:
+        raise UserError(f"unknown preset {args.preset!r} (choose one of {', '.join(PRESETS)})")
+    ks = None
+    if args.goals is not None:
+        try:
+            ks = [int(k) for k in args.goals.split(",")]
+        except ValueError:
+            raise UserError(f"--goals must be comma-separated integers, got {args.goals!r}") from None
+        if not ks or min(ks) < 1:
+            raise UserError("--goals must list positive numbers of goals")
+    over = {} if args.batch is None else {"batch": _num(args.batch)}
     from .bench import speed_table
 
-    print(f"{'K':>6} {'LEO ms':>10} {'HER-all ms':>12} {'speed-up':>9}")
-    for r in speed_table(ks, batch=args.batch, repeats=args.repeats):
-        print(f"{r['K']:>6} {1e3 * r['leo_s']:>10.2f} {1e3 * r['her_all_s']:>12.2f} "
-              f"{r['speedup']:>8.1f}x")
+    p = {**PRESETS[args.preset], **over}
+    print(f"preset {args.preset}: batch {p['batch']}, obs {p['obs_dim']}, {p['layers']}x{p['width']} "
+          f"MLP, {p['num_actions']} actions; HER-all = K goal-conditioned passes, factored = its "
+          f"first layer's observation part shared", flush=True)
+    print(f"{'K':>6} {'LEO ms':>9} {'HER-all ms':>11} {'ratio':>7} {'FLOP ceil':>9} "
+          f"{'bytes ceil':>10} {'factored ms':>11} {'ratio':>7} {'FLOP ceil':>9}")
+    rows = speed_table(ks, preset=args.preset, repeats=_num(args.repeats), arms=ARMS, **over)
+    for r in rows:
+        print(f"{r['K']:>6} {1e3 * r['leo_s']:>9.2f} {1e3 * r['her_all_s']:>11.2f} "
+              f"{r['speedup_her_all']:>6.1f}x {r['flop_ceiling_her_all']:>8.1f}x "
+              f"{r['bytes_ceiling_her_all']:>9.1f}x {1e3 * r['her_all_factored_s']:>11.2f} "
+              f"{r['speedup_her_all_factored']:>6.1f}x {r['flop_ceiling_her_all_factored']:>8.1f}x")
+    if args.json:
+        text = json.dumps(rows, indent=1)
+        tmp = Path(args.json + ".tmp")
+        tmp.write_text(text)
+        tmp.replace(args.json)
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=NAME, description="LEO: goal-conditioned RL that learns every "
+    p = ArgumentParser(prog=NAME, description="LEO: goal-conditioned RL that learns every "
                                 "goal at once (JAX), with PQN / HER / PPO / Dual LEO baselines.")
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="train one algorithm (several seeds at once) and checkpoint it")
     t.add_argument("--algo", default="leo", help=f"one of {', '.join(ALGOS)}")
     t.add_argument("--env", default="gridworld", help=f"one of {', '.join(ENVS)}")
     t.add_argument("--steps", default="2e5", help="environment steps per seed (default %(default)s)")
-    t.add_argument("--seeds", type=int, default=1, help="number of seeds, trained with vmap")
+    t.add_argument("--seeds", default="1", help="number of seeds, trained with vmap; every "
+                   "seed's parameters are saved")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--size", type=int, default=10, help="gridworld side (default %(default)s)")
     t.add_argument("--num-envs", default=None, help="parallel environments")
-    t.add_argument("--devices", type=int, default=1,
+    t.add_argument("--devices", default="1",
                    help="split the environments over this many devices (jax.sharding)")
     t.add_argument("--her-mode", default="mixed", help="pqn_her: random|positive|mixed|all")
-    t.add_argument("--evals", type=int, default=1, help="evaluation points during training")
+    t.add_argument("--evals", default="1", help="evaluation points during training (plus one "
+                   "before)")
+    t.add_argument("--test-steps", default=None, help="steps per evaluation episode, or 'full' "
+                   "(default 512 capped by the episode length: Craftax episodes last 10k / 100k)")
+    t.add_argument("--eval-repeats", default=None, help="evaluation episodes per goal (default "
+                   "16 on Craftax, 2 on the gridworld)")
+    t.add_argument("--distill-goals", default="commanded", help="Dual LEO: commanded (the "
+                   "paper's) or commanded+random (ours)")
+    t.add_argument("--reset-ratio", default=None, help="optimistic resets: envs per fresh start "
+                   "state (default 16 on Craftax, 1 on the gridworld)")
+    t.add_argument("--width", default=None, help="MLP width (default 1024 on Craftax)")
+    t.add_argument("--layers", default=None, help="MLP layers (default 4 on Craftax)")
     t.add_argument("--out", default="leo-checkpoint.msgpack", help="checkpoint file")
     t.add_argument("--force", action="store_true", help="overwrite --out")
     t.set_defaults(fn=_cmd_train)
     e = sub.add_parser("eval", help="success over all goals of a checkpoint")
     e.add_argument("checkpoint")
     e.add_argument("--env", default=None, help="must match the checkpoint's environment")
-    e.add_argument("--repeats", type=int, default=4, help="episodes per goal")
-    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--repeats", default="4", help="episodes per goal")
+    e.add_argument("--test-steps", default=None, help="steps per episode or 'full' (default: the "
+                   "checkpoint's)")
+    e.add_argument("--run-seed", type=int, default=None, help="which trained seed to evaluate "
+                   "(default: the first)")
+    e.add_argument("--seed", type=int, default=0, help="evaluation RNG seed")
     e.add_argument("--per-goal", action="store_true", help="print each goal's success")
     e.add_argument("--json", default=None, help="write per-goal success as JSON")
     e.set_defaults(fn=_cmd_eval)
@@ -157,9 +211,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--size", type=int, default=10, help="gridworld side")
     g.set_defaults(fn=_cmd_goals)
     b = sub.add_parser("bench", help="time per update: LEO vs all-goals relabelling as K grows")
-    b.add_argument("--goals", default="16,64,256,1024")
-    b.add_argument("--batch", type=int, default=64)
-    b.add_argument("--repeats", type=int, default=5)
+    b.add_argument("--preset", default="cpu", help="cpu (width 128, seconds) or paper (Craftax "
+                   "sizes: obs 8268, 4x1024, 43 actions, minibatch 512; for a GPU)")
+    b.add_argument("--goals", default=None, help="comma-separated K (default: the preset's)")
+    b.add_argument("--batch", default=None, help="minibatch (default: the preset's)")
+    b.add_argument("--repeats", default="5")
+    b.add_argument("--json", default=None, help="write the rows as JSON")
     b.set_defaults(fn=_cmd_bench)
     r = sub.add_parser("reproduce", help="the registered reproduction")
     add_reproduce_arguments(r)

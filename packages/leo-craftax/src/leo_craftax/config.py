@@ -11,6 +11,7 @@ from icml26_shared import UserError
 
 ALGOS = ("leo", "pqn", "pqn_her", "ppo_gc", "dual_leo_pqn", "dual_leo_ppo")
 HER_MODES = ("none", "random", "positive", "mixed", "all")
+DISTILL_GOALS = ("commanded", "commanded+random")
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,11 @@ class TrainConfig:
     her_mode: str = "mixed"            # [C] pqn.py --her_mode none|random|positive|mixed|all
     her_ratio: float = 0.5             # [R] fraction of transitions relabelled (random/positive/mixed)
     distill_coef: float = 0.1          # [C] dual_leo_*: weight of CE(actor, argmax Q_LEO)
+    distill_goals: str = "commanded"   # [C] commanded goal; "commanded+random" adds a uniform goal [R]
+    her_all_chunk: int = 0             # [R] HER-all: goals per chunk (0 = all K at once)
+    her_all_factored: bool = False     # [R] HER-all: first layer's observation part computed once
+    reset_ratio: int = 16              # [C] Craftax baselines: optimistic resets, num_envs/16 fresh
+                                       #     states per step shared by the envs that end
     # PPO (ppo.py / dual_leo_ppo.py)
     ppo_gamma: float = 0.995           # [C] dual_leo_ppo --gamma 0.995
     gae_lambda: float = 0.95           # [C] --gae_lambda 0.95
@@ -56,7 +62,8 @@ class TrainConfig:
     ppo_minibatch_size: int = 2048     # [C] dual_leo_ppo minibatch 2048
     # evaluation (success over all goals, first episode, greedy)
     test_repeats: int = 16             # [C] --test_num_repeats 16
-    test_steps: int | None = None      # [C] 512 on Craftax; None = the episode length
+    test_steps: int | None = 512       # [C] 512 on Craftax (min with the episode length); None =
+                                       #     whole episodes (10k steps on Classic, 100k on Craftax)
     num_evals: int = 1                 # [R] points on the success-vs-steps curve
     num_devices: int = 1               # [R] data parallel over environments (jax.sharding)
 
@@ -80,9 +87,30 @@ class TrainConfig:
             raise UserError(f"num_steps*num_envs = {batch} is not a multiple of the minibatch size {mb}")
         if self.num_envs % self.num_devices:
             raise UserError(f"num_envs {self.num_envs} not divisible by num_devices {self.num_devices}")
+        if self.distill_goals not in DISTILL_GOALS:
+            raise UserError(f"unknown distillation goals {self.distill_goals!r} (choose one of "
+                            f"{', '.join(DISTILL_GOALS)})")
+        if self.test_steps is not None and self.test_steps < 1:
+            raise UserError(f"test steps must be >= 1 or None (got {self.test_steps})")
+        if self.test_repeats < 1:
+            raise UserError(f"evaluation repeats must be >= 1 (got {self.test_repeats})")
+        if self.reset_ratio < 1 or self.num_envs % min(self.reset_ratio, self.num_envs):
+            raise UserError(f"reset ratio {self.reset_ratio} must be >= 1 and divide num_envs "
+                            f"{self.num_envs}")
         if self.num_evals < 1 or self.num_updates % self.num_evals:
             raise UserError(f"num_evals {self.num_evals} must divide the {self.num_updates} updates")
         return self
+
+    def eval_steps(self, episode_length: int) -> int:
+        """Steps of one evaluation episode: ``test_steps`` capped by the episode length."""
+        return episode_length if self.test_steps is None else min(self.test_steps, episode_length)
+
+    def eval_cost(self, num_goals: int, episode_length: int) -> tuple[int, int]:
+        """``(env steps per evaluation point, training env steps per segment)``: K·repeats
+        episodes of ``eval_steps`` each, against the steps trained between two points."""
+        per_point = num_goals * self.test_repeats * self.eval_steps(episode_length)
+        per_segment = self.num_updates // self.num_evals * self.num_steps * self.num_envs
+        return per_point, per_segment
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -99,9 +127,10 @@ class TrainConfig:
 
 def gridworld_cpu(algo: str = "leo", **kw) -> TrainConfig:
     """CPU-scale gridworld settings [R]: a smaller network and batch than the Craftax defaults, a
-    higher learning rate, and γ = 0.9 (with γ = 0.99 one step changes a value by 1 %, which a small
+    higher learning rate, per-environment resets (a gridworld reset is one random cell), and γ = 0.9 (with γ = 0.99 one step changes a value by 1 %, which a small
     sigmoid network resolves only after far more updates than a CPU run affords)."""
     base = TrainConfig(algo=algo, env=EnvConfig("gridworld", size=10), total_timesteps=200_000,
                        num_envs=64, num_steps=16, minibatch_size=256, width=128, layers=2,
-                       lr=3e-3, gamma=0.9, test_repeats=2, ppo_minibatch_size=256)
+                       lr=3e-3, gamma=0.9, test_repeats=2, ppo_minibatch_size=256,
+                       reset_ratio=1)
     return base.replace(**kw)

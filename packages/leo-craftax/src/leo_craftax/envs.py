@@ -200,6 +200,34 @@ def auto_reset_step(env: Any, rng, state, action):
     return next_obs, obs_act, state, done
 
 
+def optimistic_reset_step(env: Any, rng, states, actions, reset_ratio: int):
+    """``auto_reset_step`` over a batch of E environments with optimistic resets [C: the Craftax
+    baselines' optimistic-reset wrapper; this implementation is ours]: each step draws only
+    E / ``reset_ratio`` fresh start states (a Craftax reset generates a whole world) and hands
+    them to the environments that ended, the i-th ending environment (in index order) getting
+    fresh state i mod E/ratio — distinct starts as long as at most E/ratio end at once, which
+    the optimism is about. ``reset_ratio = 1`` is one reset per environment, as
+    ``auto_reset_step``. Returns ``(next_obs, obs_to_act_on, states, done)``, each ``[E, ...]``."""
+    e = actions.shape[0]
+    n_fresh = e // min(reset_ratio, e)
+    r_step, r_reset, r_perm = jax.random.split(rng, 3)
+    next_obs, next_state, done = jax.vmap(env.step)(jax.random.split(r_step, e), states, actions)
+    fresh_obs, fresh_state = jax.vmap(env.reset)(jax.random.split(r_reset, n_fresh))
+    if n_fresh == e:
+        idx = jnp.arange(e)
+    else:  # the fresh states in a random order, so which env gets which start is not fixed
+        idx = jax.random.permutation(r_perm, n_fresh)[(jnp.cumsum(done) - 1) % n_fresh]
+
+    def pick(fresh, stepped):
+        taken = fresh[idx]
+        mask = done.reshape(e, *([1] * (stepped.ndim - 1)))
+        return jnp.where(mask, taken, stepped)
+
+    obs_act = pick(fresh_obs, next_obs)
+    states = jax.tree.map(pick, fresh_state, next_state)
+    return next_obs, obs_act, states, done
+
+
 def make_env(name: str, *, size: int = 10, wall_prob: float = 0.3, map_seed: int = 0,
              max_steps: int | None = None) -> Any:
     """``gridworld`` | ``craftax-classic`` | ``craftax``."""

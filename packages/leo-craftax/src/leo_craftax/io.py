@@ -1,11 +1,15 @@
-"""Checkpoints: one file holding the training config, the goal names and the parameters
-(Flax msgpack serialization), written atomically. Loading checks it against what the caller
-expects (algo, environment, number of goals), so a checkpoint of another config fails clearly."""
+"""Checkpoints: one file holding the training config, the goal names and the parameters of
+every trained seed (stacked on a leading axis; Flax msgpack serialization), with a SHA-256 over
+the metadata and the parameter bytes, written atomically. Loading refuses an altered file and
+checks it against what the caller expects (algo, environment, number of goals), so a checkpoint
+of another config fails clearly; ``seed=`` picks one of the trained seeds."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,42 +20,74 @@ from icml26_shared import UserError
 
 from .config import TrainConfig
 
-FORMAT = "leo-craftax-checkpoint/1"
+FORMAT = "leo-craftax-checkpoint/2"
+OLD_FORMAT = "leo-craftax-checkpoint/1"  # one seed's parameters, no checksum: still read
+
+
+def _digest(meta_json: str, blob: bytes) -> str:
+    return hashlib.sha256(meta_json.encode() + b"\0" + blob).hexdigest()
 
 
 def save_checkpoint(path: str | Path, cfg: TrainConfig, params: Any, goal_names: tuple[str, ...],
-                    extra: dict | None = None) -> Path:
+                    extra: dict | None = None, seeds: Sequence[int] | None = None) -> Path:
+    """``params``: one seed's parameters, or (with ``seeds``) every seed's, stacked on axis 0."""
     from flax import serialization
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"format": FORMAT, "config": cfg.to_dict(), "goal_names": list(goal_names),
-            "extra": extra or {}}
-    blob = serialization.msgpack_serialize(
-        {"meta": json.dumps(meta), "params": jax.tree.map(np.asarray, params)})
+    extra = dict(extra or {})
+    if seeds is None:
+        seeds = [int(extra.get("seed", 0))]
+        params = jax.tree.map(lambda x: np.asarray(x)[None], params)
+    seeds = [int(s) for s in seeds]
+    meta_json = json.dumps({"format": FORMAT, "config": cfg.to_dict(), "goal_names": list(goal_names),
+                            "seeds": seeds, "extra": extra})
+    blob = serialization.msgpack_serialize(jax.tree.map(np.asarray, params))
+    data = serialization.msgpack_serialize(
+        {"meta": meta_json, "params": blob, "sha256": _digest(meta_json, blob)})
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(blob)
+    tmp.write_bytes(data)
     os.replace(tmp, path)
     return path
 
 
-def load_checkpoint(path: str | Path, expect: TrainConfig | None = None,
-                    goal_names: tuple[str, ...] | None = None) -> tuple[TrainConfig, Any, dict]:
-    """``(config, params, meta)``; raises ``UserError`` when the file is not a checkpoint, or when
-    its algo / environment / goals differ from ``expect`` / ``goal_names``."""
+def _read(path: Path) -> tuple[dict, Any]:
+    """``(meta, params stacked over seeds)``; ``UserError`` for anything but an intact checkpoint."""
     from flax import serialization
 
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"checkpoint {path} does not exist")
     try:
         raw = serialization.msgpack_restore(path.read_bytes())
         meta = json.loads(raw["meta"])
-        if meta.get("format") != FORMAT:
-            raise ValueError(meta.get("format"))
-        params = raw["params"]
+        fmt = meta.get("format")
+        if fmt == OLD_FORMAT:
+            params = jax.tree.map(lambda x: np.asarray(x)[None], raw["params"])
+            return {**meta, "seeds": [int(meta.get("extra", {}).get("seed", 0))]}, params
+        if fmt != FORMAT:
+            raise ValueError(fmt)
+        intact = raw["sha256"] == _digest(raw["meta"], raw["params"])
     except Exception:  # noqa: BLE001 - any decoding failure is the user's file
         raise UserError(f"{path} is not a leo-craftax checkpoint") from None
+    if not intact:
+        raise UserError(f"{path} is corrupt: its checksum does not match its contents")
+    return meta, serialization.msgpack_restore(raw["params"])
+
+
+def load_checkpoint(path: str | Path, expect: TrainConfig | None = None,
+                    goal_names: tuple[str, ...] | None = None,
+                    seed: int | None = None) -> tuple[TrainConfig, Any, dict]:
+    """``(config, params, meta)`` with the parameters of ``seed`` (default: the first trained
+    seed; ``meta["seeds"]`` lists them); raises ``UserError`` when the file is not an intact
+    checkpoint, when ``seed`` was not trained, or when its algo / environment / goals differ from
+    ``expect`` / ``goal_names``."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"checkpoint {path} does not exist")
+    meta, stacked = _read(path)
+    seeds = meta["seeds"]
+    if seed is not None and seed not in seeds:
+        raise UserError(f"checkpoint {path} holds seeds {seeds}, not {seed}")
+    i = 0 if seed is None else seeds.index(seed)
+    params = jax.tree.map(lambda x: x[i], stacked)
     cfg = TrainConfig.from_dict(meta["config"])
     if expect is not None:
         for field in ("algo", "env", "width", "layers"):
@@ -62,7 +98,7 @@ def load_checkpoint(path: str | Path, expect: TrainConfig | None = None,
     if goal_names is not None and tuple(meta["goal_names"]) != tuple(goal_names):
         raise UserError(f"checkpoint {path} has a head for {len(meta['goal_names'])} goals; this "
                         f"environment has {len(goal_names)} (or other goals)")
-    return cfg, params, meta
+    return cfg, params, {**meta, "seed": seeds[i]}
 
 
 def check_head(params: Any, num_goals: int, num_actions: int) -> None:

@@ -20,7 +20,7 @@ import optax
 from .algos import AlgoSpec, build_algo
 from .config import TrainConfig
 from .core import epsilon, sample_goals
-from .envs import auto_reset_step, make_env
+from .envs import make_env, optimistic_reset_step
 
 
 def env_from_config(cfg: TrainConfig) -> Any:
@@ -82,7 +82,7 @@ def make_train(cfg: TrainConfig, env: Any = None, mesh: Any = None):
     e, t, u = cfg.num_envs, cfg.num_steps, cfg.num_updates
     n_mb = t * e // spec.minibatch_size
     tx = make_optimizer(cfg, spec.minibatch_size)
-    test_steps = cfg.test_steps or env.max_steps
+    test_steps = cfg.eval_steps(env.max_steps)
     seg = u // cfg.num_evals
 
     def shard(tree, axis=0):
@@ -94,7 +94,7 @@ def make_train(cfg: TrainConfig, env: Any = None, mesh: Any = None):
         return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec_)),
                             tree)
 
-    env_step = jax.vmap(partial(auto_reset_step, env))
+    env_step = partial(optimistic_reset_step, env, reset_ratio=cfg.reset_ratio)
     achieved = jax.vmap(gs.achieved)
 
     def update(carry, _):
@@ -105,7 +105,7 @@ def make_train(cfg: TrainConfig, env: Any = None, mesh: Any = None):
             obs, env_state, goal, seen, rng = c
             rng, r_act, r_env, r_goal = jax.random.split(rng, 4)
             action, extras = spec.policy(r_act, params, obs, goal, eps)
-            nxt, obs_act, env_state, done = env_step(jax.random.split(r_env, e), env_state, action)
+            nxt, obs_act, env_state, done = env_step(r_env, env_state, action)
             ach = achieved(nxt)
             hit = ach[jnp.arange(e), goal]
             seen = seen | ach.any(0)

@@ -1,0 +1,113 @@
+"""Optimistic resets, the chunked / factored all-goals relabelling, Dual LEO's two variants and
+the evaluation-cost arithmetic."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from leo_craftax.algos import build_algo, gc_q_network
+from leo_craftax.baselines import her_all_q
+from leo_craftax.bench import cost_model
+from leo_craftax.config import EnvConfig, TrainConfig, gridworld_cpu
+from leo_craftax.envs import Gridworld, auto_reset_step, optimistic_reset_step
+
+
+class _Counter:
+    """Episodes end after one step; reset hands out a state naming the reset key's draw."""
+
+    max_steps = 1
+
+    def reset(self, rng, start_time=None):
+        v = jax.random.randint(rng, (), 0, 1 << 20)  # exact in float32
+        return jnp.stack([v, 0]).astype(jnp.float32), {"id": v, "t": jnp.int32(0)}
+
+    def step(self, rng, state, action):
+        t = state["t"] + 1
+        done = action > 0  # action 1 ends the episode, 0 continues
+        return jnp.stack([state["id"], t]).astype(jnp.float32), {"id": state["id"], "t": t}, done
+
+
+def test_optimistic_resets_hand_fresh_states_to_ended_envs_only():
+    env, e, ratio = _Counter(), 16, 4
+    obs, st = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(0), e))
+    action = jnp.array([1, 0] * 8)  # 8 envs end: more than the 4 fresh states
+    nxt, obs_act, st2, done = optimistic_reset_step(env, jax.random.PRNGKey(1), st, action, ratio)
+    assert np.array_equal(np.asarray(done), np.asarray(action > 0))
+    np.testing.assert_array_equal(nxt[:, 1], np.ones(e))            # the true next observation
+    ids = np.asarray(st2["id"])
+    assert np.array_equal(ids[~np.asarray(done)], np.asarray(st["id"])[~np.asarray(done)])
+    fresh = ids[np.asarray(done)]
+    assert len(set(fresh.tolist())) == e // ratio                   # 4 fresh starts, shared
+    assert not set(fresh.tolist()) & set(np.asarray(st["id"]).tolist())
+    np.testing.assert_array_equal(np.asarray(st2["t"])[np.asarray(done)], 0)
+    np.testing.assert_array_equal(obs_act[:, 0], ids)
+    # at most E/ratio ended: every ended env gets its own fresh start
+    few = jnp.zeros(e, jnp.int32).at[jnp.array([2, 5, 11])].set(1)
+    _, _, st3, d3 = optimistic_reset_step(env, jax.random.PRNGKey(1), st, few, ratio)
+    assert len(set(np.asarray(st3["id"])[np.asarray(d3)].tolist())) == 3
+
+
+def test_ratio_one_is_one_reset_per_env():
+    env = Gridworld(size=5, wall_prob=0.2, map_seed=1, max_steps=3)
+    e = 8
+    _, st = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(0), e))
+    st = {**st, "t": jnp.full(e, 2)}  # every env ends on this step
+    action = jnp.zeros(e, jnp.int32)
+    _, obs_act, st2, done = optimistic_reset_step(env, jax.random.PRNGKey(3), st, action, 1)
+    assert bool(done.all())
+    assert len({tuple(p) for p in np.asarray(st2["pos"]).tolist()}) > 1  # independent resets
+    ref = jax.vmap(lambda r, s, a: auto_reset_step(env, r, s, a))(
+        jax.random.split(jax.random.PRNGKey(3), e), st, action)
+    assert ref[1].shape == obs_act.shape
+
+
+def test_chunked_and_factored_her_all_equal_k_goal_conditioned_passes():
+    cfg = gridworld_cpu("pqn_her", her_mode="all", width=32, layers=3)
+    net = gc_q_network(cfg, 12, 5)
+    obs = jax.random.normal(jax.random.PRNGKey(0), (7, 20))
+    params = net.init(jax.random.PRNGKey(1), obs, jnp.zeros(7, jnp.int32))["params"]
+
+    @jax.jit
+    def ref(p):  # one goal-conditioned pass per goal
+        return jax.vmap(lambda g: net.apply({"params": p}, obs, jnp.full(7, g)), out_axes=1)(
+            jnp.arange(12))
+
+    want, g_want = ref(params), jax.grad(lambda p: (ref(p) ** 2).sum())(params)
+    for chunk, factored in [(4, False), (5, True)]:  # chunked naive, chunked factored
+        f = jax.jit(lambda p, c=chunk, fa=factored: her_all_q(net, p, obs, c, fa))
+        np.testing.assert_allclose(f(params), want, rtol=1e-5, atol=1e-6)
+        # the gradient through it too (chunks are rematerialised in the backward pass)
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5),
+                     jax.grad(lambda p, f=f: (f(p) ** 2).sum())(params), g_want)
+
+
+def test_dual_leo_variants_differ_only_by_the_extra_goal():
+    k, a = 9, 4
+    mb = {"obs": jax.random.normal(jax.random.PRNGKey(0), (6, 10)),
+          "action": jnp.arange(6) % a, "goal": jnp.arange(6) % k,
+          "g_any": (jnp.arange(6) + 3) % k, "y": jnp.full(6, 0.5), "y_all": jnp.full((6, k), 0.5)}
+    cmd = gridworld_cpu("dual_leo_pqn", width=16, layers=1)
+    both = cmd.replace(distill_goals="commanded+random")
+    s1, s2 = build_algo(cmd, k, a), build_algo(both, k, a)
+    params = s1.init(jax.random.PRNGKey(1), mb["obs"][:1])
+    l1, l2 = jax.jit(s1.loss), jax.jit(s2.loss)
+    assert float(l1(params, mb)[1]["distill"]) != pytest.approx(float(l2(params, mb)[1]["distill"]))
+    same = {**mb, "g_any": mb["goal"]}  # the random goal is the commanded one: identical terms
+    assert float(l1(params, same)[1]["distill"]) == pytest.approx(
+        float(l2(params, same)[1]["distill"]), rel=1e-6)
+
+
+def test_craftax_defaults_evaluate_512_steps_and_report_their_cost():
+    cfg = TrainConfig(env=EnvConfig("craftax-classic"), total_timesteps=int(1e6), num_evals=1)
+    assert cfg.eval_steps(10_000) == 512 and cfg.replace(test_steps=None).eval_steps(10_000) == 10_000
+    per_point, per_segment = cfg.eval_cost(136, 10_000)
+    assert per_point == 136 * 16 * 512 and per_segment == cfg.num_updates * 32 * 1024
+    assert gridworld_cpu().eval_steps(200) == 200  # capped by the episode length
+
+
+def test_cost_model_at_paper_sizes():
+    m = cost_model(512, obs_dim=8268, width=1024, layers=4, num_actions=43, batch=512)
+    assert 170 < m["flop_ceiling_her_all"] < 180  # the ≈176x the review computed
+    assert m["flop_ceiling_her_all_factored"] < m["flop_ceiling_her_all"] / 2
+    small = cost_model(512)
+    assert small["flop_ceiling_her_all"] == pytest.approx(59.5, abs=1)
