@@ -44,12 +44,19 @@ def test_bench_refuses_unknown_space_and_existing_json(tmp_path, capsys):
     (["merge", "a", "--out", "o", "--sketch-size", "big"], "sketch-size"),
     (["merge", "a", "--out", "o", "--space", "warp"], "--space"),
     (["bench", "--shapes", "4096"], "--shapes"),
+    (["merge", "a", "--out", "o", "--weights", "1,nan"], "finite"),
+    (["merge", "a", "--out", "o", "--weights", "1,inf"], "finite"),
+    (["merge", "a", "--out", "o", "--weights", "1,-0.5"], "non-negative"),
+    (["merge", "a", "--out", "o", "--density", "nan"], "density"),
+    (["merge", "a", "--out", "o", "--sketch-target", "1.5"], "sketch target"),
+    (["merge", "a", "--out", "o", "--out-rank", "x"], "--out-rank"),
+    (["merge", "a"], "--out"),
+    (["frobnicate"], "invalid choice"),
 ])
-def test_argument_errors_exit_2(tmp_path, capsys, argv, match):
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    assert exc.value.code == 2
-    assert match in capsys.readouterr().err
+def test_argument_errors_are_one_line_exit_2(tmp_path, capsys, argv, match):
+    assert main(argv) == 2
+    _one_line_error(capsys, match)
+    assert not (tmp_path / "o").exists()
 
 
 def test_inspect_missing_adapter(tmp_path, capsys):
@@ -58,5 +65,14 @@ def test_inspect_missing_adapter(tmp_path, capsys):
 
 
 def test_reproduce_full_scale_says_what_it_needs(tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present: the full scale would run")
     assert main(["reproduce", "--scale", "full", "--out", str(tmp_path / "r")]) == 2
-    _one_line_error(capsys, "GPU recipe")
+    _one_line_error(capsys, "CUDA device")
+
+
+def test_peft_space_refuses_rules_peft_lacks(capsys):
+    assert main(["merge", "a", "--out", "o", "--space", "peft", "--rule", "tsv"]) == 2
+    _one_line_error(capsys, "peft")

@@ -65,6 +65,61 @@ def expected_forward(x, deltas, weights):
         return model(x)
 
 
+@pytest.fixture(scope="module")
+def peft_factors(adapters):
+    return factors_from(adapters[0])
+
+
+def factors_from(dirs):
+    """Each adapter's (A_t, B_t·scaling) read by peft itself, independently of our reader."""
+    out = {name: ([], []) for name in TARGETS}
+    for d in dirs:
+        pm = PeftModel.from_pretrained(base_model(), str(d))
+        for name in TARGETS:
+            lin = getattr(pm.base_model.model, name)
+            out[name][0].append(lin.lora_A["default"].weight.detach())
+            out[name][1].append((lin.lora_B["default"].weight * lin.scaling["default"]).detach())
+    return out
+
+
+@pytest.mark.parametrize("rule", ["ties", "tsv"])
+@pytest.mark.parametrize("space", ["full", "knots", "core", "core_svd", "circulant", "peft"])
+def test_nonlinear_round_trip_in_every_space(adapters, peft_factors, tmp_path, space, rule, capsys):
+    """The merged file, loaded by peft, gives the model that merge_layer's ΔW* defines."""
+    if space == "peft" and rule == "tsv":
+        pytest.skip("peft has no TSV")
+    from circumerge.spaces import merge_layer
+
+    dirs, _ = adapters
+    weights = [1.0, 0.5, 0.25]
+    out = tmp_path / "merged"
+    assert main(["merge", *map(str, dirs), "--out", str(out), "--space", space, "--rule", rule,
+                 "--weights", ",".join(map(str, weights)), "--sketch-size", "12", "--quiet"]) == 0
+    capsys.readouterr()
+    facs = peft_factors
+    from circumerge.config import MergeConfig
+
+    opts = MergeConfig(sketch_size=12).space_options()
+    want_model = base_model()
+    with torch.no_grad():
+        for i, name in enumerate(sorted(TARGETS)):  # layer streams follow the sorted module names
+            A, B = merge_layer(*facs[name], space=space, rule=rule, weights=weights, layer_index=i,
+                               opts=opts)
+            getattr(want_model, name).weight += B @ A
+    x = torch.randn(5, 16, generator=torch.Generator().manual_seed(0))
+    loaded = PeftModel.from_pretrained(base_model(), str(out)).eval()
+    with torch.no_grad():
+        got, want = loaded(x), want_model(x)
+        ta = expected_forward(x, facs_deltas(facs), weights)
+    assert torch.allclose(got, want, atol=1e-4, rtol=1e-4)
+    assert not torch.allclose(got, ta, atol=1e-3)  # a nonlinear rule: not the weighted sum
+
+
+def facs_deltas(facs):
+    T = len(next(iter(facs.values()))[0])
+    return [{name: facs[name][1][t] @ facs[name][0][t] for name in TARGETS} for t in range(T)]
+
+
 @pytest.mark.parametrize("space", ["core", "circulant", "full"])
 def test_round_trip_through_cli_and_peft(adapters, tmp_path, space, capsys):
     dirs, deltas = adapters
@@ -176,6 +231,7 @@ def test_refuses_existing_out_unless_forced(adapters, tmp_path, capsys):
 def test_refuses_bad_options(adapters, tmp_path, capsys):
     dirs, _ = adapters
     out = tmp_path / "merged"
+    _refused(["merge", *map(str, dirs), "--out", str(out), "--weights", "1,nan,1"], capsys, "finite")
     _refused(["merge", *map(str, dirs), "--out", str(out), "--weights", "1,2"], capsys, "weights")
     _refused(["merge", *map(str, dirs), "--out", str(out), "--density", "1.5"], capsys, "density")
     _refused(["merge", *map(str, dirs), "--out", str(out), "--out-rank", "0"], capsys, "out-rank")

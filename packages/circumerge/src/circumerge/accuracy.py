@@ -13,7 +13,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .spaces import SpaceOptions, merge_layer
+from .spaces import merge_layer
+from .synthetic import _label_opts
 
 LAYERS = ("fc1", "fc2")
 BATCH = 256
@@ -50,7 +51,7 @@ class MLP(nn.Module):
 @dataclass
 class Task:
     name: str
-    splits: dict[str, tuple[torch.Tensor, torch.Tensor]]  # train / val / test
+    splits: dict[str, tuple[torch.Tensor, torch.Tensor]]  # train / dev / test
     classes: int
 
 
@@ -59,7 +60,7 @@ def make_tasks(names: Sequence[str], seed: int) -> tuple[tuple[torch.Tensor, ...
 
     X, y = load_digits(return_X_y=True)
     order = np.random.default_rng(seed).permutation(len(y))
-    cut = {"train": order[:1000], "val": order[1000:1350], "test": order[1350:]}
+    cut = {"train": order[:1000], "dev": order[1000:1350], "test": order[1350:]}
 
     def tensor(Xp):
         return torch.tensor(np.ascontiguousarray(Xp) / 16.0, dtype=torch.float32)
@@ -118,7 +119,7 @@ def accuracy(net: MLP, head: nn.Linear, deltas, split) -> float:
 def run_accuracy(names: Sequence[str], *, seed: int, rank: int, base_steps: int, lora_steps: int,
                  spaces: Sequence[str], rules: Sequence[str], lambdas: Sequence[float],
                  sketch_size: int | str = "auto") -> dict:
-    """One seed: train, merge every (space, rule) with λ picked on validation, score on test.
+    """One seed: train, merge every (space, rule) with λ picked on dev, score on test.
 
     Returns {"individual": {task: acc}, "merged": {(space, rule): {"norm_acc", "lambda",
     "merge_s", "per_task"}}}.
@@ -132,12 +133,11 @@ def run_accuracy(names: Sequence[str], *, seed: int, rank: int, base_steps: int,
         heads.append(head)
     individual = {task.name: accuracy(net, heads[t], {k: B @ A for k, (A, B) in adapters[t].items()},
                                       task.splits["test"]) for t, task in enumerate(tasks)}
-    indiv_val = {task.name: accuracy(net, heads[t], {k: B @ A for k, (A, B) in adapters[t].items()},
-                                     task.splits["val"]) for t, task in enumerate(tasks)}
+    indiv_dev = {task.name: accuracy(net, heads[t], {k: B @ A for k, (A, B) in adapters[t].items()},
+                                     task.splits["dev"]) for t, task in enumerate(tasks)}
     merged = {}
     for label in spaces:  # "circulant@64" = the circulant space with a 64-row sketch
-        space, _, size = label.partition("@")
-        opts = SpaceOptions(sketch_size=(int(size) if size.isdigit() else size) if size else sketch_size)
+        space, opts = _label_opts(label, sketch_size)
         for rule in rules:
             t0 = time.perf_counter()
             unit = {name: merge_layer([ad[name][0] for ad in adapters], [ad[name][1] for ad in adapters],
@@ -147,7 +147,7 @@ def run_accuracy(names: Sequence[str], *, seed: int, rank: int, base_steps: int,
             best = None
             for lam in lambdas:  # the merge is linear in λ for every rule but DARE's rescale: scale B
                 deltas = {k: lam * (B @ A) for k, (A, B) in unit.items()}
-                val = np.mean([accuracy(net, heads[t], deltas, task.splits["val"]) / indiv_val[task.name]
+                val = np.mean([accuracy(net, heads[t], deltas, task.splits["dev"]) / indiv_dev[task.name]
                                for t, task in enumerate(tasks)])
                 if best is None or val > best[0] + 1e-12:
                     best = (val, lam, deltas)

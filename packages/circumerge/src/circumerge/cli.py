@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
 from icml26_shared import UserError, cli_entry
-from icml26_shared.cli import add_reproduce_arguments, reproduce_from_args
+from icml26_shared.cli import ArgumentParser, add_reproduce_arguments, reproduce_from_args
 
-SPACES = ("full", "knots", "core", "circulant")
-RULES = ("ta", "ties", "dare", "dare_ties", "tsv", "iso")
+from .config import RULE_NAMES as RULES
+from .config import SPACE_NAMES as SPACES
 
 
 def _sketch_size(text: str) -> int | str:
@@ -28,9 +29,40 @@ def _sketch_size(text: str) -> int | str:
 
 def _weights(text: str) -> tuple[float, ...]:
     try:
-        return tuple(float(x) for x in text.replace(",", " ").split())
+        values = tuple(float(x) for x in text.replace(",", " ").split())
     except ValueError:
         raise argparse.ArgumentTypeError(f"weights must be numbers, got {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError("give at least one weight")
+    bad = [v for v in values if not (math.isfinite(v) and v >= 0)]
+    if bad:
+        raise argparse.ArgumentTypeError(f"weights must be finite and non-negative, got {bad[0]:g}")
+    return values
+
+
+def _finite(kind: str, low: float, high: float, low_open: bool = True):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{kind} must be a number, got {text!r}") from None
+        ok = math.isfinite(value) and (value > low if low_open else value >= low) and value <= high
+        if not ok:
+            raise argparse.ArgumentTypeError(f"{kind} must be in {'(' if low_open else '['}{low:g}, "
+                                             f"{high:g}], got {text}")
+        return value
+
+    return parse
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
 
 
 def _shape(text: str) -> tuple[int, int]:
@@ -49,7 +81,8 @@ def _cmd_merge(args: argparse.Namespace) -> int:
 
     try:
         cfg = MergeConfig(space=args.space, rule=args.rule, weights=args.weights, density=args.density,
-                          sketch_size=args.sketch_size, out_rank=args.out_rank, seed=args.seed)
+                          sketch_size=args.sketch_size, sketch_target=args.sketch_target,
+                          out_rank=args.out_rank, seed=args.seed)
     except ValueError as exc:
         raise UserError(str(exc)) from None
 
@@ -111,7 +144,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="circumerge", description="Merge LoRA adapters into one LoRA "
+    p = ArgumentParser(prog="circumerge", description="Merge LoRA adapters into one LoRA "
                                 "adapter: CircuMerge (circulant sketch, reconstructed), Core Space, "
                                 "KnOTS and full-space merging.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -122,9 +155,12 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--space", choices=SPACES, default="circulant", help="merge space (default: %(default)s)")
     m.add_argument("--rule", choices=RULES, default="ta", help="merge rule (default: %(default)s)")
     m.add_argument("--weights", type=_weights, default=None, help="per-adapter weights, e.g. 1,0.5,0.5")
-    m.add_argument("--density", type=float, default=None, help="TIES/DARE kept fraction (default: ties 0.2, dare 0.5)")
+    m.add_argument("--density", type=_finite("density", 0.0, 1.0), default=None,
+                   help="TIES/DARE/magnitude_prune kept fraction in (0, 1] (default: ties 0.2, dare 0.5)")
     m.add_argument("--sketch-size", type=_sketch_size, default="auto", help="circulant: auto, none or N rows")
-    m.add_argument("--out-rank", type=int, default=None, help="compress each merged layer to this rank")
+    m.add_argument("--sketch-target", type=_finite("sketch target", 0.0, 0.999), default=0.25,
+                   help="circulant auto: target Gram distortion ε, s = R/ε² rows (default: %(default)s)")
+    m.add_argument("--out-rank", type=_positive_int, default=None, help="compress each merged layer to this rank")
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--force", action="store_true", help="replace --out if it exists")
     m.add_argument("--quiet", action="store_true", help="no progress line")
@@ -137,13 +173,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="merge time per space and rule on synthetic LoRA factors")
     b.add_argument("--shapes", type=_shape, nargs="+", default=[(4096, 4096)], help="MxN (default 4096x4096)")
-    b.add_argument("--tasks", type=int, default=8)
-    b.add_argument("--rank", type=int, default=16)
+    b.add_argument("--tasks", type=_positive_int, default=8)
+    b.add_argument("--rank", type=_positive_int, default=16)
     b.add_argument("--spaces", nargs="+", default=["core", "circulant"],
                    help="spaces to time; circulant@N / circulant@none fix the sketch size")
     b.add_argument("--rules", nargs="+", default=["ta", "ties"])
     b.add_argument("--sketch-size", type=_sketch_size, default="auto")
-    b.add_argument("--repeats", type=int, default=5)
+    b.add_argument("--repeats", type=_positive_int, default=5)
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--json", type=Path, default=None, help="also write the records as JSON")
     b.add_argument("--force", action="store_true", help="replace --json if it exists")

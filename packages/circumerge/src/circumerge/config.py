@@ -2,31 +2,38 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-SPACE_NAMES = ("full", "knots", "core", "circulant")
-RULE_NAMES = ("ta", "ties", "dare", "dare_ties", "tsv", "iso")
+SPACE_NAMES = ("full", "knots", "core", "core_svd", "circulant", "peft")
+RULE_NAMES = ("ta", "ties", "magnitude_prune", "dare", "dare_ties", "tsv", "iso")
+#: the rules peft's add_weighted_adapter has (the ``peft`` space)
+PEFT_RULES = ("ta", "ties", "magnitude_prune", "dare", "dare_ties")
 
 
 @dataclass(frozen=True)
 class MergeConfig:
     space: str = "circulant"
     """Merge space: ``full`` (dense ΔW) [C], ``knots`` (KnOTS, ICLR'25) [C], ``core`` (Core Space,
-    NeurIPS'25) [C], ``circulant`` (CircuMerge, ICML'26 abstract; algorithm reconstructed) [R]."""
+    NeurIPS'25, fastest exact route) [C], ``core_svd`` (Core Space by two SVDs, its published
+    route) [C], ``peft`` (peft's ``add_weighted_adapter`` itself) [C], ``circulant`` (CircuMerge,
+    ICML'26 abstract; algorithm reconstructed) [R]."""
     rule: str = "ta"
-    """Merge rule applied inside the space: ta, ties, dare, dare_ties, tsv, iso [C] (the rules the
-    KnOTS / Core Space code ships; ``iso`` is Iso-C / CART-style spectrum flattening)."""
+    """Merge rule applied inside the space: ta, ties, magnitude_prune, dare, dare_ties, tsv, iso
+    [C] (the rules the KnOTS / Core Space / peft code ships; ``iso`` is Iso-C / CART-style
+    spectrum flattening)."""
     weights: tuple[float, ...] | None = None
     """Per-adapter weights λ_t (default 1 each) [C] (task-arithmetic scaling)."""
     density: float | None = None
     """Fraction kept by TIES trimming / DARE dropping (default: ties 0.2, dare 0.5) [C]."""
     sketch_size: int | str = "auto"
-    """circulant only: rows sampled after the shared transform; "auto" = clip(16·erank, 2R, d),
-    or no sampling when that exceeds d/32,
-    "none" = no sampling (then circulant equals core) [R] (abstract: sampling after a shared
+    """circulant only: rows sampled after the shared transform; "auto" = clip(⌈R/ε²⌉, 2R, d) for
+    the stacked rank R and the target distortion ε = ``sketch_target``; "none" = the transform
+    without sampling (then circulant equals core) [R] (abstract: sampling after a shared
     circulant transform; the size rule is ours)."""
-    sketch_factor: float = 16.0
-    """circulant only: c in s = c · effective rank [R]."""
+    sketch_target: float = 0.25
+    """circulant ``auto`` only: target Gram distortion ε ∈ (0, 1) [R] (chosen on dev shapes,
+    README)."""
     out_rank: int | None = None
     """Compress every merged layer to this rank (best rank-r by a factored SVD) [R]."""
     seed: int = 0
@@ -39,16 +46,25 @@ class MergeConfig:
             raise ValueError(f"unknown space {self.space!r} (choose one of {', '.join(SPACE_NAMES)})")
         if self.rule not in RULE_NAMES:
             raise ValueError(f"unknown rule {self.rule!r} (choose one of {', '.join(RULE_NAMES)})")
-        if self.density is not None and not 0.0 < self.density <= 1.0:
+        if self.weights is not None:
+            bad = [w for w in self.weights if not (math.isfinite(w) and w >= 0)]
+            if bad:
+                raise ValueError(f"weights must be finite and non-negative, got {bad[0]}")
+        if self.space == "peft" and self.rule not in PEFT_RULES:
+            raise ValueError(f"peft's add_weighted_adapter has no rule {self.rule!r} "
+                             f"(it has: {', '.join(PEFT_RULES)})")
+        if self.density is not None and not (math.isfinite(self.density) and 0.0 < self.density <= 1.0):
             raise ValueError(f"density must be in (0, 1], got {self.density}")
         if self.out_rank is not None and self.out_rank < 1:
             raise ValueError(f"out-rank must be ≥ 1, got {self.out_rank}")
         ss = self.sketch_size
         if not (ss in ("auto", "none") or (isinstance(ss, int) and ss > 0)):
             raise ValueError(f"sketch size must be 'auto', 'none' or a positive integer, got {ss!r}")
+        if not 0.0 < self.sketch_target < 1.0:
+            raise ValueError(f"sketch target must be in (0, 1), got {self.sketch_target}")
 
     def space_options(self):
         from .spaces import SpaceOptions
 
-        return SpaceOptions(sketch_size=self.sketch_size, sketch_factor=self.sketch_factor,
+        return SpaceOptions(sketch_size=self.sketch_size, sketch_target=self.sketch_target,
                             rank_tol=self.rank_tol)

@@ -6,19 +6,25 @@ compact sketches of the cross-task interactions are merged, and a standard LoRA 
 quality rises with the effective rank. What follows is our reading, built on Core Space [C]:
 
 1. C_d = F⁻¹ diag(λ) F D with |λ_k| = 1 (conjugate-symmetric, so C_d is real orthogonal) and D
-   random signs, seeded and shared by every task; applied by FFT in O(d log d) per column.
+   random signs, seeded and shared by every task; applied by FFT (``torch.fft``) in O(d log d)
+   per column, to every task's factors at once (the stacked factor).
 2. Sketch S = √(d/s) P_Ω C_d X of a stacked factor X (d × R) by uniform sampling of s rows;
-   G = Sᵀ S ≈ Xᵀ X (exact when s = d, since C_d is orthogonal). s = "auto" picks
-   s = clip(c · erank, 2R, d) from a 2R-row pilot, erank = (tr G)²/‖G‖_F² (where
-   the abstract's effective rank enters besides the ``iso`` rule); no sampling when s > d/32.
-3. Whitening from the sketched Grams: G_A = P Λ_A Pᵀ ≈ A_s A_sᵀ and G_B = Q Λ_B Qᵀ ≈ B_sᵀ B_s give
-   bases V = Λ_A^{-1/2} Pᵀ A_s and U = B_s Q Λ_B^{-1/2} (orthonormal when the Grams are exact).
-4. Because the stacked factors span the ranges, every task's coordinates in these bases are
-   known exactly from R×R matrices: M_t = (Λ_B^{1/2} Qᵀ)[:, t] (P Λ_A^{1/2})[t, :]. With exact Grams
-   this is Core Space's Uᵀ B_t A_t Vᵀ; with sketched Grams the bases are only near-orthonormal, but
-   ΔW_t = U M_t V still holds, so task arithmetic stays exact at any sketch size (our choice [R]).
-5. M* = rule(M_1 … M_T) on R×R matrices; lift without an m×n matrix, keeping the stacked A:
-   B* = B_s (Q Λ_B^{-1/2} M* Λ_A^{-1/2} Pᵀ), A* = A_s (one m×R×R product).
+   G = Sᵀ S ≈ Xᵀ X (exact when s = d, since C_d is orthogonal). ``auto`` picks s from the stacked
+   rank R and a target distortion ε: s = ⌈R / ε²⌉ clipped to [2R, d] (the Marchenko–Pastur width
+   of a uniform sketch of an incoherent R-column basis is ≈ √(R/s)). It never switches the
+   transform off: without sampling (s = d) the transform still runs.
+3. Whitening from the (sketched) Grams: G_A = P Λ_A Pᵀ ≈ A_s A_sᵀ and G_B = Q Λ_B Qᵀ ≈ B_sᵀ B_s
+   give bases V = Λ_A^{-1/2} Pᵀ A_s and U = B_s Q Λ_B^{-1/2} (orthonormal when the Grams are exact).
+4. Each task's coordinates in these bases are R×R: M_t = (Λ_B^{1/2} Qᵀ)[:, t] (P Λ_A^{1/2})[t, :]
+   (Core Space's Uᵀ B_t A_t Vᵀ when the Grams are exact); ΔW_t = U M_t V holds for any sketch,
+   so task arithmetic is exact at every sketch size; nonlinear rules see a near-orthonormal basis.
+5. M* = rule(M_1 … M_T) on R×R matrices (float64); lift without an m×n matrix:
+   ΔW* = B_s K A_s with K = Q Λ_B^{-1/2} M* Λ_A^{-1/2} Pᵀ, K folded into the cheaper factor.
+
+Numerics: every Gram is accumulated in float64 from the factors' own dtype (a float32 Gram drops
+singular values below ≈1e-3·σ_max: shared-init adapters then drift by >100 %), the no-sampling
+transform runs in float64, the sampled one in the factors' dtype (its rounding is far below the
+sketch's own distortion).
 
 Pure functions: no I/O, no global state; randomness only from the given generator.
 """
@@ -29,8 +35,8 @@ import math
 
 import torch
 
-from .rules import apply_rule
-from .spaces import SpaceOptions, rank_blocks, register_space
+from .gram import gram64, merge_from_grams
+from .spaces import SpaceOptions, register_space
 
 
 def effective_rank(values: torch.Tensor, *, singular: bool = True) -> float:
@@ -48,13 +54,6 @@ def effective_rank(values: torch.Tensor, *, singular: bool = True) -> float:
     return float(torch.exp(-(p * p.log()).sum()))
 
 
-def participation_rank(G: torch.Tensor) -> float:
-    """(tr G)² / ‖G‖_F²: the effective rank of a Gram's eigenvalue distribution without an
-    eigendecomposition (O(R²)); 1 ≤ it ≤ rank(G). Used to size the sketch [R]."""
-    fro2 = float((G * G).sum())
-    return float(torch.trace(G)) ** 2 / fro2 if fro2 > 0 else 0.0
-
-
 def circulant_params(d: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """Random signs D (d,) and unit-modulus, conjugate-symmetric half spectrum λ (d//2 + 1,)."""
     signs = torch.randint(0, 2, (d,), generator=generator, dtype=torch.int64).to(torch.float64) * 2 - 1
@@ -68,10 +67,10 @@ def circulant_params(d: int, generator: torch.Generator) -> tuple[torch.Tensor, 
 
 
 def apply_circulant(X: torch.Tensor, signs: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
-    """C X for X (d × R), C = F⁻¹ diag(λ) F D, by real FFTs along dim 0."""
+    """C X for X (d × R), C = F⁻¹ diag(λ) F D, by real FFTs along dim 0, in X's precision."""
     d = X.shape[0]
-    spec = torch.fft.rfft(X * signs.to(X.dtype)[:, None], dim=0)
-    return torch.fft.irfft(spec * lam.to(spec.dtype)[:, None], n=d, dim=0)
+    spec = torch.fft.rfft(X * signs.to(X.device, X.dtype)[:, None], dim=0)
+    return torch.fft.irfft(spec * lam.to(spec.device, spec.dtype)[:, None], n=d, dim=0)
 
 
 def circulant_matrix(signs: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
@@ -82,75 +81,61 @@ def circulant_matrix(signs: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
     return c[idx] * signs[None, :]
 
 
-def choose_sketch_size(erank: float, R: int, d: int, factor: float) -> int:
-    """s = clip(⌈factor · erank⌉, 2R, d), and s = d (no sampling) when that would keep more than
-    d/32 rows [R]: on CPU at d = 4096, R = 128 a 512-row sketch (FFT + sampled Gram) was slower than
-    the exact Gram and changed the nonlinear rules' results, so sampling is kept for d ≫ R."""
-    s = int(min(d, max(2 * R, math.ceil(factor * erank))))
-    return d if s > d // 32 else s
+def choose_sketch_size(R: int, d: int, target: float) -> int:
+    """s = clip(⌈R / ε²⌉, 2R, d) for a target Gram distortion ε [R]: a uniform sample of s rows of
+    an incoherent d × R basis has singular values within ≈ 1 ± √(R/s). Depends only on the stacked
+    rank and the target, never on which benchmark is running; s = d means "no sampling pays for
+    this ε" (the transform still runs)."""
+    if not 0.0 < target < 1.0:
+        raise ValueError(f"sketch target error must be in (0, 1), got {target}")
+    return int(min(d, max(2 * R, math.ceil(R / target ** 2))))
 
 
 def sketched_gram(X: torch.Tensor, sketch_size: int | str, generator: torch.Generator,
-                  factor: float = 16.0) -> tuple[torch.Tensor, int]:
-    """Gram Xᵀ X (R × R, float64) of X (d × R) from a shared-circulant sketch of s rows.
+                  target: float = 0.25) -> tuple[torch.Tensor, int]:
+    """Gram Xᵀ X (R × R, float64) of X (d × R) from the shared-circulant sketch of s rows.
 
-    ``sketch_size``: "none" (all d rows: exact up to rounding), "auto" (from the effective rank of
-    a 2R-row pilot, see ``choose_sketch_size``), or an int (clipped to d). Returns (G, s).
-    Without sampling the transform is skipped: C is orthogonal, so (C X)ᵀ (C X) = Xᵀ X.
-    Deterministic for the generator.
+    ``sketch_size``: "none" (transform, all d rows: exact up to float64 rounding), "auto"
+    (``choose_sketch_size(R, d, target)``) or an int (clipped to d). Returns (G, s). The
+    transform always runs; deterministic for the generator.
     """
     d, R = X.shape
-    if sketch_size == "none" or (isinstance(sketch_size, int) and sketch_size >= d) or 2 * R >= d:
-        return (X.T @ X).to(torch.float64), d
-    if not (sketch_size == "auto" or (isinstance(sketch_size, int) and sketch_size > 0)):
+    if sketch_size == "auto":
+        s = choose_sketch_size(R, d, target)
+    elif sketch_size == "none":
+        s = d
+    elif isinstance(sketch_size, int) and not isinstance(sketch_size, bool) and sketch_size > 0:
+        s = min(int(sketch_size), d)
+    else:
         raise ValueError(f"sketch_size must be 'auto', 'none' or a positive int, got {sketch_size!r}")
     signs, lam = circulant_params(d, generator)
-    perm = torch.randperm(d, generator=generator)
-    s = sketch_size
-    if sketch_size == "auto":
-        # the pilot only sizes the sketch: raw rows suffice for that and spare the FFT when the
-        # answer is "no sampling"
-        s = choose_sketch_size(participation_rank(_sampled_gram(X, perm[:2 * R])), R, d, factor)
-        if s >= d:
-            return (X.T @ X).to(torch.float64), d
+    if s >= d:  # no sampling: the orthogonal transform in float64, then the full Gram
+        return gram64(apply_circulant(X.to(torch.float64), signs, lam)), d
+    rows = torch.randperm(d, generator=generator)[:s].to(X.device)
     Y = apply_circulant(X, signs, lam)  # shared transform, O(R d log d), in X's precision
-    return _sampled_gram(Y, perm[:s]), s
-
-
-def _sampled_gram(Y: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """Gram of the rescaled sampled rows (in Y's precision, returned as float64)."""
-    S = Y[rows] * math.sqrt(Y.shape[0] / rows.numel())
-    return (S.T @ S).to(torch.float64)
-
-
-def whiten(G: torch.Tensor, rtol: float, eps: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """From G = Q Λ Qᵀ keep λ > max(rtol², 10·eps) λ_max, in descending order (Core Space's
-    singular-value order); ``eps`` is the machine epsilon of the data the Gram was formed from
-    (eigenvalues below ~eps·λ_max are rounding noise). Returns (Q_k, λ_k)."""
-    lam, Q = torch.linalg.eigh(G)
-    lam, Q = lam.flip(0), Q.flip(1)
-    top = lam[0] if lam.numel() and lam[0] > 0 else torch.tensor(1.0, dtype=lam.dtype)
-    k = max(1, int((lam > max(rtol ** 2, 10 * eps) * top).sum()))
-    return Q[:, :k], lam[:k].clamp(min=torch.finfo(lam.dtype).tiny)
+    S = Y[rows].to(torch.float64) * math.sqrt(d / s)
+    return S.T @ S, s
 
 
 @register_space("circulant")
 def circulant_space(As, Bs, *, rule, weights, density, generator, opts: SpaceOptions):
-    A_s, B_s = torch.cat(list(As), 0), torch.cat(list(Bs), 1)  # (R × n), (m × R)
+    A_s, B_s = torch.cat(list(As), 0), torch.cat(list(Bs), 1)
     # the sketch draws from its own stream, so the rule (DARE's masks) sees the same randomness
-    # as in every other space
+    # as in every other space; one transform per dimension, shared by every task
     sketch_gen = torch.Generator().manual_seed(generator.initial_seed() ^ 0x5EED5EED)
-    G_A, _ = sketched_gram(A_s.T, opts.sketch_size, sketch_gen, opts.sketch_factor)
-    G_B, _ = sketched_gram(B_s, opts.sketch_size, sketch_gen, opts.sketch_factor)
-    eps = torch.finfo(A_s.dtype).eps
-    P, lam_a = whiten(G_A, opts.rank_tol, eps)
-    Q, lam_b = whiten(G_B, opts.rank_tol, eps)
-    Z_B = lam_b.sqrt()[:, None] * Q.T  # (k_B × R) = Uᵀ B_s
-    Z_A = P * lam_a.sqrt()[None, :]  # (R × k_A) = A_s Vᵀ
-    mats = torch.stack([Z_B[:, sl] @ Z_A[sl] for sl in rank_blocks(As)]).to(A_s.dtype)
-    merged = apply_rule(rule, mats, weights, density=density, generator=generator)
-    X_B = (Q / lam_b.sqrt()[None, :]).to(A_s.dtype)  # U = B_s X_B
-    Y_A = (P / lam_a.sqrt()[None, :]).T.to(A_s.dtype)  # V = Y_A A_s
-    # ΔW* = U M* V = B_s (X_B M* Y_A) A_s: keep the stacked A factors as A*, one m×R×R product
-    return A_s, B_s @ (X_B @ merged @ Y_A)
+    G_A, _ = sketched_gram(A_s.T, opts.sketch_size, sketch_gen, opts.sketch_target)
+    G_B, _ = sketched_gram(B_s, opts.sketch_size, sketch_gen, opts.sketch_target)
+    return merge_from_grams(As, Bs, G_A, G_B, rule=rule, weights=weights, density=density,
+                            generator=generator, rank_tol=opts.rank_tol)
 
+
+def sketch_sizes(As, Bs, opts: SpaceOptions) -> tuple[int, int]:
+    """The (s_A, s_B) the circulant space uses for these factors (reports and tests)."""
+    R, n, m = sum(a.shape[0] for a in As), As[0].shape[1], Bs[0].shape[0]
+
+    def one(d: int) -> int:
+        if opts.sketch_size == "auto":
+            return choose_sketch_size(R, d, opts.sketch_target)
+        return d if opts.sketch_size == "none" else min(int(opts.sketch_size), d)
+
+    return one(n), one(m)

@@ -101,14 +101,23 @@ class PeftAdapter:
                                self.config.get("lora_alpha", r))
         return alpha / math.sqrt(r) if self.config.get("use_rslora") else alpha / r
 
-    def load(self, module: str, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
-        """(A (r, n), B (m, r)) of one module, scaling folded into B."""
+    def load(self, module: str, dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(A (r, n), B (m, r)) of one module in its stored dtype (or ``dtype``), scaling folded
+        into B (in float32 at least: a bf16 B times a scaling would round)."""
         from safetensors import safe_open
 
         with safe_open(str(self.path / WEIGHTS_NAME), framework="pt") as f:
-            A = f.get_tensor(module + _A).to(dtype)
-            B = f.get_tensor(module + _B).to(dtype)
-        return A, B * self.scaling(module)
+            A = f.get_tensor(module + _A)
+            B = f.get_tensor(module + _B)
+        if dtype is not None:
+            A, B = A.to(dtype), B.to(dtype)
+        scale = self.scaling(module)
+        if scale != 1.0:
+            B = B.to(torch.promote_types(B.dtype, torch.float32)) * scale
+            A = A.to(B.dtype)
+        if not (bool(torch.isfinite(A).all()) and bool(torch.isfinite(B).all())):
+            raise UserError(f"adapter {self.path}: {module} holds NaN or inf values")
+        return A, B
 
     def weight_dtype(self) -> torch.dtype:
         """The stored dtype (the merged adapter is written in the first adapter's dtype)."""
@@ -141,7 +150,7 @@ def check_compatible(adapters: list[PeftAdapter]) -> None:
 
 
 def iter_layers(adapters: list[PeftAdapter]) -> Iterator[tuple[str, list[torch.Tensor], list[torch.Tensor]]]:
-    """Yield (module, As, Bs) one module at a time (float32, scaling folded into B)."""
+    """Yield (module, As, Bs) one module at a time (stored dtype, scaling folded into B)."""
     for mod in adapters[0].modules:
         pairs = [ad.load(mod) for ad in adapters]
         yield mod, [a for a, _ in pairs], [b for _, b in pairs]

@@ -20,7 +20,7 @@ import torch
 RuleFn = Callable[..., torch.Tensor]
 RULES: dict[str, RuleFn] = {}
 #: the density a rule uses when the caller gives none ([C] TIES paper: top-20 %; DARE: p = 0.5)
-DEFAULT_DENSITY = {"ties": 0.2, "dare": 0.5, "dare_ties": 0.5}
+DEFAULT_DENSITY = {"ties": 0.2, "magnitude_prune": 0.2, "dare": 0.5, "dare_ties": 0.5}
 #: rules that are linear in the task matrices (exact in every space)
 LINEAR_RULES = frozenset({"ta"})
 
@@ -64,41 +64,50 @@ def task_arithmetic(mats, w, *, density, generator):
 
 
 def trim_top_magnitude(mats: torch.Tensor, density: float) -> torch.Tensor:
-    """Keep, per task, the entries whose magnitude reaches the top ``density`` fraction (ties at the
-    threshold are all kept, so the result does not depend on element order)."""
+    """Keep, per task, the k = ⌊density · numel⌋ largest-magnitude entries (peft's
+    ``magnitude_based_pruning``: ``torch.topk``, same k)."""
     if density >= 1.0:
         return mats
-    flat = mats.reshape(mats.shape[0], -1).abs()
-    k = max(1, int(round(density * flat.shape[1])))
-    # the k-th largest magnitude = the (numel - k + 1)-th smallest
-    thresh = torch.kthvalue(flat, flat.shape[1] - k + 1, dim=1).values
-    keep = flat >= thresh.view(-1, 1)
-    return (mats.reshape(mats.shape[0], -1) * keep).reshape(mats.shape)
+    flat = mats.reshape(mats.shape[0], -1)
+    k = int(density * flat.shape[1])
+    keep = torch.zeros_like(flat)
+    if k > 0:
+        keep.scatter_(1, flat.abs().topk(k, dim=1).indices, 1.0)
+    return (flat * keep).reshape(mats.shape)
 
 
-def elect_and_disjoint_mean(mats: torch.Tensor) -> torch.Tensor:
-    """TIES steps 2–3 [C]: elect the sign of Σ_t M_t per entry (0 counts as +), then average the
-    nonzero entries that agree with it."""
+def elect_and_disjoint_mean(mats: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """TIES steps 2–3 as peft does them [C] (``calculate_majority_sign_mask(method="total")`` on the
+    unweighted task tensors, then ``disjoint_merge`` of the weighted ones): elect the sign of
+    Σ_t M_t per entry (0 counts as +), then average the weighted entries whose sign agrees with it
+    (zeros never agree)."""
     elected = torch.where(mats.sum(0) >= 0, 1.0, -1.0).to(mats.dtype)
-    agree = (torch.sign(mats) == elected) & (mats != 0)
-    total = (mats * agree).sum(0)
+    agree = torch.sign(mats) == elected
+    total = (_weighted(mats, w) * agree).sum(0)
     count = agree.sum(0).clamp(min=1).to(mats.dtype)
     return total / count
 
 
 @register_rule("ties")
 def ties(mats, w, *, density, generator):
-    """TIES-merging [C] (Yadav et al. 2023): trim to the top-``density`` magnitudes per task, elect
-    signs, disjoint mean; weights scale each task first."""
-    return elect_and_disjoint_mean(trim_top_magnitude(_weighted(mats, w), density))
+    """TIES-merging [C] (Yadav et al. 2023; peft's ``ties``): trim to the top-``density``
+    magnitudes per task, elect signs, disjoint mean of the weighted tasks."""
+    return elect_and_disjoint_mean(trim_top_magnitude(mats, density), w)
+
+
+@register_rule("magnitude_prune")
+def magnitude_prune(mats, w, *, density, generator):
+    """peft's ``magnitude_prune`` [C]: trim to the top-``density`` magnitudes per task, weighted sum."""
+    return _weighted(trim_top_magnitude(mats, density), w).sum(0)
 
 
 def dare_drop(mats: torch.Tensor, density: float, generator: torch.Generator) -> torch.Tensor:
-    """DARE [C] (Yu et al. 2024): drop each entry with probability 1 - density, rescale by 1/density."""
+    """DARE [C] (Yu et al. 2024; peft's ``random_pruning(rescale=True)``): keep each entry with
+    probability ``density`` (one Bernoulli draw per task, in task order), rescale by 1/density."""
     if density >= 1.0:
         return mats
-    keep = torch.rand(mats.shape, generator=generator, dtype=torch.float64) < density
-    return mats * keep.to(mats.device) / density
+    keep = torch.stack([torch.bernoulli(torch.full_like(m, density), generator=generator) for m in mats])
+    return mats * keep / density
 
 
 @register_rule("dare")
@@ -110,7 +119,33 @@ def dare(mats, w, *, density, generator):
 @register_rule("dare_ties")
 def dare_ties(mats, w, *, density, generator):
     """DARE drop-and-rescale, then TIES sign election and disjoint mean (peft's ``dare_ties``)."""
-    return elect_and_disjoint_mean(_weighted(dare_drop(mats, density, generator), w))
+    return elect_and_disjoint_mean(dare_drop(mats, density, generator), w)
+
+
+def apply_peft_rule(name: str, mats: torch.Tensor, w: torch.Tensor, *, density: float,
+                    generator: torch.Generator) -> torch.Tensor:
+    """The same rules through ``peft.utils.merge_utils`` itself (needs the ``peft`` extra; its
+    import pulls transformers, so the registered rules above are the default and are tested to
+    give peft's results). peft draws DARE's masks from torch's global generator: it is set to
+    ``generator``'s state inside ``fork_rng``, so the draws equal ours."""
+    from peft.utils import merge_utils as mu
+
+    tensors = list(mats.unbind(0))
+    fns = {"ta": lambda: mu.task_arithmetic(tensors, w),
+           "ties": lambda: mu.ties(tensors, w, density, "total"),
+           "magnitude_prune": lambda: mu.magnitude_prune(tensors, w, density),
+           "dare": lambda: mu.dare_linear(tensors, w, density),
+           "dare_ties": lambda: mu.dare_ties(tensors, w, density, "total")}
+    if name not in fns:
+        raise ValueError(f"peft has no rule {name!r} (it has: {', '.join(fns)})")
+    import warnings
+
+    with torch.random.fork_rng(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.default_generator.set_state(generator.get_state())
+        out = fns[name]()
+        generator.set_state(torch.default_generator.get_state())
+    return out
 
 
 def _orthogonalize(X: torch.Tensor) -> torch.Tensor:

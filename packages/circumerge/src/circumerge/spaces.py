@@ -34,7 +34,7 @@ class SpaceOptions:
     """Knobs some spaces read; see ``config.MergeConfig`` for their provenance."""
 
     sketch_size: int | str = "auto"  # circulant: "auto", "none" (no sampling) or an int [R]
-    sketch_factor: float = 16.0  # circulant: s = factor · effective rank, clipped to [2R, dim] [R]
+    sketch_target: float = 0.25  # circulant auto: target Gram distortion ε, s = R/ε² in [2R, d] [R]
     rank_tol: float = 1e-5  # relative singular-value floor for bases [C] (KnOTS drops < 1e-5)
     oversample: int = 8  # full: extra columns of the randomized range finder
     power_iters: int = 2  # full: subspace iterations of the randomized range finder
@@ -87,16 +87,22 @@ def merge_layer(As: Sequence[torch.Tensor], Bs: Sequence[torch.Tensor], *, space
     if rule not in RULES:
         raise ValueError(f"unknown merge rule {rule!r} (known: {', '.join(sorted(RULES))})")
     check_factors(As, Bs)
-    dtype = torch.promote_types(As[0].dtype, Bs[0].dtype)
+    out_dtype = torch.promote_types(As[0].dtype, Bs[0].dtype)
+    # half-precision factors are upcast losslessly to float32 to compute (no FFT / SVD in bf16 on
+    # CPU); the result is returned in the factors' own dtype
+    dtype = torch.float32 if out_dtype in (torch.float16, torch.bfloat16) else out_dtype
     As = [a.to(dtype) for a in As]
     Bs = [b.to(dtype) for b in Bs]
     w = torch.ones(len(As), dtype=dtype) if weights is None else torch.as_tensor(weights, dtype=dtype)
     if w.shape != (len(As),):
         raise ValueError(f"expected {len(As)} weights, got {w.numel()}")
+    if not bool(torch.isfinite(w).all()):
+        raise ValueError(f"weights must be finite numbers, got {w.tolist()}")
     gen = layer_generator(seed, layer_index)
     A, B = SPACES[space](As, Bs, rule=rule, weights=w, density=density, generator=gen,
                          opts=opts or SpaceOptions())
-    return compress(A, B, out_rank)
+    A, B = compress(A, B, out_rank)
+    return A.to(out_dtype), B.to(out_dtype)
 
 
 def dense(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:

@@ -13,7 +13,7 @@ import torch
 from icml26_shared.eval import compare
 
 from .adapters import factored_svdvals
-from .core import effective_rank
+from .core import effective_rank, sketch_sizes
 from .spaces import SpaceOptions, merge_layer
 
 
@@ -49,34 +49,67 @@ def relative_error(A1, B1, A2, B2) -> float:
     return float(num / den) if den > 0 else float("nan")
 
 
+def shared_init_factors(T: int, r: int, m: int, n: int, *, noise: float = 1e-3, seed: int = 0,
+                        dtype: torch.dtype = torch.float32) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """What same-seed LoRA training produces: every A_t = A₀ + ``noise``·(relative) Gaussian noise,
+    independent B_t. The stacked A is then ill-conditioned (σ_min/σ_max ≈ noise)."""
+    g = torch.Generator().manual_seed(seed)
+    A0 = torch.randn(r, n, generator=g, dtype=torch.float64) / n ** 0.5
+    As = [(A0 + noise * torch.randn(r, n, generator=g, dtype=torch.float64) / n ** 0.5).to(dtype)
+          for _ in range(T)]
+    Bs = [(torch.randn(m, r, generator=g, dtype=torch.float64) / m ** 0.5).to(dtype) for _ in range(T)]
+    return As, Bs
+
+
+def _label_opts(label: str, sketch_size: int | str) -> tuple[str, SpaceOptions]:
+    """"circulant@512" = the circulant space with a 512-row sketch; "circulant@none" without sampling."""
+    space, _, size = label.partition("@")
+    return space, SpaceOptions(sketch_size=(int(size) if size.isdigit() else size) if size else sketch_size)
+
+
 def bench(m: int, n: int, T: int, r: int, *, spaces: Sequence[str], rules: Sequence[str],
           sketch_size: int | str = "auto", seed: int = 0, repeats: int = 5, warmup: int = 1,
+          error_rules: Sequence[str] = (),
           ) -> list[dict]:
-    """Time every (space, rule) side by side on one synthetic set (a space may be written
-    ``circulant@N`` for an N-row sketch); return one record each, with the
-    median/p20/p80 seconds, the ratio to ``core`` (same rule), the relative error of ΔW* to
-    ``core`` and the effective rank of the merged update."""
+    """Time every (space, rule) side by side on one synthetic set (interleaved rounds,
+    ``icml26_shared.eval.compare``); return one record each, with the median/p20/p80 seconds, the
+    per-round times, the ratio to ``core`` (same rule), the sketch sizes, the relative error
+    ‖ΔW* − ΔW*_core‖/‖ΔW*_core‖ and the effective rank of the merged update. ``error_rules``:
+    further rules whose error (not time) is recorded. ``peft`` is timed without building its model."""
     As, Bs = make_factors(T, r, m, n, seed=seed)
     fns, outputs = {}, {}
-    for label in spaces:  # "circulant@512" = the circulant space with a 512-row sketch
-        space, _, size = label.partition("@")
-        opts = SpaceOptions(sketch_size=(int(size) if size.isdigit() else size) if size else sketch_size)
-        for rule in rules:
-            def fn(space=space, rule=rule, opts=opts):
-                return merge_layer(As, Bs, space=space, rule=rule, seed=seed, opts=opts)
-            fns[(label, rule)] = fn
-            outputs[(label, rule)] = fn()
+    for label in spaces:
+        space, opts = _label_opts(label, sketch_size)
+        merger = None
+        if space == "peft":
+            from .peft_baseline import PeftMerger
+
+            merger = PeftMerger(As, Bs)
+        for rule in dict.fromkeys([*rules, *error_rules]):
+            if merger is not None:
+                def fn(rule=rule, merger=merger):
+                    return merger.merge(rule, None, seed=seed)
+            else:
+                def fn(space=space, rule=rule, opts=opts):
+                    return merge_layer(As, Bs, space=space, rule=rule, seed=seed, opts=opts)
+            if rule in rules:
+                fns[(label, rule)] = fn
+            outputs[(label, rule)] = (fn(), opts)
     timings = compare({f"{s}/{r}": f for (s, r), f in fns.items()}, warmup=warmup, repeats=repeats)
     records = []
-    for (space, rule), (A, B) in outputs.items():
-        t = timings[f"{space}/{rule}"]
+    for (label, rule), ((A, B), opts) in outputs.items():
+        t = timings.get(f"{label}/{rule}")
         core_t = timings.get(f"core/{rule}")
         ref = outputs.get(("core", rule))
+        s_a, s_b = sketch_sizes(As, Bs, opts) if label.startswith("circulant") else (n, m)
         records.append({
-            "m": m, "n": n, "T": T, "r": r, "space": space, "rule": rule, "repeats": repeats,
-            "median_s": t.median, "p20_s": t.p20, "p80_s": t.p80,
-            "ratio_to_core": t.median / core_t.median if core_t else None,
-            "rel_error_to_core": relative_error(A, B, *ref) if ref is not None else None,
+            "m": m, "n": n, "T": T, "r": r, "R": T * r, "space": label, "rule": rule,
+            "repeats": repeats if t else 0, "s_A": s_a, "s_B": s_b,
+            "median_s": t.median if t else None, "p20_s": t.p20 if t else None,
+            "p80_s": t.p80 if t else None, "times_s": t.times if t else None,
+            "core_times_s": core_t.times if (t and core_t) else None,
+            "ratio_to_core": t.median / core_t.median if (t and core_t) else None,
+            "rel_error_to_core": relative_error(A, B, *ref[0]) if ref is not None else None,
             "merged_rank": A.shape[0],
             "effective_rank": effective_rank(factored_svdvals(A.double(), B.double())),
         })
@@ -84,11 +117,13 @@ def bench(m: int, n: int, T: int, r: int, *, spaces: Sequence[str], rules: Seque
 
 
 def format_records(records: list[dict]) -> str:
-    head = f"{'shape':>11} {'T':>3} {'space':>14} {'rule':>9} {'median s':>9} {'×core':>7} {'err vs core':>11} {'erank':>6}"
+    head = (f"{'shape':>11} {'T':>3} {'space':>14} {'rule':>15} {'s_A':>6} {'s_B':>6} {'median s':>9} "
+            f"{'×core':>7} {'err vs core':>11} {'erank':>6}")
     lines = [head, "-" * len(head)]
     for r in records:
         ratio = "" if r["ratio_to_core"] is None else f"{r['ratio_to_core']:.3f}"
+        med = "" if r["median_s"] is None else f"{r['median_s']:.4f}"
         err = "" if r["rel_error_to_core"] is None else f"{r['rel_error_to_core']:.2e}"
-        lines.append(f"{r['m']:>5}x{r['n']:<5} {r['T']:>3} {r['space']:>14} {r['rule']:>9} "
-                     f"{r['median_s']:>9.4f} {ratio:>7} {err:>11} {r['effective_rank']:>6.1f}")
+        lines.append(f"{r['m']:>5}x{r['n']:<5} {r['T']:>3} {r['space']:>14} {r['rule']:>15} "
+                     f"{r['s_A']:>6} {r['s_B']:>6} {med:>9} {ratio:>7} {err:>11} {r['effective_rank']:>6.1f}")
     return "\n".join(lines)
