@@ -21,6 +21,10 @@ class TestContract(ContractTests):
     (["bench", "--lengths", "64", "--heads", "3", "--kv-heads", "2", "--repeats", "1"],
      "must be a multiple of --kv-heads"),
     (["eval", "--model", "/nonexistent/model"], "not a Hugging Face model folder"),
+    (["bench", "--kv-heads", "0"], "--kv-heads must be >= 1"),
+    (["bench", "--density", "nan"], "--density must lie in (0, 1]"),
+    (["eval", "--model", "smollm2", "--dtype", "fp8"], "invalid choice"),
+    (["bench", "--lengths", "x"], "invalid int value"),
     (["reproduce", "--scale", "huge"], "unknown scale 'huge'"),
 ])
 def test_user_errors_are_one_line(argv, msg, capsys):
@@ -47,3 +51,19 @@ def test_bench_writes_rows(tmp_path, capsys):
     dense = next(r for r in rows if r["method"] == "dense")
     assert dense["recall"] == pytest.approx(1.0) and dense["rel_error"] < 1e-5
     assert "unisparse" in capsys.readouterr().out
+
+
+def test_model_folder_without_tokenizer_is_one_line(tmp_path, capsys):
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+    assert main(["eval", "--model", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no tokenizer files" in err[0]
+
+
+def test_corrupt_model_folder_is_one_line(tmp_path, capsys):
+    (tmp_path / "config.json").write_text("{not json")
+    (tmp_path / "tokenizer.json").write_text("{}")
+    assert main(["eval", "--model", str(tmp_path), "--out", str(tmp_path / "o.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("unisparse: error: ")
+    assert not (tmp_path / "o.json").exists()

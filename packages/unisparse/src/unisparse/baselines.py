@@ -1,6 +1,12 @@
-"""Block scorers behind one interface: ``scorer(q, k, cfg) -> scores [B, H, NQ, NK]`` (row-normalized
-over the causally visible key blocks). Selection, sinks, the local band and the budget are common to
-all of them (``core.select_blocks``), so methods differ only in how they rank blocks.
+"""Block scorers and selectors behind one interface.
+
+``METHODS[name](q, k, cfg) -> scores [B, H, NQ, NK]`` (row-normalized over the causally visible
+key blocks). By default a method's scores go through the shared rule (``core.select_blocks``:
+sink + local band, then ``cfg.density`` per row / ``cfg.tau``). The faithful baselines bring their
+own selection (``SELECTORS[name](q, k, cfg, valid, forced) -> mask``): XAttention's cumulative
+threshold per row, FlexPrefill's per-head query-aware / vertical-slash choice with a cumulative
+γ, MInference's per-head offline pattern (vertical-slash index lists, block-sparse top-k or
+A-shape). With ``density`` set, a threshold method's own threshold is bisected to meet it.
 
 A new estimator is one decorated function::
 
@@ -20,11 +26,20 @@ from .config import SparseConfig
 
 Scorer = Callable[[torch.Tensor, torch.Tensor, SparseConfig], torch.Tensor]
 METHODS: dict[str, Scorer] = {}
+SELECTORS: dict[str, Callable] = {}
 
 
 def register(name: str) -> Callable[[Scorer], Scorer]:
     def deco(fn: Scorer) -> Scorer:
         METHODS[name] = fn
+        return fn
+
+    return deco
+
+
+def selector(name: str):
+    def deco(fn):
+        SELECTORS[name] = fn
         return fn
 
     return deco
@@ -123,6 +138,11 @@ def js_divergence(p: torch.Tensor, r: torch.Tensor, eps: float = 1e-12) -> torch
 
 @register("flexprefill")
 def flexprefill(q, k, cfg):
+    scores, _ = _flex_scores(q, k, cfg)
+    return scores
+
+
+def _flex_scores(q, k, cfg):
     """FlexPrefill [C]: per head, compare the pooled estimate of the last query block's block
     attention with its true block attention; Jensen–Shannon below ``flex_js`` → query-aware
     (pooled-Q · pooled-K block scores), otherwise the vertical-slash pattern of that last block."""
@@ -141,7 +161,7 @@ def flexprefill(q, k, cfg):
     qa = core.composite_block_scores(core.avg_pool_seq(q, bs), kbar, bs, t, s, bs, 1 / math.sqrt(d))
     qa = core.normalize_rows(qa, valid)
     vs = vertical_slash_scores(p, qpos, t, s, bs, valid)
-    return torch.where(query_aware[:, :, None, None], qa, vs)
+    return torch.where(query_aware[:, :, None, None], qa, vs), query_aware
 
 
 @register("ashape")
@@ -170,3 +190,157 @@ def random_blocks(q, k, cfg):
     g = torch.Generator().manual_seed(cfg.seed)
     scores = torch.rand(q.shape[0], q.shape[1], *valid.shape, generator=g).to(q.device)
     return core.normalize_rows(scores, valid)
+
+
+# --- the baselines' own selection rules ----------------------------------------------------------
+
+def _topp(scores, valid, forced, cfg, tau):
+    return core.select_blocks(scores, valid, forced, tau=tau, min_blocks=cfg.min_blocks)
+
+
+def _threshold_select(scores, valid, forced, cfg, t, s):
+    """Per-row cumulative threshold ``tau`` (top-p); with only ``density`` set, the threshold is
+    bisected so that the mean density meets it."""
+    if cfg.tau is not None or cfg.density is None:
+        return _topp(scores, valid, forced, cfg, cfg.tau if cfg.tau is not None else 1.0)
+    return core.meet_density(lambda tau: _topp(scores, valid, forced, cfg, tau), cfg.density,
+                             1e-6, 1.0, t, s, cfg.block_size)
+
+
+@selector("xattention")
+def select_xattention(q, k, cfg, valid, forced):
+    """XAttention [C]: per query block, sort key blocks by antidiagonal score and keep them until
+    the cumulative score reaches the threshold (diagonal and first block always kept)."""
+    return _threshold_select(xattention(q, k, cfg), valid, forced, cfg, q.shape[2], k.shape[2])
+
+
+def index_lists_to_blocks(vert: torch.Tensor, slash: torch.Tensor, t: int, s: int,
+                          block_size: int) -> torch.Tensor:
+    """Element-level vertical (key index) and slash (diagonal offset) selections ``[B, H, S]``
+    bool → the ``[B, H, NQ, NK]`` blocks that contain any selected element (exact cover)."""
+    b, h, _ = vert.shape
+    bs = block_size
+    nq, nk = core.n_blocks(t, bs), core.n_blocks(s, bs)
+    vcols = torch.nn.functional.pad(vert, (0, nk * bs - s)).reshape(b, h, nk, bs).any(-1)
+    out = vcols[:, :, None, :].expand(b, h, nq, nk).clone()
+    a = torch.arange(nq, device=vert.device) * bs + (s - t)  # first query position of each row
+    o = torch.arange(s, device=vert.device)
+    for lo_q in (a, (a + bs - 1).clamp(max=s - 1)):
+        key = lo_q[:, None] - o[None, :]  # key position of offset o at that query
+        j = torch.where(key >= 0, torch.div(key, bs, rounding_mode="floor"), torch.full_like(key, nk))
+        hit = torch.zeros(b, h, nq, nk + 1, device=vert.device)
+        hit.scatter_reduce_(-1, j.expand(b, h, nq, s), slash[:, :, None, :].float().expand(b, h, nq, s),
+                            reduce="amax")
+        out |= hit[..., :nk] > 0
+    return out
+
+
+def _vertical_slash_mass(q, k, n_last):
+    """Mean attention of the last queries per key (vertical) and per diagonal offset (slash)."""
+    p, qpos = last_query_attention(q, k, n_last)
+    b, h, n, s = p.shape
+    vert = p.mean(2)
+    offset = (qpos[:, None] - torch.arange(s, device=p.device)[None, :]).clamp(min=0)
+    slash = torch.zeros(b, h, s, device=p.device).scatter_add_(
+        -1, offset.reshape(1, 1, -1).expand(b, h, -1), p.reshape(b, h, -1)) / n
+    return vert, slash
+
+
+def _cum_select(x: torch.Tensor, gamma: float) -> torch.Tensor:
+    """The fewest largest entries of each row of ``x`` (non-negative, summing to ~1) whose
+    cumulative sum reaches ``gamma``."""
+    srt, order = torch.sort(x, dim=-1, descending=True)
+    n = (srt.cumsum(-1) < gamma - 1e-7).sum(-1, keepdim=True) + 1
+    keep = torch.arange(x.shape[-1], device=x.device) < n
+    return torch.zeros_like(x, dtype=torch.bool).scatter_(-1, order, keep)
+
+
+@selector("flexprefill")
+def select_flexprefill(q, k, cfg, valid, forced):
+    """FlexPrefill [C]: per head, Jensen–Shannon test on the last query block; query-aware heads
+    keep per row the pooled-score blocks up to cumulative γ, vertical-slash heads keep the
+    vertical columns and slash diagonals (from the last block's attention) up to cumulative γ
+    each. γ is ``cfg.tau`` or, with only ``density``, bisected to meet it."""
+    t, s, bs = q.shape[2], k.shape[2], cfg.block_size
+    scores, query_aware = _flex_scores(q, k, cfg)
+    vert, slash = _vertical_slash_mass(q, k, bs)
+
+    def make(gamma):
+        qa = _topp(scores, valid, forced, cfg, gamma)
+        vs = index_lists_to_blocks(_cum_select(vert, gamma), _cum_select(slash, gamma), t, s, bs)
+        vs = (vs | forced) & valid
+        return torch.where(query_aware[:, :, None, None], qa, vs)
+
+    if cfg.tau is not None or cfg.density is None:
+        return make(cfg.tau if cfg.tau is not None else 1.0)
+    return core.meet_density(make, cfg.density, 1e-6, 1.0, t, s, bs)
+
+
+def _count_select(x: torch.Tensor, n: int) -> torch.Tensor:
+    n = max(1, min(int(n), x.shape[-1]))
+    idx = x.topk(n, dim=-1).indices
+    return torch.zeros_like(x, dtype=torch.bool).scatter_(-1, idx, True)
+
+
+@selector("minference")
+def select_minference(q, k, cfg, valid, forced):
+    """MInference [C]: each head runs its offline-searched pattern (``cfg.patterns``, default
+    vertical-slash): vertical-slash keeps the top-n vertical and top-n slash index lists of the
+    last ``last_q`` queries (n bisected to meet ``density``); block-sparse keeps each row's top
+    blocks of mean-pooled Q·K; A-shape the sink and the local window."""
+    t, s, bs = q.shape[2], k.shape[2], cfg.block_size
+    h = q.shape[1]
+    pats = cfg.patterns or ("vertical_slash",) * h
+    if len(pats) != h:
+        from icml26_shared import UserError
+
+        raise UserError(f"patterns has {len(pats)} entries for {h} query heads")
+    dens = cfg.density if cfg.density is not None else 0.25
+    vert, slash = _vertical_slash_mass(q, k, cfg.last_q)
+
+    def vs(n):
+        m = index_lists_to_blocks(_count_select(vert, n), _count_select(slash, n), t, s, bs)
+        return (m | forced) & valid
+
+    out = core.meet_density(vs, dens, 1, s, t, s, bs, integer=True)
+    for name, scorer in (("block_sparse", _pooled_scores), ("ashape", ashape)):
+        heads = [i for i, p in enumerate(pats) if p == name]
+        if heads:
+            sc = scorer(q, k, cfg)
+            m = core.select_blocks(sc, valid, forced, density=dens, allocation="row")
+            out[:, heads] = m.expand(q.shape[0], h, *valid.shape)[:, heads]
+    return out
+
+
+def _pooled_scores(q, k, cfg):
+    """Mean-pooled Q · mean-pooled K block scores (MInference block-sparse, FlexPrefill query-aware)."""
+    bs, d = cfg.block_size, q.shape[-1]
+    kbar = core._expand_kv(core.avg_pool_seq(k, bs), q.shape[1])
+    sc = core.composite_block_scores(core.avg_pool_seq(q, bs), kbar, bs, q.shape[2], k.shape[2],
+                                     bs, 1 / math.sqrt(d))
+    return core.normalize_rows(sc, _valid(q, k, cfg))
+
+
+@register("minference")
+def minference(q, k, cfg):
+    """Scores for the shared rule (the vertical-slash block scores); the faithful MInference is
+    its selector (per-head pattern)."""
+    return minference_vs(q, k, cfg)
+
+
+def search_minference(captures: list, cfg: SparseConfig) -> tuple[str, ...]:
+    """MInference's offline pattern search [C]: for each query head, the pattern with the highest
+    attention recall at ``cfg.density`` on dev captures ``[(q, k), ...]`` of one layer."""
+    from .config import MINFERENCE_PATTERNS
+
+    h = captures[0][0].shape[1]
+    total = torch.zeros(len(MINFERENCE_PATTERNS), h)
+    for q, k in captures:
+        t, s = q.shape[2], k.shape[2]
+        valid = _valid(q, k, cfg)
+        forced = core.forced_blocks(t, s, cfg.block_size, cfg.sink_blocks, cfg.local_blocks, q.device)
+        mass = core.block_attention_mass(q, k, cfg.block_size)
+        for i, pat in enumerate(MINFERENCE_PATTERNS):
+            mask = select_minference(q, k, cfg.with_(patterns=(pat,) * h), valid, forced)
+            total[i] += core.attention_recall(q, k, mask, cfg.block_size, mass=mass).mean(0)
+    return tuple(MINFERENCE_PATTERNS[int(i)] for i in total.argmax(0))

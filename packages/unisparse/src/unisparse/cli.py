@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
 from icml26_shared import UserError, cli_entry
-from icml26_shared.cli import add_reproduce_arguments, reproduce_from_args
+from icml26_shared.cli import ArgumentParser, add_reproduce_arguments, reproduce_from_args
 
 NAME = "unisparse"
-METHOD_NAMES = ("unisparse", "dense", "xattention", "flexprefill", "minference_vs", "ashape", "random")
+METHOD_NAMES = ("unisparse", "dense", "xattention", "flexprefill", "minference", "minference_vs",
+                "ashape", "oracle", "random")
+DTYPES = ("fp32", "bf16")
 
 
 def _check_out(path: Path | None, force: bool) -> None:
@@ -36,28 +38,56 @@ def _check_common(args) -> None:
     for m in args.methods:
         if m not in METHOD_NAMES:
             raise UserError(f"unknown method {m!r} (choose from {', '.join(METHOD_NAMES)})")
-    if not 0 < args.density <= 1:
+    if not (math.isfinite(args.density) and 0 < args.density <= 1):
         raise UserError(f"--density must lie in (0, 1], got {args.density}")
     if any(n < 1 for n in args.lengths):
         raise UserError("--lengths must be positive")
+    for name in ("heads", "kv_heads", "head_dim", "repeats", "docs"):
+        if getattr(args, name, 1) < 1:
+            raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
 
 
-def _load_model(spec: str):
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
+
+
+def load_model(spec: str, dtype: str = "fp32"):
+    """(model, tokenizer) from a local Hugging Face folder or ``"smollm2"``; a folder without
+    config.json or tokenizer files, or one that fails to load, is a ``UserError``."""
     import torch
 
+    torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
     if spec == "smollm2":
         from icml26_shared.data import load_smollm2
 
         model, tok = load_smollm2()
-        return model.eval(), tok
+        return model.to(torch_dtype).eval(), tok
     path = Path(spec)
     if not (path / "config.json").is_file():
         raise UserError(f"--model {spec}: not a Hugging Face model folder (no config.json); "
                         "use a local folder or 'smollm2'")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    if not any((path / f).is_file() for f in TOKENIZER_FILES):
+        raise UserError(f"--model {spec}: no tokenizer files ({', '.join(TOKENIZER_FILES)})")
+    import logging
+    import warnings
 
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, local_files_only=True)
-    return model.eval(), AutoTokenizer.from_pretrained(path, local_files_only=True)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype,
+                                                         local_files_only=True)
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"--model {spec}: cannot load ({msg})") from None
+    return model.eval(), tok
+
+
+_load_model = load_model
 
 
 def cmd_bench(args) -> int:
@@ -147,17 +177,18 @@ def _capture(args, n: int):
 def cmd_eval(args) -> int:
     _check_common(args)
     _check_out(args.out, args.force)
-    from .experiments import _mean, evaluate_model
+    from .e2e import evaluate_model
+    from .experiments import _mean
     from .tasks import needle_prompt
 
-    model, tok = _load_model(args.model)
+    model, tok = load_model(args.model, args.dtype)
     methods = [m for m in args.methods if m != "dense"]
     report = []
     print(f"{'length':>7} {'method':<14} {'needle':>7} {'agree':>7} {'ppl_ratio':>9} {'density':>8}")
     for n in args.lengths:
         docs = [needle_prompt(tok, n, args.seed * 1000 + i) for i in range(args.docs)]
-        e2e, _ = evaluate_model(model, tok, docs, methods, block=args.block_size,
-                                density=args.density, new_tokens=8, seed=args.seed)
+        e2e = evaluate_model(model, tok, docs, methods, block=args.block_size,
+                             density=args.density, new_tokens=8, seed=args.seed)
         for m, vals in e2e.items():
             row = {"length": n, "method": m, "needle_accuracy": _mean(vals["correct"]),
                    "next_token_agreement": _mean(vals["agree"]) if vals["agree"] else 1.0,
@@ -170,8 +201,8 @@ def cmd_eval(args) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=NAME, description="UniSparse: training-free sparse prefill "
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(prog=NAME, description="UniSparse: training-free sparse prefill "
                                 "attention from multi-granularity composite tokens (ICML 2026).")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -204,6 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
     common(e, [1024], 32)
     e.add_argument("--model", required=True, help="local HF model folder, or 'smollm2'")
     e.add_argument("--docs", type=int, default=3, help="documents per length")
+    e.add_argument("--dtype", choices=DTYPES, default="fp32",
+                   help="model weights dtype (default: %(default)s; bf16 for large models)")
     e.set_defaults(fn=cmd_eval)
 
     r = sub.add_parser("reproduce", help="the paper's claims at smoke/quick/full scale")

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, replace
 
 GQA_POLICIES = ("head", "union")
 COMBINES = ("mean", "max")
+MINFERENCE_PATTERNS = ("vertical_slash", "block_sparse", "ashape")
 
 
 @dataclass(frozen=True)
@@ -21,12 +22,16 @@ class SparseConfig:
     method: str = "unisparse"
     #: tile edge of the block-sparse kernel; the paper's kernel works on 64–128 blocks [P/R]
     block_size: int = 64
-    #: kept fraction of the causal blocks of each query-block row (a per-row cap, also the
-    #: matched-density budget of the comparisons); ``None`` = no cap [R]
+    #: kept fraction of the causally visible blocks (the matched-density budget of the
+    #: comparisons); ``None`` = no cap. Threshold baselines (XAttention, FlexPrefill) meet it by
+    #: bisecting their own threshold [R]
     density: float | None = 0.25
-    #: how the density budget is spread: "head" = one budget per (batch, head) spent on the
-    #: highest-scoring blocks of any row (adaptive, like top-p); "row" = the same count per row [R]
-    allocation: str = "head"
+    #: how the density budget is spread: "row" = every query-block row keeps ceil(density x its
+    #: visible blocks), so the last rows (the question, the answer) get their share; "head" = one
+    #: budget per (batch, head) spent on the highest-scoring blocks of any row (maximizes the
+    #: estimated *mean* recall but starves the last rows: issue 13). "row" was chosen on the dev
+    #: documents of the quick reproduction (last-rows recall, needle-block hit rate) [R]
+    allocation: str = "row"
     #: cumulative-mass budget (top-p): keep the fewest ranked blocks whose estimated mass reaches
     #: ``tau``; ``None`` = budget by ``density`` alone. XAttention uses 0.8–0.9, FlexPrefill 0.9 [C]
     tau: float | None = None
@@ -50,6 +55,10 @@ class SparseConfig:
     flex_js: float = 0.1
     #: queries of the last block used by vertical-slash estimators (MInference: 64) [C]
     last_q: int = 64
+    #: MInference: the offline per-head pattern, one of "vertical_slash", "block_sparse",
+    #: "ashape" per query head (searched on dev documents, ``baselines.search_minference``);
+    #: ``None`` = vertical-slash for every head [C]
+    patterns: tuple[str, ...] | None = None
     #: seed of the ``random`` baseline
     seed: int = 0
 
@@ -83,10 +92,14 @@ def validate(cfg: SparseConfig, methods: tuple[str, ...]) -> SparseConfig:
         raise UserError(f"each granularity must divide block_size={bs}, got {cfg.grans}")
     if cfg.combine not in COMBINES:
         raise UserError(f"combine must be one of {', '.join(COMBINES)}, got {cfg.combine!r}")
+    if cfg.patterns is not None and any(p not in MINFERENCE_PATTERNS for p in cfg.patterns):
+        raise UserError(f"patterns must be among {', '.join(MINFERENCE_PATTERNS)}, got {cfg.patterns}")
     if cfg.allocation not in ("head", "row"):
         raise UserError(f"allocation must be 'head' or 'row', got {cfg.allocation!r}")
     if cfg.gqa not in GQA_POLICIES:
         raise UserError(f"gqa must be one of {', '.join(GQA_POLICIES)}, got {cfg.gqa!r}")
+    if not 0 < cfg.flex_js or cfg.last_q < 1:
+        raise UserError(f"flex_js must be > 0 and last_q >= 1, got {cfg.flex_js}, {cfg.last_q}")
     if cfg.xattn_stride < 1 or bs % cfg.xattn_stride:
         raise UserError(f"xattn_stride must divide block_size={bs}, got {cfg.xattn_stride}")
     if min(cfg.sink_blocks, cfg.local_blocks, cfg.min_blocks) < 0:

@@ -207,6 +207,60 @@ def attention_recall(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor, block
     return (mass.double() * mask).sum((-1, -2)).float()
 
 
+def row_recall(mass: torch.Tensor, mask: torch.Tensor, last_rows: int = 1) -> torch.Tensor:
+    """Recall of the last ``last_rows`` query-block rows only (the question / answer rows that
+    decoding reads): true mass inside the kept blocks of those rows over their total mass,
+    ``[B, H]``. ``mass`` from ``block_attention_mass``."""
+    m = mass[..., -last_rows:, :].double()
+    return ((m * mask[..., -last_rows:, :]).sum((-1, -2)) / m.sum((-1, -2)).clamp(min=1e-30)).float()
+
+
+def block_hit(mask: torch.Tensor, key_blocks, last_rows: int = 1) -> torch.Tensor:
+    """``[B, H]`` bool: every block of ``key_blocks`` (e.g. the needle's) is kept in each of the
+    last ``last_rows`` query-block rows."""
+    cols = mask[..., -last_rows:, :][..., list(key_blocks)]
+    return cols.flatten(-2).all(-1)
+
+
+def kept_flop_ratio(mask: torch.Tensor, t: int, s: int, block_size: int) -> float:
+    """Dense causal attention FLOPs over the kept blocks' FLOPs (the ideal speed-up; the sparse
+    side counts each kept tile in full, the dense side the visible tiles, diagonal ones halved)."""
+    valid = causal_block_valid(t, s, block_size, mask.device)
+    nq, nk = valid.shape
+    first_q = torch.arange(nq, device=mask.device) * block_size + (s - t)
+    last_k = ((torch.arange(nk, device=mask.device) + 1) * block_size).clamp(max=s) - 1
+    diag = valid & (last_k[None, :] > first_q[:, None])
+    dense = float(valid.sum() - 0.5 * diag.sum()) * mask.shape[0] * mask.shape[1]
+    return dense / max(float((mask & valid).sum()), 1.0)
+
+
+def meet_density(make_mask, target: float, lo: float, hi: float, t: int, s: int, block_size: int,
+                 iters: int = 14, integer: bool = False) -> torch.Tensor:
+    """Bisect a method's own monotone budget parameter (a top-p threshold, a count) so that its
+    mean block density is the largest not above ``target``; ``make_mask(param) -> mask`` [R]."""
+    def dens(m):
+        return float(block_density(m, t, s, block_size).mean())
+
+    best = make_mask(lo)
+    if dens(best) > target:
+        return best
+    top = make_mask(hi)
+    if dens(top) <= target:
+        return top
+    for _ in range(iters):
+        mid = (lo + hi) / 2
+        if integer:
+            mid = int(mid)
+            if mid <= lo:
+                break
+        m = make_mask(mid)
+        if dens(m) <= target:
+            lo, best = mid, m
+        else:
+            hi = mid
+    return best
+
+
 def relative_error(approx: torch.Tensor, exact: torch.Tensor) -> torch.Tensor:
     """``‖approx − exact‖ / ‖exact‖`` per (batch, head) over (T, D): ``[B, H]``."""
     num = (approx.float() - exact.float()).pow(2).sum((-1, -2)).sqrt()

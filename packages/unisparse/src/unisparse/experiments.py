@@ -1,133 +1,52 @@
 """The reproduction: ``reproduce(scale, out_dir, seed) -> Results``.
 
-(a) Fidelity: Q/K/V captured from a causal LM's dense prefill of synthetic passkey documents;
-    per method at matched block density, the recall of true attention mass and the relative output
-    error (mean over layers and heads, and the worst head).
-(b) End to end: the same model patched per method at the default density; needle accuracy relative
-    to dense, next-token agreement with dense and the perplexity ratio over the document's second half.
-(c) CPU speed: estimation + block-sparse attention against dense causal SDPA, side by side, single
-    thread (timings on a shared machine; ratios only).
+Splits: *dev* needle documents choose everything that is chosen by looking at a number (the
+UniSparse budget allocation, row vs head; MInference's per-head pattern of each layer); the
+claims are computed on separate *test* documents (other seeds, depths spread over the document).
+
+(a) Fidelity on captured Q/K/V (SmolLM2 at 4096 tokens in ``quick``): per (document, layer,
+    head) unit, at densities 10-60%: whole-map recall, last-row recall (the question's query
+    block), needle-block hit rate, measured density; relative output error at the claim density;
+    the density UniSparse's top-p budget needs for a given estimated mass.
+(b) End to end (``smoke`` on a tiny random model, ``full`` on a user-supplied model): patched
+    prefill per method, needle accuracy with a paired interval against dense.
+(c) CPU speed: estimation + block-sparse attention against dense causal SDPA, side by side, one
+    thread, with the kept-block FLOP ratio beside it.
 """
 
 from __future__ import annotations
 
-import math
-import sys
 import time
 from pathlib import Path
 
 from icml26_shared import ClaimCheck, Results, UserError
 
+from .e2e import E2E_METHODS, documents, evaluate_model, log, tiny_model
 from .registry import CLAIMS, DESCRIPTOR
 
-FIDELITY_METHODS = ("unisparse", "unisparse_1g", "xattention", "flexprefill", "minference_vs",
-                    "ashape", "random", "oracle")
-E2E_METHODS = ("unisparse", "xattention", "flexprefill", "minference_vs", "ashape")
-BASELINES = ("xattention", "flexprefill", "minference_vs", "ashape")
-
 SCALES = {
-    "smoke": dict(model="tiny", length=256, block=16, docs=2, e2e_densities=(0.25, 0.5),
-                  densities=(0.25,), layers=None,
-                  speed_lens=(512,), speed_heads=2, repeats=2, new_tokens=4),
-    "quick": dict(model="smollm2", length=1024, block=32, docs=2, densities=(0.1, 0.25),
-                  e2e_densities=(0.25, 0.5),
-                  long=4096, long_block=64,
-                  layers=(2, 8, 14, 20, 26), speed_lens=(8192, 16384, 32768), speed_heads=4,
-                  repeats=3, new_tokens=7),
+    "smoke": dict(model="tiny", length=256, block=16, dev_docs=1, test_docs=1, layers=(1,),
+                  densities=(0.3,), claim_density=0.3, speed_lens=(512,), speed_heads=2,
+                  repeats=1, e2e_docs=1, new_tokens=2, e2e_methods=("unisparse", "oracle"),
+                  figure=False),
+    "quick": dict(model="smollm2", length=4096, block=64, dev_docs=1, test_docs=2,
+                  layers=(2, 8, 14), densities=(0.1, 0.3, 0.6), claim_density=0.3,
+                  speed_lens=(8192, 32768), speed_heads=4, repeats=2, e2e_docs=0, new_tokens=7,
+                  errors=False),
 }
-DEFAULT_DENSITY = 0.25
-
-
-def method_config(name: str, block: int, density: float, seed: int = 0):
-    from .config import SparseConfig
-
-    if name == "unisparse_1g":  # ablation: one granularity (the block) instead of several
-        return SparseConfig(method="unisparse", block_size=block, density=density,
-                            granularities=(block,))
-    stride = 8 if block >= 32 else 4
-    return SparseConfig(method=name, block_size=block, density=density, xattn_stride=stride,
-                        last_q=min(64, 2 * block), seed=seed)
-
-
-def _tiny_model(seed: int):
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048)
-    return LlamaForCausalLM(cfg).eval(), None
-
-
-def _docs(model_kind: str, tok, length: int, n: int, seed: int):
-    import torch
-
-    from .tasks import needle_prompt
-
-    if tok is None:  # tiny random model: random token documents, a random "key" never retrieved
-        g = torch.Generator().manual_seed(seed)
-        return [(torch.randint(3, 256, (length,), generator=g).tolist(), "00000") for _ in range(n)]
-    return [needle_prompt(tok, length, seed * 1000 + i) for i in range(n)]
-
-
-def _prefill_and_decode(model, ids, new_tokens: int):
-    """One prefill (logits of the prompt) and greedy decoding with the KV cache."""
-    import torch
-
-    x = torch.tensor([ids])
-    with torch.no_grad():
-        out = model(x, use_cache=True)
-        logits = out.logits[0].float()
-        past, nxt, gen = out.past_key_values, logits[-1].argmax(), []
-        for _ in range(new_tokens):
-            gen.append(int(nxt))
-            step = model(nxt.view(1, 1), past_key_values=past, use_cache=True)
-            past, nxt = step.past_key_values, step.logits[0, -1].argmax()
-    return logits, gen
-
-
-def fidelity(captures: dict, methods, densities, block: int, seed: int) -> dict:
-    """``{(method, density): {recall, recall_worst, rel_error, density}}`` for one document."""
-    from icml26_kernels import block_sparse_attention
-
-    from .core import (
-        attention_recall,
-        block_attention_mass,
-        block_density,
-        causal_block_valid,
-        relative_error,
-    )
-    from .sparse import estimate_block_mask
-
-    acc: dict = {}
-    for q, k, v in captures.values():
-        t = q.shape[2]
-        mass = block_attention_mass(q, k, block)
-        full = causal_block_valid(t, t, block).expand(1, q.shape[1], -1, -1)
-        exact = block_sparse_attention(q, k, v, full, block_size=block, causal=True)
-        for name in methods:
-            for dens in densities:
-                mask = estimate_block_mask(q, k, method_config(name, block, dens, seed))
-                out = block_sparse_attention(q, k, v, mask, block_size=block, causal=True)
-                rec = attention_recall(q, k, mask, block, mass=mass)
-                cell = acc.setdefault((name, dens), {"recall": [], "recall_worst": [],
-                                                     "rel_error": [], "density": []})
-                cell["recall"].append(float(rec.mean()))
-                cell["recall_worst"].append(float(rec.min()))
-                cell["rel_error"].append(float(relative_error(out, exact).mean()))
-                cell["density"].append(float(block_density(mask, t, t, block).mean()))
-    return {key: {m: sum(vals) / len(vals) for m, vals in cell.items()} for key, cell in acc.items()}
+ALLOCATIONS = ("row", "head")
 
 
 def speed(lens, heads: int, block: int, density: float, repeats: int, seed: int,
-          extra_densities=(0.1,)) -> list[dict]:
-    """Dense causal SDPA vs UniSparse estimation + block-sparse attention, side by side (also at
-    ``extra_densities``, reported as ``sparse_s@<d>``)."""
+          gather: bool = True) -> list[dict]:
+    """Dense causal SDPA vs UniSparse estimation + block-sparse attention (kernels' reference and
+    the batched-gather backend), side by side; the kept-block FLOP ratio beside them."""
     import torch
 
     from icml26_shared.eval import compare
 
     from .config import SparseConfig
+    from .core import kept_flop_ratio
     from .sparse import estimate_block_mask, sparse_prefill_attention
 
     cfg = SparseConfig(block_size=block, density=density)
@@ -138,67 +57,81 @@ def speed(lens, heads: int, block: int, density: float, repeats: int, seed: int,
         fns = {"dense_sdpa": lambda q=q, k=k, v=v: torch.nn.functional.scaled_dot_product_attention(
                    q, k, v, is_causal=True),
                "unisparse": lambda q=q, k=k, v=v: sparse_prefill_attention(q, k, v, cfg),
+               "unisparse_gather": lambda q=q, k=k, v=v: sparse_prefill_attention(
+                   q, k, v, cfg, backend="gather"),
                "estimate_only": lambda q=q, k=k: estimate_block_mask(q, k, cfg)}
-        for d in extra_densities:
-            cfg_d = cfg.with_(density=d)
-            fns[f"unisparse@{d:g}"] = (lambda q=q, k=k, v=v, c=cfg_d:
-                                       sparse_prefill_attention(q, k, v, c))
+        if not gather:  # smoke: the two timed arms only
+            fns = {m: fns[m] for m in ("dense_sdpa", "unisparse")}
+        elif n != lens[0]:  # the slower gather backend at the shortest length only
+            del fns["unisparse_gather"]
         tm = compare(fns, warmup=1, repeats=repeats)
-        row = {"n": n, "dense_s": tm["dense_sdpa"].median, "sparse_s": tm["unisparse"].median,
-               "estimate_s": tm["estimate_only"].median}
-        row.update({f"sparse_s@{d:g}": tm[f"unisparse@{d:g}"].median for d in extra_densities})
-        rows.append(row)
+        tm.setdefault("unisparse_gather", tm["unisparse"])
+        tm.setdefault("estimate_only", tm["unisparse"])
+        mask = estimate_block_mask(q, k, cfg)
+        rows.append({"n": n, "dense_s": tm["dense_sdpa"].median, "sparse_s": tm["unisparse"].median,
+                     "gather_s": tm["unisparse_gather"].median,
+                     "estimate_s": tm["estimate_only"].median,
+                     "flop_ratio": kept_flop_ratio(mask, n, n, block)})
+        log(f"speed {n}: dense {rows[-1]['dense_s']:.2f}s, sparse {rows[-1]['sparse_s']:.2f}s")
     return rows
 
 
-def evaluate_model(model, tok, docs, methods, *, block: int, density, new_tokens: int,
-                   seed: int = 0, fid_layers=None, fid_methods=(), fid_densities=()) -> tuple[dict, dict]:
-    """Per document: a dense prefill (capturing Q/K/V of ``fid_layers`` for the fidelity metrics)
-    and one patched prefill per method and density (``density`` a float or a tuple). Returns
-    (end-to-end lists keyed by method or "method@density" past the first density, fidelity lists)."""
-    densities = (density,) if isinstance(density, (int, float)) else tuple(density)
-    runs = [(m, d, m if j == 0 else f"{m}@{d:g}") for j, d in enumerate(densities) for m in methods]
-    import torch
+def _load(p, seed):
+    if p["model"] == "tiny":
+        return tiny_model(seed)
+    from icml26_shared.data import load_smollm2
 
-    from .io import patch, patch_state, unpatch
+    model, tok = load_smollm2()
+    return model.eval(), tok
 
-    fid: dict = {}
-    e2e: dict = {m: {"correct": [], "agree": [], "ppl_ratio": [], "density": []}
-                 for m in ("dense", *(r[2] for r in runs))}
-    for n_doc, (ids, key) in enumerate(docs):
-        _log(f"document {n_doc + 1}/{len(docs)} ({len(ids)} tokens): dense prefill")
-        patch(model, method="dense", density=1.0, block_size=block, min_seq_len=10**9)
-        st = patch_state(model)
-        if fid_methods:
-            st.capture, st.capture_layers = {}, set(fid_layers) if fid_layers is not None else None
-        d_logits, d_gen = _prefill_and_decode(model, ids, new_tokens)
-        caps = st.capture or {}
-        unpatch(model)
-        if fid_methods:
-            _log(f"  fidelity of {len(fid_methods)} methods on {len(caps)} layers")
-            for key2, vals in fidelity(caps, fid_methods, fid_densities, block, seed).items():
-                for metric, val in vals.items():
-                    fid.setdefault(key2, {}).setdefault(metric, []).append(val)
+
+def _study(model, docs, p, seed, *, patterns=None, allocation="row", arms=None, densities=None,
+           captures=None):
+    """Fidelity per unit over ``docs``: ``{(arm, density): {metric: [values over units]}}`` and
+    the per-layer view ``{(arm, density, layer): {metric: [...]}}``."""
+    from .fidelity import ARMS, capture, unit_metrics
+
+    arms = tuple(arms or ARMS)
+    block = p["block"]
+    agg: dict = {}
+    per_layer: dict = {}
+    for i, (ids, _key, span) in enumerate(docs):
+        log(f"capture {i + 1}/{len(docs)} ({len(ids)} tokens, layers {p['layers']})")
+        caps = captures[i] if captures is not None else capture(model, ids, p["layers"])
+        needle = range(span[0] // block, (span[1] - 1) // block + 1)
+        for layer, (q, k, v) in caps.items():
+            pats = None if patterns is None else patterns.get(layer)
+            cells = unit_metrics(q, k, v, arms, densities or p["densities"], block, needle,
+                                 seed=seed, patterns=pats, allocation=allocation,
+                                 error_density=p["claim_density"] if p.get("errors", True) else None)
+            log(f"  layer {layer} scored")
+            for key, metrics in cells.items():
+                for metric, vals in metrics.items():
+                    agg.setdefault(key, {}).setdefault(metric, []).extend(vals)
+                    per_layer.setdefault((*key, layer), {}).setdefault(metric, []).extend(vals)
         del caps
-        half = len(ids) // 2
-        tgt = torch.tensor(ids[half + 1:])
-        d_nll = torch.nn.functional.cross_entropy(d_logits[half:-1], tgt)
-        e2e["dense"]["correct"].append(float(_correct(tok, d_gen, key)))
-        for m, dens, label in runs:
-            _log(f"  {m} prefill at density {dens:g}")
-            patch(model, method=m, cfg=method_config(m, block, dens, seed), density=dens,
-                  min_seq_len=2 * block)
-            logits, gen = _prefill_and_decode(model, ids, new_tokens)
-            st = patch_state(model)
-            cell = e2e[label]
-            cell["density"].append(sum(st.densities) / max(len(st.densities), 1))
-            unpatch(model)
-            cell["correct"].append(float(_correct(tok, gen, key)))
-            cell["agree"].append(float((logits[half:].argmax(-1) == d_logits[half:].argmax(-1))
-                                       .float().mean()))
-            nll = torch.nn.functional.cross_entropy(logits[half:-1], tgt)
-            cell["ppl_ratio"].append(float(torch.exp(nll - d_nll)))
-    return e2e, fid
+    return agg, per_layer
+
+
+def _dev_choices(model, dev_docs, p, seed):
+    """On the dev documents: the allocation (row vs head) with the higher last-row recall at
+    the claim density, and MInference's per-head pattern of each layer."""
+    from .baselines import search_minference
+    from .fidelity import arm_config, capture
+
+    d = p["claim_density"]
+    caps = [capture(model, ids, p["layers"]) for ids, _, _ in dev_docs]
+    agg, _ = _study(model, dev_docs, p, seed, arms=("unisparse", "unisparse_head"), densities=(d,),
+                    captures=caps)
+    score = {"row": _mean(agg[("unisparse", d)]["last_row_recall"]),
+             "head": _mean(agg[("unisparse_head", d)]["last_row_recall"])}
+    hits = {"row": _mean(agg[("unisparse", d)]["needle_hit"]),
+            "head": _mean(agg[("unisparse_head", d)]["needle_hit"])}
+    allocation = max(ALLOCATIONS, key=lambda a: (score[a], hits[a]))
+    cfg = arm_config("minference", p["block"], d, seed)
+    patterns = {layer: search_minference([(c[layer][0], c[layer][1]) for c in caps], cfg)
+                for layer in p["layers"]}
+    return allocation, score, hits, patterns
 
 
 def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
@@ -213,148 +146,142 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
     p = SCALES[scale]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one thread: steadier on a shared machine; every arm alike
+    t0 = time.perf_counter()
     try:
         res = Results(package=DESCRIPTOR.name, version=DESCRIPTOR.version, scale=scale, seed=seed)
-        if p["model"] == "tiny":
-            model, tok = _tiny_model(seed)
-        else:
-            from icml26_shared.data import load_smollm2
-
-            model, tok = load_smollm2()
-            model.eval()
-        block, dens0 = p["block"], DEFAULT_DENSITY
-        docs = _docs(p["model"], tok, p["length"], p["docs"], seed)
-        seeds = [seed * 1000 + i for i in range(len(docs))]
-        t0 = time.perf_counter()
-        e2e, fid = evaluate_model(model, tok, docs, E2E_METHODS, block=block,
-                                  density=p["e2e_densities"],
-                                  new_tokens=p["new_tokens"], seed=seed, fid_layers=p["layers"],
-                                  fid_methods=FIDELITY_METHODS, fid_densities=p["densities"])
-        t_model = time.perf_counter() - t0
-        _rows_fidelity(res, fid, seeds, p["length"], "fidelity")
-        fid_long = None
-        if p.get("long"):
-            # one longer document (dense prefill only) for fidelity closer to the paper's regime
-            ln, lb = p["long"], p["long_block"]
-            long_docs = _docs(p["model"], tok, ln, 1, seed + 7)
-            _, fid_long = evaluate_model(model, tok, long_docs, (), block=lb, density=dens0,
-                                         new_tokens=1, seed=seed, fid_layers=p["layers"],
-                                         fid_methods=FIDELITY_METHODS, fid_densities=p["densities"])
-            _rows_fidelity(res, fid_long, [seed + 7], ln, f"fidelity_{ln}")
-        t_model = time.perf_counter() - t0
-        _rows_e2e(res, e2e, seeds, p["length"], tok is not None)
-        _log(f"CPU speed at {p['speed_lens']} tokens")
-        sp = speed(p["speed_lens"], p["speed_heads"], 64, dens0, p["repeats"], seed)
+        model, tok = _load(p, seed)
+        dev = documents(tok, p["length"], p["dev_docs"], seed, offset=500)
+        test = documents(tok, p["length"], p["test_docs"], seed, offset=0)
+        allocation, dscore, dhits, patterns = _dev_choices(model, dev, p, seed)
+        for a in ALLOCATIONS:
+            res.add("dev_selection", f"unisparse_{a}", "last_row_recall", dscore[a],
+                    density=p["claim_density"], chosen=a == allocation, split="dev")
+            res.add("dev_selection", f"unisparse_{a}", "needle_hit", dhits[a],
+                    density=p["claim_density"], split="dev")
+        for layer, pats in patterns.items():
+            res.add("dev_selection", "minference", "patterns", float(len(pats)), layer=layer,
+                    patterns=list(pats), split="dev")
+        agg, per_layer = _study(model, test, p, seed, patterns=patterns, allocation=allocation)
+        t_fid = time.perf_counter() - t0
+        for (arm, dens), metrics in sorted(agg.items()):
+            for metric, vals in metrics.items():
+                res.add(f"fidelity@{dens:g}", arm, metric, vals, length=p["length"],
+                        density=dens, units="document x layer x head", split="test")
+        for (arm, dens, layer), metrics in sorted(per_layer.items()):
+            if abs(dens - p["claim_density"]) < 1e-9:
+                res.add("fidelity_per_layer", arm, "last_row_recall",
+                        _mean(metrics["last_row_recall"]), layer=layer, density=dens, split="test")
+        e2e = None
+        if p["e2e_docs"]:
+            docs = documents(tok, p["length"], p["e2e_docs"], seed, offset=900)
+            e2e = evaluate_model(model, tok, docs, p.get("e2e_methods", E2E_METHODS), block=p["block"],
+                                 density=p["claim_density"], new_tokens=p["new_tokens"], seed=seed)
+            for m, metrics in e2e.items():
+                for metric, vals in metrics.items():
+                    if vals:
+                        res.add("end_to_end", m, {"correct": "needle_accuracy",
+                                                  "agree": "next_token_agreement"}.get(metric, metric),
+                                vals, length=p["length"], split="test")
+        sp = speed(p["speed_lens"], p["speed_heads"], 64, 0.25, p["repeats"], seed,
+                   gather=p["model"] != "tiny")
         for r in sp:
-            res.add("speed_cpu", "unisparse", "speedup_vs_dense", r["dense_s"] / r["sparse_s"],
-                    unit="x", seq_len=r["n"], heads=p["speed_heads"], density=dens0)
+            for name, key in (("unisparse", "sparse_s"), ("unisparse_gather", "gather_s")):
+                if key == "gather_s" and r[key] == r["sparse_s"]:
+                    continue  # not timed at this length
+                res.add("speed_cpu", name, "speedup_vs_dense", r["dense_s"] / r[key], unit="x",
+                        seq_len=r["n"], heads=p["speed_heads"], density=0.25)
+                res.add("speed_cpu", name, "time_s", r[key], unit="s", seq_len=r["n"])
             res.add("speed_cpu", "dense_sdpa", "time_s", r["dense_s"], unit="s", seq_len=r["n"])
-            res.add("speed_cpu", "unisparse", "time_s", r["sparse_s"], unit="s", seq_len=r["n"])
             res.add("speed_cpu", "unisparse", "estimate_time_s", r["estimate_s"], unit="s",
                     seq_len=r["n"])
-            for key in (x for x in r if x.startswith("sparse_s@")):
-                d = float(key.split("@")[1])
-                res.add("speed_cpu", f"unisparse@{d:g}", "speedup_vs_dense", r["dense_s"] / r[key],
-                        unit="x", seq_len=r["n"], heads=p["speed_heads"], density=d)
-        _claims(res, fid_long or fid, e2e, sp, p, tok is not None)
-        _notes(res, p, t_model, threads)
-        res.figures = _figure(res, fid_long or fid, p["densities"], out_dir)
+            res.add("speed_cpu", "unisparse", "kept_block_flop_ratio", r["flop_ratio"], unit="x",
+                    seq_len=r["n"])
+        _claims(res, agg, per_layer, e2e, sp, p, tok is not None)
+        _notes(res, p, allocation, t_fid, time.perf_counter() - t0)
+        res.figures = _figure(agg, p["densities"], out_dir) if p.get("figure", True) else []
         return res
     finally:
         torch.set_num_threads(threads)
-
-
-def _log(msg: str) -> None:
-    print(f"[unisparse {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def _correct(tok, gen, key) -> bool:
-    if tok is None:
-        return False
-    from .tasks import is_correct
-
-    return is_correct(tok, gen, key)
 
 
 def _mean(xs):
     return sum(xs) / len(xs) if xs else float("nan")
 
 
-def _rows_fidelity(res, fid, seeds, length, name):
-    for (m, dens), metrics in sorted(fid.items()):
-        for metric, vals in metrics.items():
-            res.add(f"{name}@{dens:g}", m, metric, vals, seeds=seeds, length=length, density=dens)
+def _claims_needle(e2e, length, density):
+    """The needle claim: UniSparse's per-document accuracy against 0.95 x dense's, paired."""
+    from icml26_shared.eval import paired_interval
+
+    from .fidelity import BASELINES
+
+    ours = e2e["unisparse"]["correct"]
+    dense = [0.95 * x for x in e2e["dense"]["correct"]]
+    iv = paired_interval(ours, dense)
+    others = ", ".join(f"{m} {_mean(e2e[m]['correct']):.2f}" for m in (*BASELINES, "oracle")
+                       if m in e2e)
+    claim = next(c for c in CLAIMS if c.id == "needle")
+    return ClaimCheck.compare(
+        claim, _mean(ours), _mean(dense), "0.95 x dense", interval=(iv.low, iv.high),
+        note=f"{len(ours)} documents at {length} tokens, density {density}; dense "
+             f"{_mean(e2e['dense']['correct']):.2f}; {others}")
 
 
-def _rows_e2e(res, e2e, seeds, length, real):
-    for m, metrics in e2e.items():
-        for metric, vals in metrics.items():
-            if vals:
-                name = {"correct": "needle_accuracy", "agree": "next_token_agreement"}.get(metric, metric)
-                res.add("end_to_end", m, name, vals, seeds=seeds, length=length, real_model=real)
-    dense_acc = _mean(e2e["dense"]["correct"])
-    if dense_acc > 0:  # undefined when dense never retrieves (the random smoke model)
-        for m in e2e:
-            if m != "dense":
-                res.add("end_to_end", m, "needle_accuracy_ratio",
-                        _mean(e2e[m]["correct"]) / dense_acc, length=length)
+def _claims(res, agg, per_layer, e2e, sp, p, real):
+    from icml26_shared.eval import paired_interval
 
+    from .fidelity import BASELINES
 
-def _claims(res, fid, e2e, sp, p, real):
     c = {cl.id: cl for cl in CLAIMS}
-    dens_top = max(p["densities"])
-    dense_acc = _mean(e2e["dense"]["correct"])
-    ratio = _mean(e2e["unisparse"]["correct"]) / dense_acc if dense_acc > 0 else None
-    used = _mean(e2e["unisparse"]["density"])
+    d = p["claim_density"]
+    if e2e is not None and real:
+        res.claims.append(_claims_needle(e2e, p["length"], d))
+    else:
+        res.claims.append(ClaimCheck.compare(
+            c["needle"], None, note="not checked at this scale: end-to-end needle runs over >= 20 "
+            "documents at 4k tokens do not fit the CPU budget (SmolLM2 prefills take ~1 min each "
+            "on the shared 2-core machine); run `unisparse eval` or the full scale"
+            + ("" if real else " (the smoke model is random and never retrieves)")))
+    ours = agg[("unisparse", d)]["last_row_recall"]
+    best = max(BASELINES, key=lambda m: _mean(agg[(m, d)]["last_row_recall"]))
+    base = agg[(best, d)]["last_row_recall"]
+    iv = paired_interval(ours, base)
+    lost = [f"{m}@L{layer}" for (m, dd, layer), v in per_layer.items()
+            if m in BASELINES and abs(dd - d) < 1e-9
+            and _mean(v["last_row_recall"]) > _mean(per_layer[("unisparse", dd, layer)]["last_row_recall"])]
+    dens_ours = _mean(agg[("unisparse", d)]["density"])
+    dens_base = _mean(agg[(best, d)]["density"])
     res.claims.append(ClaimCheck.compare(
-        c["needle"], ratio if real else None, threshold=0.99,
-        note=f"{p['length']} tokens, {len(e2e['dense']['correct'])} documents, measured density "
-             f"{used:.3f}; dense accuracy {dense_acc:.2f}" + ("" if real else " (random model: unchecked)")))
-    more = "; ".join(
-        f"at density {k.split('@')[1]}: agreement {_mean(v['agree']):.3f}, needle "
-        f"{_mean(v['correct']):.2f}" for k, v in e2e.items() if k.startswith("unisparse@"))
-    res.claims.append(ClaimCheck.compare(
-        c["agreement"], _mean(e2e["unisparse"]["agree"]), threshold=0.99,
-        note=f"argmax agreement over the second half of {p['length']}-token documents at density "
-             f"{DEFAULT_DENSITY}" + (f" ({more})" if more else "")))
-    ours = fid[("unisparse", dens_top)]
-    best = max(BASELINES, key=lambda m: _mean(fid[(m, dens_top)]["recall"]))
-    res.claims.append(ClaimCheck.compare(
-        c["recall"], _mean(ours["recall"]), _mean(fid[(best, dens_top)]["recall"]), best,
-        margin=1e-6, note=f"mean recall at density {dens_top:g}"
-        + (f", {p['long']}-token document" if p.get("long") else "") + ", best baseline shown"))
+        c["recall"], _mean(ours), _mean(base), best, interval=(iv.low, iv.high),
+        note=f"last-row recall at density {d} (measured {dens_ours:.3f} vs {dens_base:.3f}), "
+             f"paired 95% interval over {len(ours)} test units (document x layer x head); "
+             f"layers where a baseline's mean is higher: {', '.join(lost) or 'none'}"))
     last = sp[-1]
     res.claims.append(ClaimCheck.compare(
         c["speed"], last["dense_s"] / last["sparse_s"], threshold=3.0,
-        note=f"CPU, {last['n']} tokens, {p['speed_heads']} heads, density {DEFAULT_DENSITY}, one "
-             "thread, estimation included; the paper's 2.61x is GPU vs FlashAttention (not measured "
-             "here; see unisparse.gpu_bench)"))
+        note=f"CPU, {last['n']} tokens, {p['speed_heads']} heads, density 0.25, one thread, "
+             f"estimation included; kept-block FLOP ratio {last['flop_ratio']:.2f}x; the paper's "
+             "2.61x is GPU vs FlashAttention (not measured here; see unisparse.gpu_bench)"))
 
 
-def _notes(res, p, t_model, threads):
+def _notes(res, p, allocation, t_fid, t_all):
     res.notes += [
         "Faithful [P]: composite tokens by sequence average pooling of queries and keys; block "
         "selection followed by exact block-sparse attention; training-free, prefill only.",
-        "Reconstructed [R]: the granularity set (block, block/4), fusing granularities by the mean "
-        "of row-normalized block maps, the selection rule (sink + local band always, then the "
-        "highest-scoring blocks of any row of a head until the density budget is spent, optionally "
-        "capped per row by top-p tau), per-head masks under GQA.",
-        "Baselines [C, block-level re-implementations]: XAttention antidiagonal scoring; "
-        "FlexPrefill JS-divergence choice between query-aware pooled scores and vertical-slash; "
-        "MInference vertical-slash from the last queries (element-level index lists turned into "
-        "block scores); A-shape (sink + widening local window); random. 'oracle' ranks blocks by "
-        "their exact attention mass: the recall ceiling of the shared selection rule.",
-        f"Matched density: every method spends the same budget, ceil(density x visible blocks) per "
-        f"head (sink and local block included), with the same selection rule; block {p['block']} at "
-        f"{p['length']} tokens for the model runs, block 64 for the speed runs.",
-        f"Model runs at {p['length']} tokens (not SmolLM2's 8k context) to fit the CPU budget: "
-        f"{t_model:.0f} s for prefills and fidelity; the 8k / RULER figures are the GPU recipe.",
-        f"All timings with torch.set_num_threads(1) (restored to {threads} afterwards), dense and "
-        "sparse interleaved by icml26_shared.eval.compare; CPU timing is not GPU timing.",
+        "Reconstructed [R]: granularities (block, block/4) fused by the mean of row-normalized "
+        "block maps; per-row budgets (sink + local band, then each row's top blocks).",
+        f"Dev split chose: allocation={allocation!r} (last-row recall at density "
+        f"{p['claim_density']}); MInference's per-head pattern of each layer (recall at that "
+        "density). Claims are on the test documents.",
+        "Baselines with their own selection [C]: XAttention (antidiagonal scores, per-row "
+        "cumulative threshold), FlexPrefill (JS test; query-aware cumulative gamma or vertical-"
+        "slash index lists), MInference (offline per-head pattern), A-shape; thresholds/counts "
+        "bisected so that their density does not exceed UniSparse's measured density.",
+        f"{p['length']} tokens, block {p['block']}, layers {p['layers']}; fidelity study "
+        f"{t_fid:.0f} s, whole run {t_all:.0f} s (2 shared CPU cores, one torch thread).",
     ]
 
 
-def _figure(res, fid, densities, out_dir: Path) -> list[str]:
+def _figure(agg, densities, out_dir: Path) -> list[str]:
     try:
         import matplotlib
 
@@ -363,16 +290,12 @@ def _figure(res, fid, densities, out_dir: Path) -> list[str]:
     except ImportError:
         return []
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    methods = sorted({m for m, _ in fid})
-    width = 0.8 / max(len(densities), 1)
-    for j, dens in enumerate(densities):
-        vals = [_mean(fid[(m, dens)]["recall"]) for m in methods]
-        ax.bar([i + j * width for i in range(len(methods))], vals, width, label=f"density {dens:g}")
-    ax.set_xticks([i + width * (len(densities) - 1) / 2 for i in range(len(methods))], methods,
-                  rotation=30, ha="right")
-    ax.set_ylabel("attention recall")
-    ax.set_ylim(max(0.0, math.floor(min(_mean(c["recall"]) for c in fid.values()) * 10) / 10), 1.0)
-    ax.legend()
+    for arm in sorted({a for a, _ in agg}):
+        ax.plot(densities, [_mean(agg[(arm, d)]["last_row_recall"]) for d in densities],
+                marker="o", label=arm)
+    ax.set_xlabel("block density")
+    ax.set_ylabel("last-row attention recall")
+    ax.legend(fontsize=7)
     fig.tight_layout()
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     path = Path(out_dir) / "recall.png"

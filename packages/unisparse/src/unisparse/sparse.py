@@ -1,12 +1,13 @@
 """The public entry points: estimate a block mask with any registered method, and run causal
-sparse prefill attention with the ``icml26_kernels.block_sparse_attention`` op."""
+sparse prefill attention on the kept blocks (``fast.run_blocks``: batched gathers on CPU, the
+``icml26_kernels`` Triton kernel on CUDA, or FlexAttention)."""
 
 from __future__ import annotations
 
 import torch
 
 from . import core
-from .baselines import METHODS
+from .baselines import METHODS, SELECTORS
 from .config import SparseConfig, validate
 
 
@@ -48,10 +49,13 @@ def estimate_block_mask(q: torch.Tensor, k: torch.Tensor, cfg: SparseConfig | No
     if cfg.method == "dense" or ((cfg.density is None or cfg.density >= 1) and
                                  (cfg.tau is None or cfg.tau >= 1)):
         return valid.expand(shape).clone()
-    scores = METHODS[cfg.method](q, k, cfg)
     forced = core.forced_blocks(t, s, bs, cfg.sink_blocks, cfg.local_blocks, q.device)
-    mask = core.select_blocks(scores, valid, forced, density=cfg.density, tau=cfg.tau,
-                              min_blocks=cfg.min_blocks, allocation=cfg.allocation)
+    if cfg.method in SELECTORS:  # a baseline with its own selection rule
+        mask = SELECTORS[cfg.method](q, k, cfg, valid, forced).expand(shape).clone()
+    else:
+        scores = METHODS[cfg.method](q, k, cfg)
+        mask = core.select_blocks(scores, valid, forced, density=cfg.density, tau=cfg.tau,
+                                  min_blocks=cfg.min_blocks, allocation=cfg.allocation)
     if cfg.gqa == "union":
         mask = core.gqa_union(mask, k.shape[1])
     return mask
@@ -59,13 +63,18 @@ def estimate_block_mask(q: torch.Tensor, k: torch.Tensor, cfg: SparseConfig | No
 
 def sparse_prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                              cfg: SparseConfig | None = None, *, scale: float | None = None,
-                             return_mask: bool = False, **overrides):
+                             return_mask: bool = False, backend: str = "auto", **overrides):
     """Causal prefill attention on the blocks the method selects: ``[B, H, T, D]`` (and the mask
-    with ``return_mask=True``). Triton on CUDA tensors, the block-skipping reference on CPU."""
-    from icml26_kernels import block_sparse_attention
+    with ``return_mask=True``). ``backend``: "auto" (Triton kernel on CUDA, batched gathers on
+    CPU), "gather", "kernel" (``icml26_kernels.block_sparse_attention``) or "flex"."""
+    from icml26_shared import UserError
 
+    from .fast import BACKENDS, run_blocks
+
+    if backend not in BACKENDS:
+        raise UserError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     cfg = _config(cfg, overrides)
     check_shapes(q, k, v)
     mask = estimate_block_mask(q, k, cfg)
-    out = block_sparse_attention(q, k, v, mask, block_size=cfg.block_size, causal=True, scale=scale)
+    out = run_blocks(q, k, v, mask, cfg.block_size, scale, backend)
     return (out, mask) if return_mask else out

@@ -41,7 +41,7 @@ QUESTION = "\nWhat is the pass key? The pass key is"
 
 
 def needle_prompt(tokenizer, n_tokens: int, seed: int, depth: float | None = None,
-                  haystack: str = "varied") -> tuple[list[int], str]:
+                  haystack: str = "varied", return_span: bool = False):
     """(token ids, key): filler, ``"The pass key is K. Remember it. K is the pass key."`` at
     ``depth`` (random in [0.1, 0.9] when None), more filler, the question. ``haystack`` is
     "varied" (templated random sentences) or "repeat" (the classic periodic passkey filler)."""
@@ -65,7 +65,11 @@ def needle_prompt(tokenizer, n_tokens: int, seed: int, depth: float | None = Non
         while cut > 0 and not tokenizer.decode(hay[cut - 1:cut]).rstrip().endswith("."):
             cut -= 1
     bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
-    return bos + head + hay[:cut] + needle_ids + hay[cut:] + q_ids, key
+    ids = bos + head + hay[:cut] + needle_ids + hay[cut:] + q_ids
+    if return_span:
+        start = len(bos) + len(head) + cut
+        return ids, key, (start, start + len(needle_ids))
+    return ids, key
 
 
 def is_correct(tokenizer, generated_ids: list[int], key: str) -> bool:

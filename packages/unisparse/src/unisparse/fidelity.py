@@ -1,0 +1,130 @@
+"""Attention-level evaluation on captured Q/K/V: per (document, layer, head) unit and per method
+and density, the recall of the whole map, the recall of the last query-block row (the question,
+which decoding reads), whether the needle's key blocks are kept in that row, the measured
+density and (at one density) the relative output error.
+
+``capture(model, ids, layers)`` runs a dense prefill and stops after the last requested layer
+(so capturing early layers is cheap); ``unit_metrics`` scores every method on one capture.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import core
+from .config import SparseConfig
+
+#: methods of the fidelity study: name -> (registered method, config overrides)
+ARMS = {
+    "unisparse": ("unisparse", {}),
+    "unisparse_head": ("unisparse", {"allocation": "head"}),  # ablation: old per-head budget
+    "unisparse_1g": ("unisparse", {"granularities": "block"}),  # ablation: one granularity
+    "xattention": ("xattention", {}),
+    "flexprefill": ("flexprefill", {}),
+    "minference": ("minference", {}),
+    "ashape": ("ashape", {}),
+    "random": ("random", {}),
+    "oracle": ("oracle", {}),
+}
+BASELINES = ("xattention", "flexprefill", "minference", "ashape")
+#: arms whose own selection rule meets a density through a bisected threshold / count: they are
+#: given UniSparse's *measured* density so that they never spend more blocks
+MATCHED = ("xattention", "flexprefill", "minference")
+
+
+class _Stop(Exception):
+    pass
+
+
+@torch.no_grad()
+def capture(model, ids: list[int], layers) -> dict:
+    """``{layer: (q, k, v)}`` from a dense prefill; the forward stops after ``max(layers)``."""
+    from .io import patch, patch_state, unpatch
+
+    want = set(layers)
+    patch(model, method="dense", density=1.0, min_seq_len=10**9)
+    st = patch_state(model)
+    st.capture, st.capture_layers = {}, want
+    last = max(want)
+    hook = None
+    mods = [m for m in model.modules() if getattr(m, "layer_idx", None) == last
+            and hasattr(m, "num_key_value_groups")]
+    if mods:
+        def stop(*_):
+            raise _Stop
+
+        hook = mods[0].register_forward_hook(stop)
+    try:
+        model(torch.tensor([ids]), use_cache=False)
+    except _Stop:
+        pass
+    finally:
+        if hook is not None:
+            hook.remove()
+        caps = dict(st.capture)
+        unpatch(model)
+    return {i: tuple(x.float() for x in caps[i]) for i in sorted(caps)}
+
+
+def arm_config(arm: str, block: int, density: float, seed: int = 0, patterns=None,
+               allocation: str = "row") -> SparseConfig:
+    method, over = ARMS[arm]
+    over = dict(over)
+    if over.get("granularities") == "block":
+        over["granularities"] = (block,)
+    if method == "unisparse" and "allocation" not in over:
+        over["allocation"] = allocation
+    stride = 8 if block >= 32 else 4
+    cfg = SparseConfig(method=method, block_size=block, density=density, xattn_stride=stride,
+                       last_q=min(64, 2 * block), seed=seed, **over)
+    if method == "minference" and patterns is not None:
+        cfg = cfg.with_(patterns=tuple(patterns))
+    return cfg
+
+
+@torch.no_grad()
+def unit_metrics(q, k, v, arms, densities, block: int, needle_blocks, *, seed: int = 0,
+                 patterns=None, allocation: str = "row", error_density=None) -> dict:
+    """``{(arm, density): {metric: [per-head values]}}`` for one capture (heads are units)."""
+    from .fast import run_blocks
+    from .sparse import estimate_block_mask
+
+    t = q.shape[2]
+    mass = core.block_attention_mass(q, k, block)
+    exact = None
+    out: dict = {}
+    for dens in densities:
+        ref = estimate_block_mask(q, k, arm_config("unisparse", block, dens, seed,
+                                                   allocation=allocation))
+        measured = float(core.block_density(ref, t, t, block).mean())
+        for arm in arms:
+            target = measured if arm in MATCHED else dens
+            cfg = arm_config(arm, block, target, seed, patterns, allocation)
+            mask = ref if arm == "unisparse" else estimate_block_mask(q, k, cfg)
+            cell = out.setdefault((arm, dens), {})
+            cell["recall"] = core.attention_recall(q, k, mask, block, mass=mass)[0].tolist()
+            cell["last_row_recall"] = core.row_recall(mass, mask, 1)[0].tolist()
+            cell["needle_hit"] = core.block_hit(mask, needle_blocks, 1)[0].float().tolist()
+            cell["density"] = core.block_density(mask, t, t, block)[0].tolist()
+            if error_density is not None and abs(dens - error_density) < 1e-9:
+                if exact is None:
+                    full = core.causal_block_valid(t, t, block).expand(1, q.shape[1], -1, -1)
+                    exact = run_blocks(q, k, v, full, block, backend="kernel")
+                o = run_blocks(q, k, v, mask, block, backend="kernel")
+                cell["rel_error"] = core.relative_error(o, exact)[0].tolist()
+    return out
+
+
+def tau_for_recall(q, k, block: int, targets=(0.9, 0.95)) -> dict:
+    """UniSparse with a top-p budget: the density it needs to reach each estimated mass ``tau``,
+    and the true recall it gets there (``{tau: (density, recall)}``, means over heads)."""
+    from .sparse import estimate_block_mask
+
+    t = q.shape[2]
+    mass = core.block_attention_mass(q, k, block)
+    res = {}
+    for tau in targets:
+        mask = estimate_block_mask(q, k, block_size=block, density=None, tau=tau)
+        res[tau] = (float(core.block_density(mask, t, t, block).mean()),
+                    float(core.attention_recall(q, k, mask, block, mass=mass).mean()))
+    return res
