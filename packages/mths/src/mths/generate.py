@@ -1,0 +1,101 @@
+"""Instance generators and reference solvers for ``gen-instances`` and the shipped sets.
+
+References: TSP from elkai (LKH, 10 runs); CVRP the better of OR-Tools GLS and a long run of
+the component library's ILS; flow shop the best of a long NEH + iterated greedy run (written as
+the file's upper bound, as Taillard's files do); BPP ceil(sum w / C). All are best-known values,
+not proven optima: a gap can be negative.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from icml26_shared import UserError
+
+from . import core
+from . import io as mio
+from .components import solve
+
+
+def _points(rng, n: int, kind: str) -> np.ndarray:
+    if kind == "clustered":
+        k = max(2, n // 15)
+        centres = rng.uniform(100, 900, (k, 2))
+        pts = centres[rng.integers(k, size=n)] + rng.normal(0, 60, (n, 2))
+        return np.clip(np.rint(pts), 0, 1000)
+    return np.rint(rng.uniform(0, 1000, (n, 2)))
+
+
+def tsp_reference(D: np.ndarray) -> float:
+    import elkai
+
+    tour = elkai.DistanceMatrix(np.rint(D).astype(int).tolist()).solve_tsp(runs=10)
+    return core.tour_length(tour[:-1], D)
+
+
+def cvrp_reference(D, q, cap, xy, time_limit: float) -> float:
+    from .baselines import ortools_solve
+
+    inst = {"distance_matrix": D, "demands": q, "vehicle_capacity": cap}
+    best = core.cvrp_cost(ortools_solve("cvrp", inst, time_limit), D)
+    cfg = {"construct": "savings", "ops": ["relocate", "swap", "2opt"], "perturbs": ["ruin_random", "ruin_cluster"],
+           "key": "regret2", "strength": 3, "accept": "threshold", "temp": 0.01}
+    own = solve("cvrp", {**inst, "coordinates": xy}, cfg, time_limit, 100000, 0)
+    return min(best, core.cvrp_cost(own, D))
+
+
+def fssp_reference(p: np.ndarray, time_limit: float) -> float:
+    cfg = {"construct": "neh", "key": "sum_desc", "ops": ["insert"], "perturbs": ["destruct"],
+           "strength": 3, "accept": "threshold", "temp": 0.004, "improve": "first"}
+    return min(core.makespan(solve("fssp", {"processing_times": p}, cfg, time_limit, 100000, s), p)
+               for s in range(3))
+
+
+def generate(task: str, n: int, count: int, seed: int, out: Path, kind: str = "uniform",
+             machines: int = 5, ref_time: float = 2.0, prefix: str | None = None) -> list[Path]:
+    """Write ``count`` instances of ``task`` with ``n`` nodes / jobs / items into ``out`` plus
+    ``references.json``."""
+    if n < 5 or count < 1:
+        raise UserError("--n must be >= 5 and --count >= 1")
+    if kind not in ("uniform", "clustered"):
+        raise UserError(f"--kind must be uniform or clustered, not {kind!r}")
+    rng = np.random.default_rng(seed)
+    out = Path(out)
+    refs: dict[str, float] = {}
+    files: list[Path] = []
+    stem = prefix or f"{task}{n}_s{seed}"
+    if task == "fssp":
+        insts = []
+        for k in range(count):
+            p = rng.integers(1, 100, (n, machines)).astype(float)
+            ub = fssp_reference(p, ref_time)
+            insts.append((p, ub))
+            refs[f"{stem}_{k + 1}"] = ub
+        files.append(mio.write_taillard(out / f"{stem}.txt", insts, seed))
+    for k in range(count if task != "fssp" else 0):
+        name = f"{stem}_{k + 1:02d}"
+        if task == "tsp":
+            xy = _points(rng, n, kind)
+            files.append(mio.write_tsp(out / f"{name}.tsp", name, xy))
+            refs[name] = tsp_reference(core.tsplib_distances(xy, "EUC_2D"))
+        elif task == "cvrp":
+            xy = _points(rng, n, kind)
+            xy[0] = [500, 500]
+            q = np.concatenate([[0], rng.integers(1, 10, n - 1)]).astype(float)
+            cap = float(math.ceil(q.sum() / max(2, (n - 1) / 6)))
+            cap = max(cap, q.max())
+            files.append(mio.write_vrp(out / f"{name}.vrp", name, xy, q, cap))
+            D = np.floor(core.tsplib_distances(xy, "EXACT") + 0.5)
+            refs[name] = cvrp_reference(D, q, cap, xy, ref_time)
+        elif task == "bpp":
+            w = rng.integers(20, 101, n)
+            files.append(mio.write_bpp(out / f"{name}.bpp", w, 150))
+            refs[name] = core.bpp_lower_bound(w, 150)
+        else:
+            raise UserError(f"unknown task {task!r} (tsp, cvrp, fssp, bpp)")
+    mio.atomic_write(out / "references.json", json.dumps(refs, indent=1, sort_keys=True) + "\n")
+    return files

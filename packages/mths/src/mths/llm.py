@@ -1,0 +1,266 @@
+"""Pluggable LLMs behind one ``complete(prompt) -> str``: ``grammar`` (the offline deterministic
+operator, [R]), ``openai`` (any OpenAI-compatible endpoint), ``hf`` (a local model folder or
+SmolLM2 from ``icml26_shared.data``; never a hub download) and ``replay`` (a recorded call log).
+``LoggedLLM`` counts and logs every call and stops exactly at the call budget."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+from icml26_shared import UserError
+
+from . import grammar as G
+from .tasks import get_task
+
+OPERATORS_MH = ("init_mh", "crossover_mh", "mutate_mh")
+
+
+class BudgetExhausted(Exception):
+    """Raised instead of making a call beyond the budget."""
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------- prompts
+
+INSTRUCTIONS = {
+    "init_mh": "Write a new task-agnostic metaheuristic in the ALGORITHM / PURPOSE / INPUT / OUTPUT template.",
+    "crossover_mh": "Combine the phases of the parent metaheuristics into a better task-agnostic one.",
+    "mutate_mh": "Change one phase or mechanism of the metaheuristic.",
+    "instantiate": "Implement the metaheuristic as a complete solver for the task's interface.",
+    "refine": "Improve the program: follow the metaheuristic more closely, fix errors, tune parameters.",
+    "keyfn": "Rewrite only the program's key function (insertion / ordering criterion).",
+    "transfer": "Transplant components of the other task's elite program into this task's program.",
+    "eoh_init": "Write a new heuristic solver for the task's interface (first a one-sentence thought).",
+    "e1": "Write a solver whose idea differs from all the parents.",
+    "e2": "Find the backbone idea the parents share and write a new solver built on it.",
+    "m1": "Modify the parent's structure to improve it.",
+    "m2": "Change the parent's parameters only.",
+    "m3": "Simplify the parent: remove components that do not help.",
+}
+
+
+def build_prompt(op: str, task: str | None, *, mhs: tuple[str, ...] = (), programs: tuple[str, ...] = (),
+                 donor_task: str | None = None, scores: str = "") -> str:
+    parts = ["You design heuristics for combinatorial optimisation.", f"OPERATOR: {op}"]
+    if task:
+        t = get_task(task)
+        parts += [f"TASK: {task}", f"DESCRIPTION: {t.description}", "INTERFACE:", t.interface]
+    parts.append(f"INSTRUCTION: {INSTRUCTIONS[op]}")
+    if scores:
+        parts.append(f"SCORES (higher is better): {scores}")
+    for k, m in enumerate(mhs):
+        parts += [f"--- METAHEURISTIC {k + 1} ---", m]
+    if donor_task:
+        parts.append(f"DONOR_TASK: {donor_task}")
+    for k, p in enumerate(programs):
+        parts += [f"--- PROGRAM {k + 1} ---", p]
+    fmt = ("Reply with the metaheuristic text only, starting with 'ALGORITHM'." if op in OPERATORS_MH
+           else "Reply with one complete Python program in a ```python block.")
+    parts.append(fmt)
+    return "\n".join(parts) + "\n"
+
+
+def parse_program(reply: str, task: str) -> str | None:
+    """The program in a reply, or None when the reply holds no usable program."""
+    m = re.search(r"```(?:python)?\n(.*?)```", reply, re.S)
+    src = m.group(1) if m else reply
+    if f"class {G.SOLVER[task]}" not in src:
+        return None
+    try:
+        compile(src, "<reply>", "exec")
+    except (SyntaxError, ValueError):
+        return None
+    return src
+
+
+def parse_mh(reply: str) -> str | None:
+    i = reply.find("ALGORITHM")
+    return reply[i:].strip() + "\n" if i >= 0 else None
+
+
+# ---------------------------------------------------------------- clients
+
+
+class GrammarLLM:
+    """Deterministic offline operator: reads the genomes/configs in the prompt, edits them with
+    the grammar's operator named on the OPERATOR line, and writes real text / Python back."""
+
+    name = "grammar"
+
+    def __init__(self, seed: int = 0):
+        self.seed, self.counter = int(seed), 0
+
+    def complete(self, prompt: str) -> str:
+        self.counter += 1
+        rng = G.seeded(self.seed, self.counter, prompt)
+        op = re.search(r"^OPERATOR: (\S+)", prompt, re.M).group(1)
+        m = re.search(r"^TASK: (\S+)", prompt, re.M)
+        task = m.group(1) if m else None
+        mhs, cfgs = G.parse_genomes(prompt), G.parse_configs(prompt)
+        mh_or_random = mhs[0] if mhs else G.random_mh(rng)
+        if op == "init_mh":
+            return G.render_mh(G.random_mh(rng))
+        if op == "crossover_mh":
+            return G.render_mh(G.crossover_mh(mhs[0], mhs[-1], rng) if mhs else G.random_mh(rng))
+        if op == "mutate_mh":
+            return G.render_mh(G.mutate_mh(mh_or_random, rng))
+        if op == "instantiate":
+            cfg = G.instantiate(task, mh_or_random, rng, cfgs[0] if cfgs else None)
+        elif op == "refine":
+            cfg = G.refine(task, cfgs[0], mh_or_random, rng) if cfgs else G.random_config(task, rng)
+        elif op == "keyfn":
+            cfg = G.rewrite_key(task, cfgs[0], rng)
+        elif op == "transfer":
+            donor = re.search(r"^DONOR_TASK: (\S+)", prompt, re.M).group(1)
+            cfg = G.transfer(task, cfgs[0], donor, cfgs[1], rng)
+        elif op == "eoh_init":
+            cfg = G.random_config(task, rng)
+        elif op == "e1":
+            cfg = G.eoh_e1(task, cfgs, rng)
+        elif op == "e2":
+            cfg = G.eoh_e2(task, cfgs, rng)
+        else:
+            cfg = {"m1": G.eoh_m1, "m2": G.eoh_m2, "m3": G.eoh_m3}[op](task, cfgs[0], rng)
+        return "```python\n" + G.render_program(task, cfg, f"{op} (grammar operator)") + "```\n"
+
+
+class OpenAILLM:
+    """Any OpenAI-compatible chat endpoint; the key is read from the variable ``api_key_env``
+    and is never written anywhere."""
+
+    def __init__(self, model: str, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
+                 temperature: float = 1.0, timeout: float = 120.0):
+        key = os.environ.get(api_key_env)
+        if not key:
+            raise UserError(f"the API key variable {api_key_env} is not set (--api-key-env names it)")
+        import openai
+
+        self.name = f"openai:{model}"
+        self.model, self.temperature = model, temperature
+        self.client = openai.OpenAI(base_url=base_url, api_key=key, timeout=timeout, max_retries=1)
+
+    def complete(self, prompt: str) -> str:
+        try:
+            r = self.client.chat.completions.create(model=self.model, temperature=self.temperature,
+                                                    messages=[{"role": "user", "content": prompt}])
+            return r.choices[0].message.content or ""
+        except Exception as exc:  # an unreachable endpoint is an invalid reply, the run goes on
+            return f"(no reply: {type(exc).__name__})"
+
+
+class HFLLM:
+    """A local causal LM folder (or ``smollm2``) with transformers; greedy decoding."""
+
+    def __init__(self, model: str, max_new_tokens: int = 384, device: str | None = None):
+        import torch
+        import transformers
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        transformers.utils.logging.set_verbosity_error()
+        transformers.utils.logging.disable_progress_bar()
+
+        if model == "smollm2":
+            from icml26_shared.data import smollm2_hf_dir
+
+            path = smollm2_hf_dir()
+        else:
+            path = Path(model)
+            if not (path / "config.json").is_file():
+                raise UserError(f"--model {model}: not a local model folder (no config.json); "
+                                "mths never downloads models")
+        self.torch = torch
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
+        self.tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        self.model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype).to(self.device)
+        self.name = f"hf:{Path(path).name}"
+        self.max_new_tokens = max_new_tokens
+
+    def complete(self, prompt: str) -> str:
+        msgs = [{"role": "user", "content": prompt}]
+        enc = self.tok.apply_chat_template(msgs, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+        enc = {k: v.to(self.device) for k, v in enc.items()}
+        with self.torch.no_grad():
+            out = self.model.generate(**enc, max_new_tokens=self.max_new_tokens, do_sample=False,
+                                      pad_token_id=self.tok.eos_token_id)
+        return self.tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+
+
+class ReplayLLM:
+    """Answers from a recorded call log, in order; a prompt that differs from the record means
+    the run diverged (different code or settings) and is an error."""
+
+    def __init__(self, records: list[dict], then=None):
+        self.records, self.k, self.then = records, 0, then
+        self.name = records[0]["model"] if records else "replay"  # replayed logs read like the record
+
+    def complete(self, prompt: str) -> str:
+        if self.k >= len(self.records):
+            if self.then is not None:
+                return self.then.complete(prompt)
+            raise UserError(f"replay: the log holds {len(self.records)} calls; the run asked for more")
+        rec = self.records[self.k]
+        if rec["prompt_sha"] != sha(prompt):
+            raise UserError(f"replay diverged at call {self.k + 1} ({rec['operator']}): the prompt differs")
+        self.k += 1
+        return rec["reply"]
+
+
+def read_log(path: str | Path) -> list[dict]:
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"no call log at {path}")
+    try:
+        return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    except ValueError as exc:
+        raise UserError(f"{path}: corrupt call log ({exc})") from None
+
+
+class LoggedLLM:
+    """Counts, logs and budgets every call (the log holds prompts and replies, never keys)."""
+
+    def __init__(self, client, budget: int):
+        if budget <= 0:
+            raise UserError("--budget-calls must be a positive integer")
+        self.client, self.budget, self.calls, self.log = client, int(budget), 0, []
+        self.seconds = 0.0
+
+    @property
+    def left(self) -> int:
+        return self.budget - self.calls
+
+    def __call__(self, prompt: str, operator: str, task: str | None) -> str:
+        if self.calls >= self.budget:
+            raise BudgetExhausted
+        t0 = time.perf_counter()
+        reply = self.client.complete(prompt)
+        self.seconds += time.perf_counter() - t0
+        self.calls += 1
+        self.log.append({"call": self.calls, "operator": operator, "task": task, "model": self.client.name,
+                         "prompt_sha": sha(prompt), "prompt": prompt, "reply": reply})
+        return reply
+
+
+def make_llm(kind: str, *, seed: int = 0, model: str | None = None, base_url: str | None = None,
+             api_key_env: str = "OPENAI_API_KEY", replay_log: str | Path | None = None):
+    if kind == "grammar":
+        return GrammarLLM(seed)
+    if kind == "openai":
+        if not model:
+            raise UserError("--llm openai needs --model NAME")
+        return OpenAILLM(model, base_url, api_key_env)
+    if kind == "hf":
+        return HFLLM(model or "smollm2")
+    if kind == "replay":
+        if not replay_log:
+            raise UserError("--llm replay needs --model PATH/TO/calls.jsonl")
+        return ReplayLLM(read_log(replay_log))
+    raise UserError(f"unknown --llm {kind!r} (grammar, openai, hf, replay)")

@@ -1,0 +1,146 @@
+"""The search machinery: sandbox failure modes, budget and evaluation counters, byte-identical
+grammar runs, replay, both levels and transfer acting, and the OpenAI client on loopback."""
+
+import json
+import math
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+from mths import grammar as G
+from mths.config import SearchConfig
+from mths.llm import GrammarLLM, LoggedLLM, OpenAILLM, ReplayLLM
+from mths.pipeline import evaluate, run_meta, run_search, save_run
+from mths.sandbox import Limits
+from mths.search import Evaluator, Search
+
+LIM = Limits(0.3, 2)
+NORM = {"tsp": -0.05, "fssp": -0.05}
+HEAD = "class TSPSolver:\n    def __init__(self, time_limit, steps, seed, **kw): pass\n"
+
+
+def test_sandbox_kills_an_endless_loop_and_marks_a_raising_program_invalid(make_tsp):
+    inst = make_tsp(8)
+    sleeper = HEAD + "    def solve(self):\n        import time\n        while True: time.sleep(0.01)\n"
+    (row,) = evaluate("tsp", sleeper, [inst], Limits(0.2, 1, wall_factor=1.0, wall_extra=0.3))
+    assert row["status"] == "timeout" and not row["feasible"] and row["gap"] == math.inf
+    loop = HEAD + "    def solve(self):\n        while True: pass\n"  # RLIMIT_CPU ends it (or the wall)
+    (row,) = evaluate("tsp", loop, [inst], Limits(0.1, 1, wall_factor=1.0, wall_extra=0.5))
+    assert row["status"] in ("timeout", "error") and not row["feasible"] and row["gap"] == math.inf
+    boom = HEAD + "    def solve(self):\n        raise ValueError('boom')\n"
+    (row,) = evaluate("tsp", boom, [inst], LIM)
+    assert row["status"] == "error" and "boom" in row["error"]
+    net = HEAD + "    def solve(self):\n        import socket; socket.socket()\n"
+    (row,) = evaluate("tsp", net, [inst], LIM)
+    assert row["status"] == "error" and "network" in row["error"]
+    ev = Evaluator({"tsp": [inst]}, Limits(0.1, 1, wall_factor=1.0, wall_extra=0.5))
+    assert ev.scores({"tsp": loop}) == {"tsp": -math.inf}
+    ok = HEAD + "    def solve(self):\n        return list(range(8))\n"
+    assert math.isfinite(ev.scores({"tsp": ok})["tsp"])  # the run goes on
+
+
+def _run(train, method="mths", seed=0, budget=20, cfg=None):
+    return run_search(method, list(train), train, GrammarLLM(seed), budget, LIM, 2, seed,
+                      cfg or SearchConfig(pop=2), NORM)
+
+
+def test_counters_equal_calls_and_evaluations_and_the_budget_is_exact(tiny_train):
+    for method in ("mths", "eoh"):
+        s, llm, ev = _run(tiny_train, method, budget=17)
+        assert llm.calls == len(llm.log) == 17
+        progs = {(t, p) for ind in s.history for t, p in ind.programs.items()
+                 if p is not None and t in ind.scores and ind.lineage.get("task", t) == t}
+        assert ev.evaluations == len(ev.cache) == len(progs)
+        assert len(s.population) <= 2 * (1 if method == "mths" else 2)
+
+
+def test_both_levels_and_transfer_act_and_notransfer_never_transfers(tiny_train):
+    s, _, _ = _run(tiny_train, "mths", budget=30, cfg=SearchConfig(pop=2, p_transfer=1.0))
+    ops = {i.lineage["op"] for i in s.history}
+    assert {"init", "transfer"} <= ops and ops & {"crossover", "mutation"}
+    s2, _, _ = _run(tiny_train, "mths-notransfer", budget=30, cfg=SearchConfig(pop=2, p_transfer=1.0))
+    ops2 = {i.lineage["op"] for i in s2.history}
+    assert "transfer" not in ops2 and ops2 & {"refine", "keyfn"}
+    for i in s.history:  # transfer copied its donor's genes
+        if i.lineage["op"] == "transfer":
+            cfg = G.parse_configs(i.programs[i.lineage["task"]])[0]
+            donor = G.parse_configs(s.history[i.lineage["parents"][1]].programs[i.lineage["donor"]])[0]
+            assert any(cfg[g] == donor[g] for g in ("accept", "temp", "strength", "improve", "credit", "pool"))
+
+
+def test_archive_keeps_each_tasks_best_ever_and_selection_keeps_n(tiny_train):
+    s, _, _ = _run(tiny_train, "mths", budget=25)
+    for t in tiny_train:
+        best = max(i.scores[t] for i in s.history if t in i.scores)
+        assert s.archive[t][0] == best and s.history[s.archive[t][1]].scores[t] == best
+    assert len(s.population) == 2
+
+
+def test_grammar_runs_are_byte_identical_for_a_seed_and_replay_reproduces_them(tiny_train, tmp_path):
+    outs = []
+    for k in range(2):
+        s, llm, ev = _run(tiny_train, seed=3)
+        save_run(tmp_path / f"r{k}", s, llm, ev, run_meta("mths", list(tiny_train), 20, LIM, 2, 3, SearchConfig(pop=2), "grammar"))
+        outs.append(s)
+    for f in ("calls.jsonl", "lineage.jsonl", "run.json"):
+        assert (tmp_path / "r0" / f).read_bytes() == (tmp_path / "r1" / f).read_bytes()
+    s3, _, _ = _run(tiny_train, seed=4)
+    assert [i.programs for i in s3.history] != [i.programs for i in outs[0].history]
+    records = [json.loads(x) for x in (tmp_path / "r0" / "calls.jsonl").read_text().splitlines()]
+    rep, llm, _ = run_search("mths", list(tiny_train), tiny_train, ReplayLLM(records), 20, LIM, 1, 3,
+                             SearchConfig(pop=2), NORM)
+    assert [(i.programs, i.scores, i.lineage) for i in rep.history] == \
+           [(i.programs, i.scores, i.lineage) for i in outs[0].history]
+    with pytest.raises(Exception, match="diverged"):
+        run_search("mths", list(tiny_train), tiny_train, ReplayLLM(records), 20, LIM, 1, 3,
+                   SearchConfig(pop=3), NORM)
+
+
+def test_an_unusable_reply_is_an_invalid_individual_and_the_run_goes_on(tiny_train):
+    class Junk:
+        name = "junk"
+
+        def complete(self, prompt):
+            return "I cannot help with that."
+    llm = LoggedLLM(Junk(), 12)
+    s = Search(list(tiny_train), llm, Evaluator(tiny_train, LIM), SearchConfig(pop=2), NORM, 0, "mths")
+    s.run()
+    assert llm.calls == 12 and s.invalid == 12 and all(i.fitness == -math.inf for i in s.history)
+
+
+def test_openai_client_on_a_loopback_server(monkeypatch, tmp_path, tiny_train):
+    seen = []
+
+    class H(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append((self.path, self.headers.get("Authorization"), body))
+            reply = GrammarLLM(0).complete(body["messages"][0]["content"])
+            data = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                               "choices": [{"index": 0, "finish_reason": "stop",
+                                            "message": {"role": "assistant", "content": reply}}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *a):
+            pass
+    srv = HTTPServer(("127.0.0.1", 0), H)
+    th = threading.Thread(target=srv.serve_forever, daemon=True)
+    th.start()
+    try:
+        monkeypatch.setenv("MTHS_TEST_KEY", "sk-secret-123")
+        client = OpenAILLM("coder-7b", f"http://127.0.0.1:{srv.server_port}/v1", "MTHS_TEST_KEY")
+        s, llm, ev = run_search("mths", ["tsp"], tiny_train, client, 4, LIM, 1, 0, SearchConfig(pop=2), NORM)
+        save_run(tmp_path / "run", s, llm, ev, run_meta("mths", ["tsp"], 4, LIM, 1, 0, SearchConfig(pop=2), "openai"))
+    finally:
+        srv.shutdown()
+    assert len(seen) == 4 and all(p == "/v1/chat/completions" for p, _, _ in seen)
+    assert all(a == "Bearer sk-secret-123" for _, a, _ in seen)
+    assert seen[0][2]["model"] == "coder-7b" and seen[0][2]["messages"][0]["role"] == "user"
+    assert math.isfinite(s.archive["tsp"][0])
+    for f in (tmp_path / "run").rglob("*"):
+        if f.is_file():
+            assert "sk-secret-123" not in f.read_text()
