@@ -1,0 +1,297 @@
+"""``mc2-bench``: eval / steer / probe / toy / digits-items / report / reproduce.
+
+Heavy imports (torch, sklearn) live inside the commands so ``--help`` stays light. Every user
+mistake is a ``UserError``: one line on stderr, exit 2, nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+from icml26_shared import UserError, cli_entry
+from icml26_shared.cli import ArgumentParser, add_reproduce_arguments, reproduce_from_args
+
+MODES = ("single", "base_text", "base_image", "icc")
+ANSWER_MODES = ("letter", "letter-logprob", "option-logprob")
+POSITIONS = ("all", "generated", "image_tokens", "text_tokens")
+DIRECTIONS = ("diffmean", "pca", "probe", "random")
+
+
+def _finite(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(x):
+        raise argparse.ArgumentTypeError(f"must be finite, got {text!r}")
+    return x
+
+
+def _unit_float(text: str) -> float:
+    x = _finite(text)
+    if not 0.0 <= x <= 1.0:
+        raise argparse.ArgumentTypeError(f"must lie in [0, 1], got {text!r}")
+    return x
+
+
+def _alphas(text: str) -> tuple[float, ...]:
+    vals = tuple(_finite(t) for t in text.split(",") if t.strip())
+    if not vals:
+        raise argparse.ArgumentTypeError("give at least one alpha, e.g. -1,0,1")
+    return vals
+
+
+def _layers(text: str) -> tuple[int, ...]:
+    try:
+        if "-" in text.strip("-"):
+            a, b = (int(x) for x in text.split("-"))
+            return tuple(range(a, b + 1))
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"layers look like 20-23 or 1,2, got {text!r}") from None
+
+
+def _load_model(path: str):
+    """A model folder written by ``mc2-bench toy`` (the HF adapter is not shipped in 0.1.0)."""
+    from .adapters import ToyAdapter
+    from .toy import load_toy
+
+    p = Path(path)
+    if not p.exists():
+        raise UserError(f"model {p} does not exist")
+    if (p / "toy.pt").is_file():
+        try:
+            return ToyAdapter(load_toy(p))
+        except Exception as exc:
+            raise UserError(f"{p}/toy.pt is not a readable toy checkpoint ({type(exc).__name__})") from None
+    if (p / "config.json").is_file():
+        cfg = json.loads((p / "config.json").read_text())
+        if "vision_config" not in cfg:
+            raise UserError(f"{p} is a text-only model ({cfg.get('model_type', '?')}): the MC2 modes need a vision model")
+        raise UserError(f"{p}: Hugging Face VLMs need HFVisionChatAdapter, not shipped in mc2-bench 0.1.0")
+    raise UserError(f"{p} holds neither toy.pt nor config.json")
+
+
+def _items(args):
+    from .io import load_mc2
+
+    return load_mc2(args.data, args.images)
+
+
+def _check_items(adapter, items):
+    for it in items:
+        try:
+            adapter.model.encode_item(it, None, "base_text", 0)
+        except (ValueError, AssertionError) as exc:
+            raise UserError(f"item {it.id}: not a digits conflict the toy can read ({exc})") from None
+        if not Path(it.image).is_file():
+            raise UserError(f"item {it.id}: image {it.image} not found")
+        try:
+            adapter.image_loader(it.image)
+        except Exception:
+            raise UserError(f"item {it.id}: image {it.image} is not a readable image") from None
+
+
+def _emit(result: dict, as_json: bool, keys) -> None:
+    if as_json:
+        print(json.dumps(result, indent=1))
+    else:
+        for k in keys:
+            if k in result:
+                print(f"{k:<24}{result[k]:.4f}" if isinstance(result[k], float) else f"{k:<24}{result[k]}")
+
+
+def _cmd_eval(args) -> int:
+    from .io import refuse_existing, write_jsonl
+    from .protocol import evaluate
+
+    refuse_existing(args.per_item)
+    adapter = _load_model(args.model)
+    items = _items(args)
+    _check_items(adapter, items)
+    res = evaluate(adapter, items, args.mode, args.answer_mode, per_item=args.per_item is not None)
+    recs = res.pop("records", None)
+    if args.per_item is not None:
+        write_jsonl(args.per_item, recs)
+    _emit(res, args.json, ("mode", "n_items", "vision_ratio", "text_ratio", "order_consistency",
+                           "invalid_rate", "instruction_following"))
+    return 0
+
+
+def _cmd_steer(args) -> int:
+    from .baselines import direction
+    from .protocol import alpha_sweep, fit_direction, hidden_pairs
+
+    adapter = _load_model(args.model)
+    items = _items(args)
+    _check_items(adapter, items)
+    bad = [x for x in args.layers if not 0 <= x < adapter.n_layers]
+    if bad:
+        raise UserError(f"layer {bad[0]} out of range (the model has layers 0-{adapter.n_layers - 1})")
+    fit = items if args.fit_data is None else load_fit(args)
+    hv, ht = hidden_pairs(adapter, fit, args.layers[-1])
+    out = {"layers": list(args.layers), "positions": args.positions, "adaptive": args.adaptive,
+           "direction": args.direction, "sweeps": {}}
+    names = [args.direction] + (["random"] if args.control == "random" else [])
+    for name in names:
+        v = direction(name, hv, ht, args.seed)
+        stats = fit_direction(adapter, fit, args.layers[-1])[1] if args.adaptive else None
+        rows = alpha_sweep(adapter, items, args.layers, v, args.alpha_grid, args.answer_mode,
+                           args.positions, args.adaptive, stats)
+        out["sweeps"][name] = [{k: r[k] for k in ("alpha", "vision_ratio", "single_accuracy",
+                                                  "invalid_rate", "hook")} for r in rows]
+    if args.json:
+        print(json.dumps(out, indent=1))
+    else:
+        for name, rows in out["sweeps"].items():
+            for r in rows:
+                print(f"{name:<10} alpha={r['alpha']:+.3g}  vision_ratio={r['vision_ratio']:.4f}  "
+                      f"single_accuracy={r['single_accuracy']:.4f}")
+    return 0
+
+
+def load_fit(args):
+    from .io import load_mc2
+
+    return load_mc2(args.fit_data, args.images)
+
+
+def _cmd_probe(args) -> int:
+    import numpy as np
+
+    from .core import probe_accuracy
+    from .protocol import hidden_pairs
+
+    adapter = _load_model(args.model)
+    items = _items(args)
+    _check_items(adapter, items)
+    half = len(items) // 2
+    if half < 2:
+        raise UserError("probe needs at least 4 items (half fit, half scored)")
+    out = {}
+    for L in range(adapter.n_layers):
+        hv, ht = hidden_pairs(adapter, items[:half], L)
+        tv, tt = hidden_pairs(adapter, items[half:], L)
+        out[f"layer{L}"] = probe_accuracy(np.r_[hv, ht], np.r_[np.ones(len(hv)), np.zeros(len(ht))],
+                                          np.r_[tv, tt], np.r_[np.ones(len(tv)), np.zeros(len(tt))])
+    _emit(out, args.json, list(out))
+    return 0
+
+
+def _cmd_toy(args) -> int:
+
+
+    from .config import ToyConfig
+    from .experiments import _split
+    from .io import refuse_existing
+    from .toy import load_digits, save_toy, train_toy
+
+    refuse_existing(args.out)
+    X, y = load_digits()
+    tr, _, _ = _split(len(y))
+    model = train_toy(ToyConfig(vision_preference=args.vision_preference, steps=args.steps),
+                      X[tr], y[tr], seed=args.seed)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    save_toy(model, args.out)
+    print(f"toy VLM (P={args.vision_preference:g}) written to {args.out}")
+    return 0
+
+
+def _cmd_digits_items(args) -> int:
+
+
+    from .experiments import _split
+    from .io import digits_items, refuse_existing, write_digits_items
+    from .toy import load_digits
+
+    refuse_existing(args.out)
+    X, y = load_digits()
+    _, dv, te = _split(len(y))
+    idx = (te if args.split == "test" else dv)[: args.n]
+    path = write_digits_items(digits_items(X, y, idx, args.seed,
+                                           prefix=args.split), args.out)
+    print(f"{len(idx)} conflicts written to {path}")
+    return 0
+
+
+def _cmd_report(args) -> int:
+    from .protocol import metrics_from_records
+
+    p = Path(args.per_item)
+    if not p.is_file():
+        raise UserError(f"{p} does not exist")
+    try:
+        recs = [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+    except json.JSONDecodeError:
+        raise UserError(f"{p}: malformed JSONL") from None
+    _emit(metrics_from_records(recs), args.json, ("vision_ratio", "text_ratio", "order_consistency",
+                                                   "invalid_rate", "n_items"))
+    return 0
+
+
+def _data_args(p) -> None:
+    p.add_argument("--model", required=True, help="model folder (from `mc2-bench toy`)")
+    p.add_argument("--data", required=True, type=Path, help="items JSON in the MC2 format")
+    p.add_argument("--images", required=True, type=Path, help="image folder")
+    p.add_argument("--answer-mode", choices=ANSWER_MODES, default="letter")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = ArgumentParser(prog="mc2-bench", description="MC2: evaluate and steer modality preference")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("eval", help="vision/text ratios of one mode, both option orders")
+    _data_args(p)
+    p.add_argument("--mode", choices=MODES, default="single")
+    p.add_argument("--per-item", type=Path, default=None, help="write per-item records (JSONL)")
+    p.set_defaults(fn=_cmd_eval)
+    p = sub.add_parser("steer", help="alpha sweep of a preference direction (single mode)")
+    _data_args(p)
+    p.add_argument("--layers", type=_layers, required=True, help="e.g. 20-23")
+    p.add_argument("--alpha-grid", type=_alphas, required=True, help="e.g. -1,-0.5,0,0.5,1")
+    p.add_argument("--direction", choices=DIRECTIONS, default="diffmean")
+    p.add_argument("--positions", choices=POSITIONS, default="all")
+    p.add_argument("--adaptive", choices=("amps",), default=None)
+    p.add_argument("--control", choices=("random", "none"), default="none")
+    p.add_argument("--fit-data", type=Path, default=None, help="dev items to fit the direction on")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(fn=_cmd_steer)
+    p = sub.add_parser("probe", help="per-layer linear-probe accuracy (follow image vs text)")
+    _data_args(p)
+    p.set_defaults(fn=_cmd_probe)
+    p = sub.add_parser("toy", help="train the in-process toy VLM with a set vision preference")
+    p.add_argument("--vision-preference", type=_unit_float, required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--steps", type=int, default=600)
+    p.set_defaults(fn=_cmd_toy)
+    p = sub.add_parser("digits-items", help="conflicts on held-out digits, in the MC2 format")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--n", type=int, default=200)
+    p.add_argument("--split", choices=("dev", "test"), default="test")
+    p.set_defaults(fn=_cmd_digits_items)
+    p = sub.add_parser("report", help="recompute the ratios from an eval --per-item file")
+    p.add_argument("per_item")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=_cmd_report)
+    p = sub.add_parser("reproduce", help="reproduce the claims at laptop scale")
+    add_reproduce_arguments(p)
+    p.set_defaults(fn=lambda a: reproduce_from_args(["mc2-bench"], a))
+    return parser
+
+
+@cli_entry("mc2-bench")
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "steps", 1) < 1 or getattr(args, "n", 1) < 1:
+        raise UserError("--steps and --n must be positive")
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

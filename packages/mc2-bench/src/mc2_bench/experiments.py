@@ -1,0 +1,185 @@
+"""The laptop-scale reproduction on in-process toy VLMs (issue 27, section 6).
+
+Digits are split once into train (toys train on it) / dev / test. Dev items choose the steering
+layer and the "flip" alpha and fit every direction; every figure and claim is computed on test
+items. The toys test the protocol and the steering mechanics, not the paper's empirical finding
+(no vision-language weights ship offline).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from icml26_shared import ClaimCheck, Results, UserError
+from icml26_shared.eval import paired_interval
+from icml26_shared.runner import check_scale
+
+from .adapters import ToyAdapter
+from .baselines import direction
+from .config import ToyConfig
+from .core import probe_accuracy
+from .io import digits_items, write_jsonl
+from .protocol import alpha_sweep, evaluate, fit_direction, hidden_pairs
+from .registry import CLAIMS, DESCRIPTOR
+from .toy import load_digits, train_toy
+
+CFG = {
+    "smoke": dict(prefs=(0.5,), steps=8, batch=16, n_dev=12, n_test=16, alphas=(-1.0, 0.0, 1.0),
+                  layers=(1,), steer_pref=0.5, directions=("diffmean", "random"), probes=False),
+    "quick": dict(prefs=(0.2, 0.5, 0.8), steps=600, batch=64, n_dev=100, n_test=200,
+                  alphas=(-1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5), layers=(0, 1, 2, 3), steer_pref=0.5,
+                  directions=("diffmean", "pca", "probe", "random"), probes=True),
+}
+
+
+def _split(n: int, seed: int = 0):
+    perm = np.random.default_rng(seed).permutation(n)
+    a, b = int(0.6 * n), int(0.75 * n)
+    return perm[:a], perm[a:b], perm[b:]
+
+
+def _claim(cid):
+    return next(c for c in CLAIMS if c.id == cid)
+
+
+def _full_needs() -> None:
+    missing = [v for v in ("MC2_MODEL", "MC2_JSON", "MC2_IMAGES") if not os.environ.get(v)]
+    if not torch.cuda.is_available():
+        missing.insert(0, "a CUDA device")
+    if missing:
+        raise UserError("the full scale needs " + ", ".join(missing) + " (MC2_MODEL = a local "
+                        "Qwen2.5-VL-7B / LLaVA folder, MC2_JSON = evaluate_final.json, MC2_IMAGES = COCO-2014)")
+    raise UserError("the full scale needs HFVisionChatAdapter, which mc2-bench 0.1.0 does not ship yet "
+                    "(see README: skipped parts of issue 27)")
+
+
+def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
+    check_scale(scale)
+    if scale == "full":
+        _full_needs()
+    cfg = CFG[scale]
+    out_dir = Path(out_dir)
+    res = Results(package=DESCRIPTOR.name, version=DESCRIPTOR.version, scale=scale, seed=seed)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _run(res, cfg, out_dir, seed)
+    finally:
+        torch.set_num_threads(threads)
+    return res
+
+
+def _run(res: Results, cfg: dict, out_dir: Path, seed: int) -> None:
+    X, y = load_digits()
+    tr, dv, te = _split(len(y))
+    dev_pairs = digits_items(X, y, dv[:cfg["n_dev"]], seed + 1, prefix="dev")
+    test_pairs = digits_items(X, y, te[:cfg["n_test"]], seed + 2, prefix="test")
+    images = {it.image: im for it, im in dev_pairs + test_pairs}
+    dev, test = [p[0] for p in dev_pairs], [p[0] for p in test_pairs]
+    worst = {}
+    adapters = {}
+    for P in cfg["prefs"]:
+        toy = train_toy(ToyConfig(vision_preference=P, steps=cfg["steps"], batch=cfg["batch"]),
+                        X[tr], y[tr], seed=seed)
+        ad = adapters[P] = ToyAdapter(toy, images.__getitem__)
+        name = f"toy_P{P:g}"
+        single = evaluate(ad, test, "single", per_item=True)
+        icc = evaluate(ad, test, "icc")
+        bi, bt = evaluate(ad, test, "base_image"), evaluate(ad, test, "base_text")
+        for k in ("vision_ratio", "order_consistency", "invalid_rate"):
+            res.add("preference", name, k, single[k], n=len(test))
+        res.add("preference", name, "base_image_accuracy", bi["vision_ratio"])
+        res.add("preference", name, "base_text_accuracy", bt["text_ratio"])
+        res.add("instruction", name, "instruction_following", icc["instruction_following"])
+        res.add("instruction", name, "vision_ratio_follow_vision", icc["follow_vision"]["vision_ratio"])
+        res.add("instruction", name, "vision_ratio_follow_text", icc["follow_text"]["vision_ratio"])
+        recs = single["records"]
+        s_v = np.array([((r["modality_order0"] == "vision") + (r["modality_order1"] == "vision")) / 2
+                        for r in recs])
+        cons = np.array([float(r["modality_order0"] == r["modality_order1"]) for r in recs])
+        worst[P] = dict(dev=abs(single["vision_ratio"] - P), s_v=s_v, cons=cons, icc=icc)
+        write_jsonl(out_dir / f"per_item_{name}.jsonl", recs)
+        for L in range(ad.n_layers) if cfg["probes"] else ():  # probes: fit on dev icc, score on test
+            hv, ht = hidden_pairs(ad, dev, L)
+            tv, tt = hidden_pairs(ad, test, L)
+            acc = probe_accuracy(np.r_[hv, ht], np.r_[np.ones(len(hv)), np.zeros(len(ht))],
+                                 np.r_[tv, tt], np.r_[np.ones(len(tv)), np.zeros(len(tt))], seed)
+            res.add("probe", name, f"probe_accuracy_layer{L}", acc)
+            if not cfg["probes"]:
+                break
+    _claims_preference(res, cfg, worst)
+    _steering(res, cfg, adapters[cfg["steer_pref"]], dev, test, seed)
+    res.notes += [
+        "All models are in-process toys trained on digits disjoint from every evaluated item: the "
+        "results test the MC2 protocol and the steering mechanics, NOT the paper's finding about real MLLMs.",
+        "Splits: digits train (toys) / dev (directions, layer and flip-alpha choice) / test (every "
+        "reported figure). Intervals: 95% BCa bootstrap over test items.",
+        "Toy vision preference is set by construction (trained to overrule round(P*10) of 10 text sources).",
+        "smol-vlm and HFVisionChatAdapter are not built in this version (README).",
+    ]
+
+
+def _claims_preference(res: Results, cfg: dict, worst: dict) -> None:
+    P = max(worst, key=lambda p: worst[p]["dev"])
+    w = worst[P]
+    iv = paired_interval(w["s_v"], n_resamples=1999)  # 95% CI of the worst toy's vision ratio
+    far = max(abs(iv.low - P), abs(iv.high - P))
+    near = 0.0 if iv.low <= P <= iv.high else min(abs(iv.low - P), abs(iv.high - P))
+    dev_iv = [near, far]
+    res.claims.append(ClaimCheck.compare(
+        _claim("toy_preference"), w["dev"], threshold=0.05, interval=dev_iv,
+        note=f"worst toy P={P:g}; interval = range of |vision ratio - P| over its 95% CI"))
+    P = min(worst, key=lambda p: worst[p]["cons"].mean())
+    iv = paired_interval(worst[P]["cons"], n_resamples=1999)
+    res.claims.append(ClaimCheck.compare(_claim("order_consistency"), float(worst[P]["cons"].mean()),
+                                         threshold=0.95, interval=(iv.low, iv.high),
+                                         note=f"worst toy P={P:g}"))
+    P = min(worst, key=lambda p: worst[p]["icc"]["instruction_following"])
+    icc = worst[P]["icc"]
+    lo = min(icc[f"follow_{f}"]["instruction_following_ci"][0] for f in ("vision", "text"))
+    hi = max(icc[f"follow_{f}"]["instruction_following_ci"][1] for f in ("vision", "text"))
+    res.claims.append(ClaimCheck.compare(_claim("instruction_following"), icc["instruction_following"],
+                                         threshold=0.9, interval=(min(lo, hi), hi),
+                                         note=f"worst toy P={P:g}; lower end = worse direction's CI"))
+
+
+def _steering(res: Results, cfg: dict, ad, dev, test, seed: int) -> None:
+    from .steer_report import steering_claims
+
+    alphas = cfg["alphas"]
+    # layer chosen on dev: the widest diffmean sweep of the vision ratio
+    spans = {}
+    for L in cfg["layers"]:
+        v, _ = fit_direction(ad, dev, L, "diffmean", seed)
+        rows = alpha_sweep(ad, dev, [L], v, alphas, accuracy=False)
+        vr = [r["vision_ratio"] for r in rows]
+        spans[L] = (max(vr) - min(vr), rows)
+        res.add("steer_dev", "diffmean", f"vision_span_layer{L}", spans[L][0])
+    layer = max(spans, key=lambda L: spans[L][0])
+    dev_rows = spans[layer][1]
+    base = next(r["vision_ratio"] for r in dev_rows if r["alpha"] == 0.0)
+    pos = [r for r in dev_rows if r["alpha"] > 0]
+    flip = next((r["alpha"] for r in pos if r["vision_ratio"] >= base + 0.25), pos[-1]["alpha"])
+    res.add("steer_dev", "diffmean", "chosen_layer", layer)
+    res.add("steer_dev", "diffmean", "flip_alpha", flip)
+    hv, ht = hidden_pairs(ad, dev, layer)
+    sweeps = {}
+    for name in cfg["directions"]:
+        v = direction(name, hv, ht, seed)
+        sweeps[name] = alpha_sweep(ad, test, [layer], v, alphas)
+        for r in sweeps[name]:
+            res.add("steer_test", name, f"vision_ratio_alpha{r['alpha']:+g}", r["vision_ratio"],
+                    layers=r["hook"]["layers"], positions=r["hook"]["positions"],
+                    touched=r["hook"]["touched_positions"])
+            res.add("steer_test", name, f"single_accuracy_alpha{r['alpha']:+g}", r["single_accuracy"])
+    v, stats = fit_direction(ad, dev, layer, "diffmean", seed)
+    amps = {a: alpha_sweep(ad, test, [layer], v, [a], adaptive="amps", amps_stats=stats)[0]
+            for a in (0.0, flip)}
+    for a, r in amps.items():
+        res.add("steer_test", "diffmean_amps", f"vision_ratio_alpha{a:+g}", r["vision_ratio"])
+        res.add("steer_test", "diffmean_amps", f"single_accuracy_alpha{a:+g}", r["single_accuracy"])
+    steering_claims(res, sweeps, amps, flip, layer)

@@ -1,0 +1,121 @@
+"""The MC2 protocol over any adapter: evaluate a mode in both option orders, fit a preference
+direction on hidden states, and sweep steering strengths against a control."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from icml26_shared.eval import paired_interval
+
+from .core import MC2Item, item_scores, letter_to_modality, preference_direction, preference_metrics
+from .steering import SteeringHook
+
+
+def _modalities(adapter, items, mode, order, answer_mode, follow=None):
+    recs = adapter.answer(items, mode, order, answer_mode, follow)
+    for r in recs:
+        r["modality"] = letter_to_modality(r["letter"], order)
+        r["valid"] = r["modality"] is not None
+    return recs
+
+
+def _ci(x: np.ndarray) -> list[float]:
+    iv = paired_interval(x, n_resamples=1999)
+    return [iv.low, iv.high]
+
+
+def evaluate(adapter, items: Sequence[MC2Item], mode: str = "single", answer_mode: str = "letter",
+             follow: str | None = None, per_item: bool = False) -> dict:
+    """Metrics of one mode over both option orders (icc: both instruction directions unless
+    ``follow`` names one) [C]: vision/text ratios, order consistency, invalid rate, per-task ratios,
+    instruction following (icc), and 95% bootstrap intervals over items."""
+    items = list(items)
+    follows = ([follow] if follow else ["vision", "text"]) if mode == "icc" else [None]
+    out: dict = {"mode": mode, "answer_mode": answer_mode, "n_items": len(items)}
+    records = []
+    for fol in follows:
+        r0 = _modalities(adapter, items, mode, 0, answer_mode, fol)
+        r1 = _modalities(adapter, items, mode, 1, answer_mode, fol)
+        m0, m1 = [r["modality"] for r in r0], [r["modality"] for r in r1]
+        met = preference_metrics(m0, m1)
+        met["vision_ratio_ci"] = _ci(item_scores(m0, m1, "vision"))
+        tasks = sorted({it.task for it in items})
+        met["per_task"] = {t: preference_metrics([m for m, it in zip(m0, items) if it.task == t],
+                                                 [m for m, it in zip(m1, items) if it.task == t])
+                           for t in tasks}
+        if fol is not None:
+            s = item_scores(m0, m1, fol)
+            met["instruction_following"] = float(s.mean())
+            met["instruction_following_ci"] = _ci(s)
+        key = f"follow_{fol}" if fol else "all"
+        out[key] = met
+        for it, a, b in zip(items, r0, r1):
+            records.append({"id": it.id, "task": it.task, "mode": mode, "follow": fol,
+                            "prompt_order0": a["prompt"], "prompt_order1": b["prompt"],
+                            "answer_order0": a["text"], "answer_order1": b["text"],
+                            "letter_order0": a["letter"], "letter_order1": b["letter"],
+                            "modality_order0": a["modality"], "modality_order1": b["modality"],
+                            "valid_order0": a["valid"], "valid_order1": b["valid"]})
+    if mode == "icc":
+        out["instruction_following"] = float(np.mean([out[f"follow_{f}"]["instruction_following"]
+                                                      for f in follows]))
+        for k in ("vision_ratio", "text_ratio", "order_consistency", "invalid_rate"):
+            out[k] = float(np.mean([out[f"follow_{f}"][k] for f in follows]))
+        out["per_task"] = out[f"follow_{follows[0]}"]["per_task"]
+    else:
+        out.update({k: v for k, v in out.pop("all").items()})
+    if per_item:
+        out["records"] = records
+    return out
+
+
+def metrics_from_records(records: Sequence[dict]) -> dict[str, float]:
+    """Recompute the ratios from per-item records (what ``--per-item`` writes)."""
+    return preference_metrics([r["modality_order0"] for r in records],
+                              [r["modality_order1"] for r in records])
+
+
+def hidden_pairs(adapter, items, layer: int) -> tuple[np.ndarray, np.ndarray]:
+    """Last-prompt-position states at ``layer`` under icc follow-image and follow-text, both
+    option orders stacked [C] (the authors probe the last prompt positions)."""
+    hv = np.concatenate([adapter.hidden(items, "icc", o, "vision")[:, layer] for o in (0, 1)])
+    ht = np.concatenate([adapter.hidden(items, "icc", o, "text")[:, layer] for o in (0, 1)])
+    return hv, ht
+
+
+def fit_direction(adapter, items, layer: int, method: str = "diffmean", seed: int = 0):
+    """(unit direction, amps stats (c_vision, c_text)) at one layer from icc hidden states."""
+    hv, ht = hidden_pairs(adapter, items, layer)
+    v = preference_direction(hv, ht, method, seed)
+    cn = lambda h: float(np.mean(h @ v / np.linalg.norm(h, axis=1)))  # noqa: E731
+    return v, (cn(hv), cn(ht))
+
+
+def single_modality_scores(adapter, items, answer_mode) -> np.ndarray:
+    """Per-item accuracy averaged over base_image (vision answer correct) and base_text (text
+    answer correct), both orders."""
+    mi = [[r["modality"] for r in _modalities(adapter, items, "base_image", o, answer_mode)] for o in (0, 1)]
+    mt = [[r["modality"] for r in _modalities(adapter, items, "base_text", o, answer_mode)] for o in (0, 1)]
+    return 0.5 * (item_scores(*mi, "vision") + item_scores(*mt, "text"))
+
+
+def alpha_sweep(adapter, items, layers: Sequence[int], vector, alphas: Sequence[float],
+                answer_mode: str = "letter", positions: str = "all", adaptive: str | None = None,
+                amps_stats=None, accuracy: bool = True) -> list[dict]:
+    """Per alpha (single mode, no instruction): vision ratio, per-item vision scores, single-
+    modality accuracy, and what the hook touched. alpha = 0 equals ``evaluate(mode='single')``."""
+    rows = []
+    for a in alphas:
+        hook = SteeringHook(layers, vector, a, positions, adaptive, amps_stats).attach(adapter)
+        with hook:
+            m = [[r["modality"] for r in _modalities(adapter, items, "single", o, answer_mode)] for o in (0, 1)]
+            acc = single_modality_scores(adapter, items, answer_mode) if accuracy else None
+        vs = item_scores(*m, "vision")
+        met = preference_metrics(*m)
+        rows.append({"alpha": float(a), "vision_ratio": met["vision_ratio"],
+                     "invalid_rate": met["invalid_rate"], "vision_scores": vs.tolist(),
+                     "single_accuracy": None if acc is None else float(acc.mean()),
+                     "accuracy_scores": None if acc is None else acc.tolist(), "hook": hook.record()})
+    return rows

@@ -1,0 +1,48 @@
+"""The descriptor registered under the icml26.methods entry point (imports nothing heavy)."""
+
+from icml26_shared import Claim, MethodDescriptor, Paper
+from icml26_shared.registry import package_version
+
+CLAIMS = (
+    Claim("toy_preference", "each toy's no-instruction vision ratio within 0.05 of its configured "
+          "preference P (worst of P = 0.2, 0.5, 0.8)", "abs_vision_ratio_minus_P", "lower",
+          paper_value=None, source="issue 27 target (the paper: all 20 MLLMs show a clear preference)"),
+    Claim("order_consistency", "order consistency >= 0.95 (worst toy)", "order_consistency",
+          "higher", paper_value=None, source="issue 27 target; [C] both option orders"),
+    Claim("instruction_following", "instruction following (icc, both directions) >= 0.9 (worst toy)",
+          "instruction_following", "higher", paper_value=None,
+          source="issue 27 target; abstract: preference moves with instructions"),
+    Claim("sweep_movement", "a monotone alpha sweep moves the toy's vision ratio across >= 0.8",
+          "vision_ratio_movement", "higher", paper_value=None,
+          source="issue 27 target; abstract: steering shifts the preference"),
+    Claim("sweep_vs_random", "the preference direction moves the vision ratio >= 5x a random "
+          "direction of matched norm", "vision_ratio_movement", "higher", paper_value=None,
+          source="issue 27 target"),
+    Claim("accuracy_at_flip", "single-modality accuracy within 2 points at the alpha that flips the "
+          "preference", "single_accuracy_change", "higher", paper_value=None, source="issue 27 target"),
+    Claim("amps_vs_uniform", "AMPS: the same shift with <= half of uniform steering's accuracy loss",
+          "accuracy_loss", "lower", paper_value=None,
+          source="issue 27 target; AMPS arXiv 2602.12533 (reconstructed)"),
+)
+
+DESCRIPTOR = MethodDescriptor(
+    name="mc2-bench",
+    version=package_version("mc2-bench"),
+    paper=Paper("Evaluating and Steering Modality Preferences in Multimodal Large Language Models",
+                arxiv="2505.20977"),
+    claims=CLAIMS,
+    reproduce="mc2_bench.experiments:reproduce",
+    summary="The MC2 image-text conflict protocol (both option orders, ratios, instruction "
+            "following), linear probes and RepE-style steering with image-token-aware hooks, on "
+            "in-process toy VLMs.",
+    scales={
+        "smoke": "one toy VLM trained for seconds, 30 test items, a 3-point alpha sweep (seconds)",
+        "quick": "toys at P = 0.2, 0.5, 0.8 (600 steps each), 100 dev / 200 test digit conflicts: "
+                 "preference, instruction following, per-layer probes, 7-point alpha sweeps of "
+                 "diffmean / pca / probe / random directions, AMPS vs uniform",
+        "full": "the GPU recipe (Qwen2.5-VL-7B / LLaVA on the MC2 JSON + COCO-2014): needs a CUDA "
+                "device and MC2_MODEL, MC2_JSON, MC2_IMAGES; refuses at once (the HF adapter is not "
+                "shipped in 0.1.0)",
+    },
+    quick_minutes=11.5,  # measured wall time on 2 cores shared with seven engineers' jobs (CPU time 2.1 min)
+)

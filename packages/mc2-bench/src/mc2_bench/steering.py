@@ -1,0 +1,94 @@
+"""``SteeringHook``: add alpha * v_hat * ||h|| to chosen layers' outputs at chosen positions [R].
+
+The hook knows image tokens: the adapter tells it, before every forward, which positions hold
+image tokens and how long the prompt is (``adapter.position_info``), so ``positions`` can be
+``all``, ``generated`` (positions at or after the prompt length: generated tokens only),
+``image_tokens`` or ``text_tokens``. Every call records the layers and the number of positions it
+touched in ``self.touched`` (the "show where a vector was applied" ask, steering-vectors #50).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from .config import POSITIONS
+from .core import steer_update
+
+
+class SteeringHook:
+    def __init__(self, layers: Sequence[int], vector, alpha: float, positions: str = "all",
+                 adaptive: str | None = None, amps_stats: tuple[float, float] | None = None):
+        if positions not in POSITIONS:
+            raise ValueError(f"unknown positions {positions!r} (choose one of {', '.join(POSITIONS)})")
+        if adaptive not in (None, "amps"):
+            raise ValueError(f"unknown adaptive rule {adaptive!r} (None or 'amps')")
+        if adaptive == "amps" and amps_stats is None:
+            raise ValueError("adaptive='amps' needs amps_stats=(c_vision, c_text)")
+        v = torch.as_tensor(np.asarray(vector, np.float32))
+        self.v_hat = v / v.norm()
+        self.layers = tuple(int(x) for x in layers)
+        self.alpha = float(alpha)
+        self.positions = positions
+        self.adaptive = adaptive
+        self.amps_stats = amps_stats
+        self.touched: dict[int, int] = {}
+        self._handles: list = []
+        self._adapter = None
+
+    def _mask(self, h: torch.Tensor) -> torch.Tensor | None:
+        info = self._adapter.position_info if self._adapter is not None else {}
+        B, T, _ = h.shape
+        if self.positions == "all":
+            return None
+        if self.positions == "generated":
+            start = info.get("prompt_len", T) - info.get("offset", 0)
+            m = torch.zeros(B, T, dtype=torch.bool)
+            if start < T:
+                m[:, max(start, 0):] = True
+            return m
+        img = info.get("image_mask")
+        if img is None or img.shape[1] != T:  # decoding steps after the prompt hold no image token
+            img = torch.zeros(B, T, dtype=torch.bool)
+        return img if self.positions == "image_tokens" else ~img
+
+    def _hook(self, layer: int):
+        def fn(module, args, output):
+            h = output[0] if isinstance(output, tuple) else output
+            mask = self._mask(h)
+            amps = self.amps_stats if self.adaptive == "amps" else None
+            new = steer_update(h, self.v_hat.to(h.device), self.alpha, mask, amps)
+            n = h.shape[0] * h.shape[1] if mask is None else int(mask.sum())
+            self.touched[layer] = self.touched.get(layer, 0) + (n if self.alpha != 0.0 else 0)
+            if isinstance(output, tuple):
+                return (new, *output[1:])
+            return new
+        return fn
+
+    def attach(self, adapter) -> SteeringHook:
+        modules = adapter.layer_modules()
+        bad = [x for x in self.layers if not 0 <= x < len(modules)]
+        if bad:
+            raise ValueError(f"layer {bad[0]} out of range (the model has {len(modules)} layers: 0-{len(modules) - 1})")
+        self._adapter = adapter
+        self._handles = [modules[x].register_forward_hook(self._hook(x)) for x in self.layers]
+        return self
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+    def __enter__(self) -> SteeringHook:
+        if self._adapter is None:
+            raise RuntimeError("attach(adapter) first, or use adapter.steer(hook)")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+    def record(self) -> dict:
+        return {"layers": list(self.layers), "positions": self.positions, "alpha": self.alpha,
+                "adaptive": self.adaptive, "touched_positions": dict(self.touched)}

@@ -1,0 +1,126 @@
+"""The protocol's exact identities: order mapping, ratios, directions, conflict filtering, I/O."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from mc2_bench.core import (
+    MC2Item,
+    letter_to_modality,
+    modality_to_letter,
+    options,
+    parse_letter,
+    preference_direction,
+    preference_metrics,
+    prompt_text,
+)
+from mc2_bench.io import build_conflicts, load_mc2
+from mc2_bench.protocol import evaluate, metrics_from_records
+
+ITEMS = [MC2Item(f"i{k}", "color" if k % 2 else "count", "What colour is the car?", "red", "blue",
+                 "The car is blue.") for k in range(6)]
+
+
+class Always:
+    """A mock adapter answering with one modality (or a letter) regardless of order."""
+
+    def __init__(self, modality=None, letter=None, invalid_every=0):
+        self.modality, self.letter, self.invalid_every = modality, letter, invalid_every
+
+    def answer(self, items, mode, order, answer_mode="letter", follow=None):
+        out = []
+        for k, it in enumerate(items):
+            if self.invalid_every and k % self.invalid_every == 0:
+                letter = None
+            elif self.letter:
+                letter = self.letter
+            else:
+                target = follow if (mode == "icc" and self.modality == "obey") else self.modality
+                letter = modality_to_letter(target, order)
+            out.append({"letter": letter, "text": str(letter), "prompt": prompt_text(it, mode, order, follow)})
+        return out
+
+
+def test_order_swap_maps_a_and_b_to_one_modality():
+    assert letter_to_modality("A", 0) == letter_to_modality("B", 1) == "vision"
+    assert letter_to_modality("B", 0) == letter_to_modality("A", 1) == "text"
+    assert letter_to_modality(None, 0) is None
+    it = ITEMS[0]
+    for order in (0, 1):
+        for m in ("vision", "text"):
+            letter = modality_to_letter(m, order)
+            opt = options(it, order)["AB".index(letter)]
+            assert opt == (it.answer_vision if m == "vision" else it.answer_text)
+
+
+def test_always_vision_model_is_order_consistent_and_letter_bias_is_not():
+    r = evaluate(Always("vision"), ITEMS, "single")
+    assert r["order_consistency"] == 1.0 and r["vision_ratio"] == 1.0 and r["text_ratio"] == 0.0
+    r = evaluate(Always(letter="A"), ITEMS, "single")  # always "A": position bias, not preference
+    assert r["order_consistency"] == 0.0 and r["vision_ratio"] == 0.5
+
+
+def test_ratios_sum_to_one_and_invalid_answers_are_excluded():
+    m = preference_metrics(["vision", "text", "vision"], ["vision", "vision", "text"])
+    assert m["vision_ratio"] + m["text_ratio"] == pytest.approx(1.0)
+    assert m["vision_ratio"] == pytest.approx(4 / 6)
+    r = evaluate(Always("text", invalid_every=3), ITEMS, "single", per_item=True)
+    assert r["invalid_rate"] == pytest.approx(2 / 6)
+    assert r["text_ratio"] == 1.0 and r["vision_ratio"] == 0.0
+    again = metrics_from_records(r["records"])
+    assert again["vision_ratio"] == r["vision_ratio"] and again["invalid_rate"] == r["invalid_rate"]
+
+
+def test_instruction_following_counts_both_directions():
+    assert evaluate(Always("obey"), ITEMS, "icc")["instruction_following"] == 1.0
+    assert evaluate(Always("vision"), ITEMS, "icc")["instruction_following"] == 0.5
+
+
+def test_prompts_follow_the_authors_templates():
+    it = ITEMS[0]
+    p = prompt_text(it, "single", 1)
+    assert p.startswith("Text context: The car is blue.") and "A. blue\nB. red" in p
+    assert p.endswith("Answer the question by selecting the correct answer A or B.")
+    assert "Text context" not in prompt_text(it, "base_image", 0)
+    assert "follow the image" in prompt_text(it, "icc", 0, "vision")
+    assert parse_letter("B.") == "B" and parse_letter("Answer: A") == "A" and parse_letter("none") is None
+
+
+@pytest.mark.parametrize("method", ["diffmean", "pca", "probe"])
+def test_direction_recovers_planted_direction(method):
+    rng = np.random.default_rng(0)
+    d = rng.standard_normal(32)
+    d /= np.linalg.norm(d)
+    base = rng.standard_normal((200, 32)) * 0.3
+    hv, ht = base + 2.0 * d, base - 2.0 * d + rng.standard_normal((200, 32)) * 0.05
+    v = preference_direction(hv, ht, method)
+    tol = 0.99 if method != "probe" else 0.8  # the probe's penalty bends it (core.probe_direction)
+    assert float(v @ d) > tol  # the sign too: it points toward follow-image states
+    assert float(preference_direction(ht, hv, method) @ d) < -tol
+
+
+def test_build_conflicts_drops_items_failing_a_single_modality_check():
+    vqa = [{"id": k, "question": "q", "answer": "cat", "task": "object"} for k in range(4)]
+    gen = lambda q: ("dog", f"A {q['id']} dog.")  # noqa: E731
+    # item 1 fails the image check, item 2 the text check
+    check = lambda it, mode: ("cow" if it.id == "1" else "cat") if mode == "base_image" else (  # noqa: E731
+        "cat" if it.id == "2" else "dog")
+    kept = build_conflicts(vqa, gen, check)
+    assert [it.id for it in kept] == ["0", "3"]
+    assert all(it.answer_text == "dog" and it.answer_vision == "cat" for it in kept)
+
+
+def test_load_mc2_reads_both_spellings_and_coco_paths(tmp_path):
+    (tmp_path / "val2014").mkdir()
+    (tmp_path / "val2014" / "COCO_val2014_000000000042.jpg").write_bytes(b"x")
+    (tmp_path / "7.png").write_bytes(b"x")
+    data = [{"image_id": 42, "task": "color", "question": "q", "answer_vision": "red",
+             "answer_text": "blue", "context": "c"},
+            {"image_id": "7", "question": "q2", "gt": "one", "hitem": "two", "context": {"icc": "c2"}}]
+    path = tmp_path / "items.json"
+    path.write_text(json.dumps(data))
+    items = load_mc2(path, tmp_path)
+    assert items[0].image.endswith("val2014/COCO_val2014_000000000042.jpg")
+    assert (items[1].answer_vision, items[1].answer_text, items[1].context) == ("one", "two", "c2")
