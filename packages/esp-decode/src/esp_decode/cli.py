@@ -1,0 +1,242 @@
+"""``esp-decode``: generate / bench / probe / reproduce. Heavy imports live inside the commands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from pathlib import Path
+
+from icml26_shared import UserError, cli_entry
+from icml26_shared.cli import ArgumentParser, add_reproduce_arguments, reproduce_from_args
+
+DRAFTER_NAMES = ("ar", "pld", "lade", "stand", "esp", "esp+pld")
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {v}")
+    return v
+
+
+def _nonneg(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {v}")
+    return v
+
+
+def _temperature(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not (v >= 0.0) or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return v
+
+
+def _topk(text: str) -> tuple[int, ...]:
+    try:
+        ks = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must look like 8,4,2,2, got {text!r}") from None
+    if not ks or any(k < 1 for k in ks):
+        raise argparse.ArgumentTypeError(f"must be positive integers, got {text!r}")
+    return ks
+
+
+def _drafter_kw(args) -> dict:
+    from .config import ESPConfig
+
+    topk = args.topk if len(args.topk) >= args.num_masks else args.topk + (args.topk[-1],) * (args.num_masks - len(args.topk))
+    try:
+        return {"esp": ESPConfig(num_masks=args.num_masks, topk=topk, max_nodes=args.max_nodes)}
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+def _quiet() -> None:
+    warnings.filterwarnings("ignore")
+    import logging
+
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
+def _load(args):
+    from .io import encode, load_model, read_prompts
+
+    prompts = read_prompts(args.prompt_file)   # before the model: a bad file fails in a second
+    _quiet()
+    model, tok = load_model(args.model)
+    ids = [encode(tok, p, args.chat) for _, p in prompts]
+    return model, tok, prompts, ids
+
+
+def _cmd_generate(args) -> int:
+    from .baselines import make_drafter
+    from .core import mean_accepted_length
+    from .decode import generate
+    from .io import check_out, write_atomic
+
+    if args.drafter not in DRAFTER_NAMES:
+        raise UserError(f"unknown drafter {args.drafter!r} (choose from {', '.join(DRAFTER_NAMES)})")
+    check_out(args.out, args.force)
+    kw = _drafter_kw(args)
+    model, tok, prompts, ids = _load(args)
+    eos = tok.eos_token_id
+    lines = []
+    for i in range(0, len(ids), args.batch_size):
+        chunk = ids[i: i + args.batch_size]
+        dr = make_drafter(args.drafter, eos_token_id=eos, seed=args.seed or 0, **kw)
+        new, stats = generate(model, chunk, dr, args.max_new_tokens, temperature=args.temperature,
+                              seed=args.seed, eos_token_id=eos)
+        for j, (n, st) in enumerate(zip(new, stats, strict=True)):
+            pid, prompt = prompts[i + j]
+            lines.append({"id": pid, "prompt_ids": chunk[j], "output_ids": n,
+                          "text": tok.decode(n, skip_special_tokens=True), "model_calls": st["model_calls"],
+                          "accepted_lengths": st["accepted_lengths"],
+                          "mean_accepted_length": mean_accepted_length(len(n), st["model_calls"])})
+    if args.json:
+        body = "".join(json.dumps(x) + "\n" for x in lines)
+    else:
+        body = "".join(f"[{x['id']}] {x['text']}\n  ({len(x['output_ids'])} tokens, {x['model_calls']} calls, "
+                       f"mean accepted length {x['mean_accepted_length']:.3f})\n" for x in lines)
+    if args.out is not None:
+        write_atomic(args.out, body)
+    sys.stdout.write(body)
+    return 0
+
+
+def _cmd_bench(args) -> int:
+    import time
+
+    from .baselines import make_drafter
+    from .core import mean_accepted_length
+    from .decode import generate
+
+    names = [d.strip() for d in args.drafters.split(",") if d.strip()]
+    for d in names:
+        if d not in DRAFTER_NAMES:
+            raise UserError(f"unknown drafter {d!r} (choose from {', '.join(DRAFTER_NAMES)})")
+    model, tok, prompts, ids = _load(args)
+    from accelerate import PartialState
+    from accelerate.utils import gather_object
+
+    state = PartialState()
+    eos = tok.eos_token_id
+    with state.split_between_processes(list(range(len(ids)))) as mine:
+        rows = []
+        for name in ["ar", *[n for n in names if n != "ar"]]:
+            for i in mine:
+                t0 = time.perf_counter()
+                new, st = generate(model, [ids[i]], make_drafter(name, eos_token_id=eos), args.max_new_tokens,
+                                   eos_token_id=eos)
+                rows.append({"drafter": name, "prompt": i, "new": new[0], "calls": st[0]["model_calls"],
+                             "seconds": time.perf_counter() - t0})
+    rows = gather_object(rows)
+    if not state.is_main_process:
+        return 0
+    ref = {r["prompt"]: r["new"] for r in rows if r["drafter"] == "ar"}
+    report = {}
+    for name in ["ar", *[n for n in names if n != "ar"]]:
+        rs = [r for r in rows if r["drafter"] == name]
+        toks = sum(len(r["new"]) for r in rs)
+        secs = sum(r["seconds"] for r in rs)
+        report[name] = {"mean_accepted_length": sum(mean_accepted_length(len(r["new"]), r["calls"]) for r in rs) / len(rs),
+                        "model_calls": sum(r["calls"] for r in rs), "tokens_per_s": toks / secs if secs else None,
+                        "lossless": all(r["new"] == ref[r["prompt"]] for r in rs) if args.check_lossless else None}
+    for r in report.values():
+        r["ratio_tokens_per_s_to_ar"] = (r["tokens_per_s"] / report["ar"]["tokens_per_s"]) if r["tokens_per_s"] else None
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(f"{'drafter':<9}{'accepted':>10}{'calls':>8}{'tok/s':>9}{'vs ar':>8}  lossless")
+        for name, r in report.items():
+            print(f"{name:<9}{r['mean_accepted_length']:>10.3f}{r['model_calls']:>8}{r['tokens_per_s']:>9.1f}"
+                  f"{r['ratio_tokens_per_s_to_ar']:>8.2f}  {r['lossless']}")
+    return 0
+
+
+def _cmd_probe(args) -> int:
+    from .config import ESPConfig
+    from .decode import generate
+    from .esp import ESPDrafter
+
+    if args.num_masks < 1:
+        raise UserError(f"--num-masks must be >= 1, got {args.num_masks}")
+    model, tok, prompts, ids = _load(args)
+    accs = []
+    for p in ids:
+        dr = ESPDrafter(ESPConfig(num_masks=args.num_masks, topk=(1,) * args.num_masks, max_nodes=0))
+        new, _ = generate(model, [p], dr, args.max_new_tokens, eos_token_id=tok.eos_token_id)
+        accs.append(dr.probe_accuracy([p + new[0]]))
+    keys = sorted({k for a in accs for k in a})
+    mean = {k: sum(a[k] for a in accs if k in a) / max(1, sum(k in a for a in accs)) for k in keys}
+    if args.json:
+        print(json.dumps(mean))
+    else:
+        for j in range(1, args.num_masks + 1):
+            print(f"mask depth {j}: top-1 {mean.get(f'top1_depth{j}', float('nan')):.3f}  "
+                  f"top-5 {mean.get(f'top5_depth{j}', float('nan')):.3f}")
+    return 0
+
+
+def _common(p, drafter_knobs: bool = True) -> None:
+    p.add_argument("--model", required=True, help="a local Hugging Face folder, or smollm2")
+    p.add_argument("--prompt-file", type=Path, required=True, help='JSONL {"id", "prompt"} or one prompt per line')
+    p.add_argument("--max-new-tokens", type=_positive, default=64)
+    p.add_argument("--chat", action="store_true", help="wrap each prompt as one user message (chat template)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = ArgumentParser(prog="esp-decode", description="Lossless, training-free multi-token decoding: "
+                            "ESP (embedding-space probing, loop reconstructed) and the training-free drafters.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("generate", help="decode prompts with one drafter")
+    _common(g)
+    g.add_argument("--drafter", default="esp", help=f"one of {', '.join(DRAFTER_NAMES)} (default: esp)")
+    g.add_argument("--num-masks", type=_nonneg, default=4)
+    g.add_argument("--topk", type=_topk, default=(8, 4, 2, 2))
+    g.add_argument("--max-nodes", type=_nonneg, default=48)
+    g.add_argument("--temperature", type=_temperature, default=0.0)
+    g.add_argument("--seed", type=int, default=None)
+    g.add_argument("--batch-size", type=_positive, default=1)
+    g.add_argument("--out", type=Path, default=None, help="also write the output here (must not exist)")
+    g.add_argument("--force", action="store_true", help="replace --out if it exists")
+    g.set_defaults(fn=_cmd_generate)
+    b = sub.add_parser("bench", help="mean accepted length, calls, tokens/s and losslessness per drafter")
+    _common(b)
+    b.add_argument("--drafters", default="ar,pld,lade,esp")
+    b.add_argument("--check-lossless", action="store_true")
+    b.set_defaults(fn=_cmd_bench)
+    p = sub.add_parser("probe", help="top-1/top-5 accuracy of each mask depth vs the model's own greedy tokens")
+    _common(p)
+    p.add_argument("--num-masks", type=int, default=4)
+    p.set_defaults(fn=_cmd_probe)
+    r = sub.add_parser("reproduce", help="reproduce the paper's claims at laptop scale")
+    add_reproduce_arguments(r)
+    r.set_defaults(fn=lambda a: reproduce_from_args(["esp-decode"], a))
+    return parser
+
+
+@cli_entry("esp-decode")
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""Hyperparameters: frozen dataclasses, each field citing the paper or marked [R]."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MASK_INITS = ("prompt_mean", "context_mean", "vocab_mean", "learned")
+
+
+@dataclass(frozen=True)
+class ESPConfig:
+    #: mask tokens appended per host; mask j predicts the token j + 1 steps ahead [P] (count [R])
+    num_masks: int = 4
+    #: top-K kept per mask level [P: "Top-K candidates"]; the values (8, 4, 2, 2) are [R]
+    topk: tuple[int, ...] = (8, 4, 2, 2)
+    #: node budget of the pruned tree [P: "pruning"]; 48 is [R]
+    max_nodes: int = 48
+    #: mask embedding [P: prompt-token mean is the default]; the variants are [R]
+    mask_init: str = "prompt_mean"
+    #: which nodes carry masks: "all" (every node, so any accepted node seeds the next tree) or
+    #: "root" (only the root; the next tree then comes from the root's deeper masks) [R]
+    attach: str = "all"
+    #: "tree" (the paper's) or "chain" (the top-1 chain ablation) [R]
+    shape: str = "tree"
+
+    def __post_init__(self) -> None:
+        if self.num_masks < 0:
+            raise ValueError(f"num_masks must be >= 0, got {self.num_masks}")
+        if self.num_masks and (not self.topk or any(int(k) < 1 for k in self.topk)):
+            raise ValueError(f"topk must be positive integers, got {self.topk}")
+        if self.max_nodes < 0:
+            raise ValueError(f"max_nodes must be >= 0, got {self.max_nodes}")
+        if self.mask_init not in MASK_INITS:
+            raise ValueError(f"unknown mask_init {self.mask_init!r} (choose from {', '.join(MASK_INITS)})")
+        if self.attach not in ("all", "root"):
+            raise ValueError(f"attach must be 'all' or 'root', got {self.attach!r}")
+        if self.shape not in ("tree", "chain"):
+            raise ValueError(f"shape must be 'tree' or 'chain', got {self.shape!r}")
+
+
+@dataclass(frozen=True)
+class PLDConfig:
+    #: tokens proposed after a match (transformers' prompt_lookup_num_tokens default 10) [C]
+    num_pred: int = 10
+    #: longest n-gram matched (transformers' max_matching_ngram_size default 2) [C]
+    max_ngram: int = 2
+    #: distinct matches merged into one tree ("several matches at once", llama.cpp PR #4484) [R]
+    max_matches: int = 4
+    #: node budget [R]
+    max_nodes: int = 48
+
+
+@dataclass(frozen=True)
+class LADEConfig:
+    #: n-gram size N (LADE README example: level 5) [C]
+    ngram: int = 5
+    #: Jacobi window W (LADE README example: 7) [C]
+    window: int = 7
+    #: guess-set size G: n-grams verified per step (LADE README example: 7) [C]
+    guesses: int = 7
+    #: node budget of the merged guesses [R]
+    max_nodes: int = 48
+
+
+@dataclass(frozen=True)
+class STANDConfig:
+    #: candidates stored per context from the verifier's logits (STAND: logit n-gram memory) [P]
+    store_topk: int = 4
+    #: branching per level when drafting (deterministic top-K in greedy mode) [R]
+    topk: tuple[int, ...] = (4, 2, 2, 1, 1, 1)
+    #: node budget [R]
+    max_nodes: int = 48

@@ -1,0 +1,222 @@
+"""The fused draft/verify loop shared by every drafter: one model call per step under a 4-D mask,
+greedy or distribution-preserving verification, KV cache cut back to the accepted path.
+
+A drafter proposes, per sequence, a ``Tree`` under the root plus probes (``(host, token)``; token
+``None`` is a mask token, embedded by the drafter) and observes each call's outcome.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+
+import torch
+
+from icml26_shared import UserError
+
+from .core import (
+    Tree,
+    item_positions,
+    item_visibility,
+    mean_accepted_length,
+    tree_attention_mask,
+    verify_greedy,
+    verify_sampling,
+)
+
+#: architectures whose attention takes a custom 4-D mask and explicit position ids
+SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "olmo2", "phi3")
+
+
+@dataclass
+class CallRecord:
+    """What one call did for one sequence (passed to ``Drafter.observe``)."""
+
+    context: list[int]            # committed tokens before the call (the root is the last)
+    n_chain: int
+    tree: Tree
+    probes: list[tuple[int, int | None]]
+    probs: torch.Tensor           # [1 + nodes + probes, V] softmax of root, nodes, probes
+    accepted: list[int]
+    bonus: int
+
+
+class Drafter:
+    """Autoregressive decoding: an empty tree, no probes. Subclasses override the hooks."""
+
+    name = "ar"
+
+    def bind(self, model) -> None:
+        self.model = model
+
+    def start(self, prompts: list[list[int]]) -> None:
+        pass
+
+    def draft(self, b: int, context: list[int], max_depth: int) -> tuple[Tree, list[tuple[int, int | None]]]:
+        return Tree(), []
+
+    def mask_vector(self, b: int) -> torch.Tensor:
+        raise NotImplementedError
+
+    def observe(self, b: int, rec: CallRecord) -> None:
+        pass
+
+
+@dataclass
+class RowStats:
+    model_calls: int = 0
+    accepted_lengths: list[int] = field(default_factory=list)
+    tree_sizes: list[int] = field(default_factory=list)
+    new_tokens: int = 0
+
+    def as_dict(self) -> dict:
+        return {"model_calls": self.model_calls, "accepted_lengths": list(self.accepted_lengths),
+                "tree_sizes": list(self.tree_sizes), "new_tokens": self.new_tokens,
+                "mean_accepted_length": mean_accepted_length(self.new_tokens, self.model_calls)}
+
+
+def check_model(model) -> None:
+    mtype = getattr(model.config, "model_type", "?")
+    if mtype not in SUPPORTED:
+        raise UserError(f"model type {mtype!r} is not supported: tree decoding needs a causal LM that "
+                        f"takes 4-D attention masks and position ids ({', '.join(SUPPORTED)})")
+    if getattr(model.config, "_attn_implementation", None) not in (None, "sdpa", "eager"):
+        raise UserError(f"attention implementation {model.config._attn_implementation!r} ignores 4-D "
+                        "masks: load the model with attn_implementation='sdpa'")
+
+
+def _cache_kwarg(module) -> str:
+    params = inspect.signature(module.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def _compact(cache, keep: list[list[int]]) -> None:
+    """Keep, per row, the given slot indices (left-aligned); the rest is cropped (DynamicCache.crop)."""
+    new_len = max(len(k) for k in keep)
+    cur = cache.get_seq_length()
+    if all(k == list(range(len(k))) for k in keep):
+        if new_len < cur:
+            cache.crop(new_len - cur)  # negative: remove that many (transformers 4.x and 5.x alike)
+        return
+    idx = torch.tensor([k + [0] * (new_len - len(k)) for k in keep])
+    for layer in cache.layers:
+        for name in ("keys", "values"):
+            t = getattr(layer, name)
+            B, H, _, D = t.shape
+            g = t.gather(2, idx.to(t.device)[:, None, :, None].expand(B, H, new_len, D))
+            t[:, :, :new_len] = g
+    if new_len < cur:
+        cache.crop(new_len - cur)
+
+
+@torch.no_grad()
+def generate(model, prompts: list[list[int]], drafter: Drafter, max_new_tokens: int, *,
+             temperature: float = 0.0, seed: int | None = None, eos_token_id: int | list[int] | None = None,
+             pad_token_id: int = 0, cache=None) -> tuple[list[list[int]], list[dict]]:
+    """Decode every prompt (batched: per-sequence trees in one padded call). Returns the new tokens
+    per prompt and per-prompt stats (``model_calls`` counts every forward, prefill included).
+    ``cache``: an empty ``DynamicCache`` to use (afterwards it holds each row's committed prefix
+    except its last token, left-aligned)."""
+    from transformers import DynamicCache
+
+    check_model(model)
+    if max_new_tokens < 1:
+        raise UserError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise UserError("every prompt needs at least one token")
+    if not (temperature >= 0.0) or temperature != temperature:
+        raise UserError(f"temperature must be >= 0, got {temperature}")
+    eos = set([eos_token_id] if isinstance(eos_token_id, int) else (eos_token_id or []))
+    base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
+    head = model.get_output_embeddings()
+    embed = model.get_input_embeddings()
+    dev = next(model.parameters()).device
+    kw = _cache_kwarg(base)
+    gen = torch.Generator().manual_seed(0 if seed is None else int(seed))
+    drafter.bind(model)
+    drafter.start([list(p) for p in prompts])
+    B = len(prompts)
+    ctx = [list(map(int, p)) for p in prompts]
+    n_cached = [0] * B
+    new = [[] for _ in range(B)]
+    done = [False] * B
+    stats = [RowStats() for _ in range(B)]
+    cache = DynamicCache(config=model.config) if cache is None else cache
+    while not all(done):
+        active = [b for b in range(B) if not done[b]]
+        layouts = {}
+        for b in active:
+            remaining = max_new_tokens - len(new[b])
+            tree, probes = drafter.draft(b, ctx[b], max(0, remaining - 1))
+            n_chain = len(ctx[b]) - n_cached[b] - 1
+            layouts[b] = (n_chain, tree, probes)
+        cache_len = cache.get_seq_length()
+        vis_rows, pos_rows, emb_rows = [], [], []
+        for b in range(B):
+            if b not in layouts:
+                vis_rows.append(torch.ones(1, 1, dtype=torch.bool))
+                pos_rows.append([0])
+                emb_rows.append(embed(torch.tensor([pad_token_id], device=dev)))
+                continue
+            n_chain, tree, probes = layouts[b]
+            hosts = [h for h, _ in probes]
+            vis_rows.append(item_visibility(n_chain, tree, hosts))
+            pos_rows.append(item_positions(n_cached[b], n_chain, tree, hosts))
+            toks = ctx[b][n_cached[b]:] + tree.tokens + [pad_token_id if t is None else t for _, t in probes]
+            e = embed(torch.tensor(toks, device=dev))
+            mask_rows = [1 + n_chain + len(tree) + k for k, (_, t) in enumerate(probes) if t is None]
+            if mask_rows:
+                e = e.clone()
+                e[mask_rows] = drafter.mask_vector(b).to(e.dtype).to(dev)
+            emb_rows.append(e)
+        n = max(v.shape[0] for v in vis_rows)
+        d = emb_rows[0].shape[-1]
+        inputs = torch.zeros(B, n, d, dtype=emb_rows[0].dtype, device=dev)
+        pos = torch.zeros(B, n, dtype=torch.long)
+        for b in range(B):
+            m = emb_rows[b].shape[0]
+            inputs[b, :m] = emb_rows[b]
+            pos[b, :m] = torch.tensor(pos_rows[b])
+            pos[b, m:] = pos_rows[b][-1]
+        valid = [n_cached[b] for b in range(B)]
+        mask = tree_attention_mask(vis_rows, valid, cache_len, dtype=inputs.dtype).to(dev)
+        out = base(inputs_embeds=inputs, attention_mask=mask, position_ids=pos.to(dev), use_cache=True,
+                   **{kw: cache})
+        hidden = out.last_hidden_state
+        keep = []
+        for b in range(B):
+            old = list(range(n_cached[b]))
+            if b not in layouts:
+                keep.append(old)
+                continue
+            n_chain, tree, probes = layouts[b]
+            m = 1 + len(tree) + len(probes)
+            logits = head(hidden[b, n_chain: n_chain + m]).float()
+            probs = torch.softmax(logits / temperature, -1) if temperature > 0 else torch.softmax(logits, -1)
+            if temperature > 0:
+                accepted, bonus = verify_sampling(tree, probs[: 1 + len(tree)].cpu(), gen)
+            else:
+                accepted, bonus = verify_greedy(tree, logits[: 1 + len(tree)].argmax(-1).tolist())
+            drafter.observe(b, CallRecord(list(ctx[b]), n_chain, tree, probes, probs, accepted, bonus))
+            keep.append(old + [cache_len + i for i in range(n_chain + 1)]
+                        + [cache_len + n_chain + 1 + a for a in accepted])
+            n_cached[b] = len(ctx[b]) + len(accepted)
+            added = [tree.tokens[a] for a in accepted] + [bonus]
+            cut = len(added)
+            for i, t in enumerate(added):
+                if t in eos:
+                    cut = i + 1
+                    break
+            cut = min(cut, max_new_tokens - len(new[b]))
+            added = added[:cut]
+            ctx[b] += added
+            new[b] += added
+            st = stats[b]
+            st.model_calls += 1
+            st.accepted_lengths.append(len(added))
+            st.tree_sizes.append(len(tree))
+            st.new_tokens = len(new[b])
+            if len(new[b]) >= max_new_tokens or (added and added[-1] in eos):
+                done[b] = True
+        _compact(cache, keep)
+    return new, [s.as_dict() for s in stats]

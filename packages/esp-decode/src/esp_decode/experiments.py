@@ -1,0 +1,261 @@
+"""The reproduction: (a) a tiny character LM trained in-process on three regimes; (b) SmolLM2-135M-
+Instruct on chat prompts from Python's own text. Every drafter decodes greedily, is checked token
+for token against ``model.generate``, and is scored by mean accepted length on the same prompts.
+
+Splits: knobs (ESP masks × top-K, LADE window) are chosen on dev prompts; claims use test prompts.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from icml26_shared import ClaimCheck, Results
+from icml26_shared.eval import compare, paired_interval
+from icml26_shared.runner import check_scale
+
+from .baselines import make_drafter
+from .config import ESPConfig, LADEConfig
+from .core import mean_accepted_length
+from .decode import generate
+from .registry import CLAIMS, DESCRIPTOR
+
+CFG = {
+    "smoke": dict(tiny=dict(d=32, layers=2, seconds=5, steps=3, n_test=1, n_dev=1, tokens=6, mask_steps=2,
+                            grid=1), smol=None),
+    "quick": dict(tiny=dict(d=128, layers=4, seconds=240, steps=200, n_test=12, n_dev=4, tokens=48,
+                            mask_steps=60, grid=None),
+                  smol=dict(n_test=4, tokens=48, timing_tokens=24)),
+}
+ESP_GRID = (ESPConfig(num_masks=4, topk=(8, 4, 2, 2)), ESPConfig(num_masks=3, topk=(4, 2, 2)),
+            ESPConfig(num_masks=4, topk=(4, 2, 2, 2), max_nodes=24))
+LADE_GRID = (LADEConfig(ngram=5, window=7, guesses=7), LADEConfig(ngram=3, window=5, guesses=7))
+DRAFTERS = ("ar", "pld", "lade", "stand", "esp", "esp+pld")
+
+
+def run_drafter(model, prompts, name, tokens, refs, batch, eos=None, **kw):
+    """Decode ``prompts`` in batches; returns per-prompt mean accepted length, calls and a
+    lossless flag (output == reference greedy decoding)."""
+    mal, calls, same, probe = [], [], [], []
+    for i in range(0, len(prompts), batch):
+        chunk = prompts[i: i + batch]
+        dr = make_drafter(name, eos_token_id=eos, **kw)
+        new, stats = generate(model, chunk, dr, tokens, eos_token_id=eos)
+        for j, (n, st) in enumerate(zip(new, stats, strict=True)):
+            mal.append(mean_accepted_length(len(n), st["model_calls"]))
+            calls.append(st["model_calls"])
+            same.append(n == refs[i + j])
+        if hasattr(dr, "probe_log") or hasattr(getattr(dr, "esp", None), "probe_log"):
+            esp = dr if hasattr(dr, "probe_log") else dr.esp
+            probe.append(esp.probe_accuracy([c + n for c, n in zip(chunk, new, strict=True)]))
+    return dict(mal=mal, calls=calls, lossless=same, probe=_merge_probe(probe))
+
+
+def _merge_probe(parts):
+    if not parts:
+        return None
+    keys = parts[0].keys()
+    return {k: float(np.mean([p[k] for p in parts if not np.isnan(p[k])] or [np.nan])) for k in keys}
+
+
+def greedy_refs(model, prompts, tokens, eos=None):
+    out = []
+    for p in prompts:
+        ids = model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                             max_new_tokens=tokens, do_sample=False, eos_token_id=eos,
+                             pad_token_id=eos if eos is not None else 0)
+        new = ids[0, len(p):].tolist()
+        if eos is not None and eos in new:
+            new = new[: new.index(eos) + 1]
+        out.append(new)
+    return out
+
+
+def _choose(model, dev, tokens, refs, grid, name, batch, eos=None, key="esp"):
+    """The grid point with the best dev mean accepted length (ties: the first)."""
+    scores = [float(np.mean(run_drafter(model, dev, name, tokens, refs, batch, eos, **{key: g})["mal"]))
+              for g in grid]
+    return grid[int(np.argmax(scores))], scores
+
+
+def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
+    check_scale(scale)
+    if scale == "full":
+        from .gpu import full_recipe
+
+        return full_recipe(Path(out_dir), seed)
+    cfg = CFG[scale]
+    res = Results(package=DESCRIPTOR.name, version=DESCRIPTOR.version, scale=scale, seed=seed)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        tiny = _tiny(res, cfg["tiny"], seed)
+        smol = _smol(res, cfg["smol"], seed, (tiny["_esp"], tiny["_lade"])) if cfg["smol"] else None
+        tiny = _strip(tiny)
+    finally:
+        torch.set_num_threads(threads)
+    _claims(res, smol or tiny, "smollm2" if smol else "tiny")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "per_prompt.json").write_text(json.dumps({"tiny": tiny, "smollm2": smol}, default=float) + "\n")
+    res.figures.append("per_prompt.json")
+    res.notes += [
+        "Mean accepted length = (new tokens - 1) / (model calls - 1), prefill included in the calls; "
+        "every drafter shares one verifier and one fused call per step.",
+        "ESP's loop (fused bonus/tree/mask call, tree pruning, mask attachment, defaults) is OUR "
+        "RECONSTRUCTION [R] from the abstract; LADE and STAND are our own re-implementations [R]; PLD "
+        "follows transformers' prompt lookup [C].",
+        "Splits: ESP knobs (num_masks x top-K x node budget) and the LADE window were chosen on dev "
+        "prompts (disjoint from test) by mean accepted length; every figure and claim is on test.",
+        "CPU tokens/s come from icml26_shared.eval.compare on one test prompt (one torch thread, shared "
+        "machine): they are not GPU throughput.",
+    ]
+    return res
+
+
+def _suite(res, exp, model, regimes, dev, test, tokens, dev_tokens, batch, eos, seed, extra=(), grid=None,
+           chosen=None, drafters=DRAFTERS):
+    """Choose knobs on dev (or take ``chosen``), then run every drafter (plus ablations) on test."""
+    if chosen is None:
+        dev_all = [p for r in regimes for p in dev[r]]
+        dev_refs = greedy_refs(model, dev_all, dev_tokens, eos)
+        esp_cfg, esp_scores = _choose(model, dev_all, dev_tokens, dev_refs, ESP_GRID[:grid], "esp", batch, eos)
+        lade_cfg, lade_scores = _choose(model, dev_all, dev_tokens, dev_refs, LADE_GRID[:grid], "lade", batch,
+                                        eos, key="lade")
+        res.notes.append(f"{exp}: dev chose ESP {esp_cfg} (dev mean accepted lengths "
+                         f"{np.round(esp_scores, 3).tolist()}) and LADE {lade_cfg} ({np.round(lade_scores, 3).tolist()}).")
+    else:
+        esp_cfg, lade_cfg = chosen
+    arms = {name: dict() for name in drafters}
+    arms["esp-chain"] = dict(name="esp", esp=replace(esp_cfg, shape="chain"))
+    if exp == "tiny":
+        arms["esp-vocab_mean"] = dict(name="esp", esp=replace(esp_cfg, mask_init="vocab_mean"))
+    for name, kw in extra:
+        arms[name] = kw
+    data: dict = {}
+    allp = [p for r in regimes for p in test[r]]       # all regimes in one batched run per arm
+    bounds = np.cumsum([0] + [len(test[r]) for r in regimes])
+    refs = greedy_refs(model, allp, tokens, eos)
+    for arm, kw in arms.items():
+        kw = dict(kw)
+        name = kw.pop("name", arm)
+        kw.setdefault("esp", replace(esp_cfg, mask_init="learned") if "mask_embedding" in kw else esp_cfg)
+        kw.setdefault("lade", lade_cfg)
+        kw.setdefault("seed", seed)
+        out = run_drafter(model, allp, name, tokens, refs, batch, eos, **kw)
+        for i, regime in enumerate(regimes):
+            lo, hi = bounds[i], bounds[i + 1]
+            data.setdefault(arm, {})[regime] = dict(mal=out["mal"][lo:hi], calls=out["calls"][lo:hi],
+                                                    lossless=out["lossless"][lo:hi], probe=out["probe"])
+    for arm, by in data.items():
+        allv = [v for r in regimes for v in by[r]["mal"]]
+        for regime in (*regimes, "all"):
+            vals = allv if regime == "all" else by[regime]["mal"]
+            calls = [c for r in regimes for c in by[r]["calls"]] if regime == "all" else by[regime]["calls"]
+            res.add(f"{exp}/{regime}", arm, "mean_accepted_length", vals, unit="tokens/call")
+            res.add(f"{exp}/{regime}", arm, "model_calls", calls)
+        lossless = [x for r in regimes for x in by[r]["lossless"]]
+        res.add(f"{exp}/all", arm, "lossless_fraction", float(np.mean(lossless)))
+        if by[regimes[0]]["probe"]:
+            for k, v in by[regimes[0]]["probe"].items():
+                res.add(f"{exp}/all", arm, f"probe_{k}", v)
+    return {"esp_cfg": str(esp_cfg), "lade_cfg": str(lade_cfg), "arms": data, "regimes": list(regimes),
+            "lossless_all": all(x for by in data.values() for r in regimes for x in by[r]["lossless"]),
+            "_esp": esp_cfg, "_lade": lade_cfg}
+
+
+def _tiny(res, c, seed):
+    from .tiny import REGIMES, learn_mask, tiny_prompts, train_tiny
+
+    model, tok, info = train_tiny(seed, c["seconds"], c["steps"], d=c["d"], layers=c["layers"])
+    res.add("tiny", "train", "final_loss", info["final_loss"])
+    res.add("tiny", "train", "steps", info["steps"])
+    res.notes.append(f"tiny LM: {c['layers']} layers, d={c['d']}, trained {info['steps']} steps "
+                     f"({info['seconds']:.0f} s, budget {c['seconds']} s), final loss {info['final_loss']:.3f}.")
+    dev = {r: [tok.encode(p) for p in tiny_prompts(r, c["n_dev"], seed + 1000)] for r in REGIMES}
+    test = {r: [tok.encode(p) for p in tiny_prompts(r, c["n_test"], seed)] for r in REGIMES}
+    k = max(g.num_masks for g in ESP_GRID)
+    learned = learn_mask(model, tok, seed, c["mask_steps"], k)
+    extra = [("esp-learned", dict(name="esp", mask_embedding=learned))]
+    out = _suite(res, "tiny", model, REGIMES, dev, test, c["tokens"], c["tokens"], 8, None, seed, extra,
+                 grid=c["grid"])
+    return out
+
+
+def _strip(out):
+    return {k: v for k, v in out.items() if not k.startswith("_")}
+
+
+def _smol(res, c, seed, chosen):
+    from icml26_shared.data import load_smollm2
+
+    from .tasks import REGIMES, split
+
+    model, tok = load_smollm2()
+    model.eval()
+    eos = tok.eos_token_id
+
+    def chat(p):
+        return tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
+                                       tokenize=True, return_dict=False)
+
+    test = {r: [list(chat(p)) for p in split(r, 0, c["n_test"])[1]] for r in REGIMES}
+    out = _suite(res, "smollm2", model, REGIMES, {}, test, c["tokens"], 0, 1, eos, seed, chosen=chosen,
+                 drafters=DRAFTERS[1:])
+    res.notes.append("smollm2: no dev tuning on SmolLM2 (CPU budget): it uses the ESP knobs and LADE window "
+                     "chosen on the tiny LM's dev prompts; 'ar' on test is the model.generate reference "
+                     "(mean accepted length 1 by definition, tested), not re-run.")
+    # CPU tokens/s side by side (one test prompt, one round each, interleaved by compare)
+    prompt = test["open"][0]
+    fns = {}
+    timed = ("ar", "pld", "lade", "esp")
+    for name in timed:
+        kw = dict(esp=out["_esp"], lade=out["_lade"], seed=seed)
+        fns[name] = (lambda name=name, kw=kw: generate(model, [prompt], make_drafter(name, eos_token_id=eos, **kw),
+                                                       c["timing_tokens"], eos_token_id=eos))
+    t = compare(fns, warmup=0, repeats=1)
+    tps = {}
+    for name in timed:
+        new, _ = fns[name]()
+        tps[name] = len(new[0]) / t[name].median
+        res.add("smollm2/timing", name, "throughput_tokens_per_s", tps[name], unit="tokens/s")
+    out["throughput"] = tps
+    return _strip(out)
+
+
+def _claims(res, data, exp):
+    arms, regimes = data["arms"], data["regimes"]
+
+    def vals(arm, regime):
+        return np.array([v for r in regimes for v in arms[arm][r]["mal"]] if regime == "all" else arms[arm][regime]["mal"])
+
+    res.claims.append(ClaimCheck.compare(
+        CLAIMS[0], 1.0 if data["lossless_all"] else 0.0, threshold=1.0,
+        note=f"{exp}: every drafter and ablation vs model.generate (greedy, fp32) on every test prompt"))
+    for claim, regime, arm, factor in ((CLAIMS[1], "all", "esp", 1.1), (CLAIMS[2], "open" if exp == "smollm2"
+                                        else "grammar", "esp", 1.1), (CLAIMS[3], "all", "esp+pld", 1.15)):
+        best = max(("pld", "lade"), key=lambda a: float(vals(a, regime).mean()))
+        ours, base = vals(arm, regime), vals(best, regime)
+        iv = paired_interval(ours, factor * base)
+        res.claims.append(ClaimCheck.compare(
+            claim, float(ours.mean()), float(factor * base.mean()), f"{factor} x {best}", interval=(iv.low, iv.high),
+            note=f"{exp}/{regime}: {arm} {ours.mean():.3f} vs {best} {base.mean():.3f} (ratio "
+                 f"{ours.mean() / base.mean():.3f}); paired 95% interval of {arm} - {factor} x {best} over "
+                 f"{len(ours)} prompts: [{iv.low:+.3f}, {iv.high:+.3f}]; ablations: "
+                 + ", ".join(f"{a} {vals(a, regime).mean():.3f}" for a in ("esp-chain", "esp-vocab_mean",
+                                                                         "esp-learned") if a in arms)))
+    tps = data.get("throughput")
+    if tps:
+        best = max(("pld", "lade"), key=lambda a: tps[a])
+        ratio = tps["esp"] / tps[best]
+        res.claims.append(ClaimCheck.compare(
+            CLAIMS[4], ratio, threshold=1.15,
+            note=f"CPU tokens/s, one prompt, one round (shared 2-core machine): esp {tps['esp']:.1f}, "
+                 f"{best} {tps[best]:.1f}, ar {tps['ar']:.1f}; GPU projection not run here"))
+    else:
+        res.claims.append(ClaimCheck.compare(CLAIMS[4], None, note=f"{exp}: no timing at this scale"))
+

@@ -1,0 +1,43 @@
+import pytest
+import torch
+
+torch.set_num_threads(1)
+
+
+def _tiny(kind: str, vocab: int = 40, seed: int = 0):
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    Cfg, M = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}[kind]
+    cfg = Cfg(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, max_position_embeddings=512, pad_token_id=0, eos_token_id=None,
+              bos_token_id=None)
+    cfg._attn_implementation = "sdpa"
+    return M(cfg).eval()
+
+
+@pytest.fixture(scope="session")
+def tiny_models():
+    return {"llama": _tiny("llama"), "qwen2": _tiny("qwen2", seed=1)}
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tiny_models):
+    return tiny_models["llama"]
+
+
+@pytest.fixture(scope="session")
+def make_tiny():
+    return _tiny
+
+
+@pytest.fixture(scope="session")
+def greedy():
+    return _hf_greedy
+
+
+def _hf_greedy(model, prompt, n):
+    out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                         max_new_tokens=n, do_sample=False, pad_token_id=0)
+    return out[0, len(prompt):].tolist()
+

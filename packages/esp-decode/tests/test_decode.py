@@ -1,0 +1,137 @@
+"""Lossless decoding, call counts, KV rollback and the mask mechanism on tiny random models."""
+
+import numpy as np
+import pytest
+import torch
+from esp_decode import ESPDecoder
+from esp_decode.baselines import DRAFTERS, make_drafter
+from esp_decode.config import ESPConfig, PLDConfig
+from esp_decode.decode import generate
+from scipy.stats import chisquare
+
+PROMPTS = [[1, 2, 3, 4, 5, 1, 2, 3], [7, 8, 9, 7, 8], [3, 4] * 6 + [5]]
+KNOBS = {"esp": [dict(esp=ESPConfig()), dict(esp=ESPConfig(num_masks=2, topk=(3, 2), max_nodes=5)),
+                 dict(esp=ESPConfig(attach="root", mask_init="context_mean")),
+                 dict(esp=ESPConfig(shape="chain", mask_init="vocab_mean"))]}
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_every_drafter_equals_greedy_batch_1_and_3(tiny_models, arch, greedy):
+    model = tiny_models[arch]
+    refs = [greedy(model, p, 16) for p in PROMPTS]
+    for name in DRAFTERS:
+        for kw in KNOBS.get(name, [{}]):
+            batched, stats = generate(model, PROMPTS, make_drafter(name, **kw), 16)
+            assert batched == refs, (arch, name, kw)
+            single = generate(model, [PROMPTS[1]], make_drafter(name, **kw), 16)[0][0]
+            assert single == refs[1], (arch, name, kw)
+            for st in stats:
+                assert all(a >= 1 for a in st["accepted_lengths"])   # each call accepts >= 1 token
+                assert st["model_calls"] <= st["new_tokens"]
+                assert max(st["tree_sizes"]) <= kw.get("esp", ESPConfig()).max_nodes
+
+
+def test_pld_with_one_match_makes_exactly_transformers_prompt_lookup_calls(tiny_llama):
+    base = tiny_llama.model
+    counter = {"n": 0}
+    orig = base.forward
+
+    def counted(*a, **k):
+        counter["n"] += 1
+        return orig(*a, **k)
+
+    base.forward = counted
+    try:
+        for prompt in PROMPTS:
+            counter["n"] = 0
+            out = tiny_llama.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                                      max_new_tokens=20, do_sample=False, prompt_lookup_num_tokens=10,
+                                      max_matching_ngram_size=2, pad_token_id=0)
+            hf_calls = counter["n"]
+            counter["n"] = 0
+            new, st = generate(tiny_llama, [prompt], make_drafter("pld", pld=PLDConfig(max_matches=1)), 20)
+            assert new[0] == out[0, len(prompt):].tolist()
+            assert st[0]["model_calls"] == counter["n"] == hf_calls   # the counter around forward agrees
+    finally:
+        del base.forward
+
+
+def test_num_masks_zero_is_autoregressive(tiny_llama):
+    ar_new, ar_st = generate(tiny_llama, PROMPTS, make_drafter("ar"), 12)
+    new, st = generate(tiny_llama, PROMPTS, make_drafter("esp", esp=ESPConfig(num_masks=0)), 12)
+    assert new == ar_new
+    assert [s["model_calls"] for s in st] == [s["model_calls"] for s in ar_st] == [12, 12, 12]
+
+
+def test_rollback_leaves_the_cache_of_a_fresh_prefill(tiny_llama):
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=tiny_llama.config)
+    prompt = PROMPTS[0]
+    new, _ = generate(tiny_llama, [prompt], make_drafter("esp+pld"), 10, cache=cache)
+    kept = prompt + new[0][:-1]
+    fresh = tiny_llama(input_ids=torch.tensor([kept]), use_cache=True).past_key_values
+    assert cache.get_seq_length() == len(kept)
+    for a, b in zip(cache.layers, fresh.layers, strict=True):
+        torch.testing.assert_close(a.keys, b.keys, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(a.values, b.values, atol=1e-5, rtol=1e-5)
+
+
+def test_esp_tree_comes_from_the_mask_tokens(tiny_llama):
+    """The second call's level-1 candidates are the top-K of mask 1's distribution computed
+    independently (prompt + mask embeddings, plain causal forward)."""
+    prompt = PROMPTS[2]
+    cfg = ESPConfig(num_masks=3, topk=(4, 2, 2), max_nodes=20)
+    dr = make_drafter("esp", esp=cfg)
+    seen = []
+    orig = dr.draft
+
+    def spy(b, ctx, depth):
+        tree, probes = orig(b, ctx, depth)
+        seen.append((list(ctx), tree))
+        return tree, probes
+
+    dr.draft = spy
+    generate(tiny_llama, [prompt], dr, 3)
+    emb = tiny_llama.get_input_embeddings()
+    mvec = emb.weight[torch.tensor(prompt)].mean(0)
+    with torch.no_grad():
+        x = torch.cat([emb(torch.tensor([prompt])), mvec.expand(1, 3, -1)], 1)
+        logits = tiny_llama(inputs_embeds=x).logits[0]
+    bonus = seen[1][0][-1]
+    assert bonus == int(logits[len(prompt) - 1].argmax())
+    level1 = [tok for tok, par in zip(seen[1][1].tokens, seen[1][1].parents, strict=True) if par == -1]
+    assert sorted(level1) == sorted(torch.topk(logits[len(prompt)], 4).indices.tolist())   # mask 1 -> t+2
+    assert len(seen[0][1]) == 0   # prefill: no predictions yet, masks only
+
+
+def test_sampling_preserves_the_target_distribution_end_to_end(make_tiny):
+    """Joint law of the first two sampled tokens under ESP trees equals the model's (chi-square)."""
+    model = make_tiny("llama", vocab=5, seed=3)
+    prompt = [1, 2, 3, 1]
+    n = 1000
+    new, _ = generate(model, [prompt] * n, make_drafter("esp", esp=ESPConfig(num_masks=2, topk=(3, 2), max_nodes=6)),
+                      2, temperature=1.0, seed=0)
+    counts = np.zeros((5, 5))
+    for a, b in new:
+        counts[a, b] += 1
+    with torch.no_grad():
+        p1 = torch.softmax(model(input_ids=torch.tensor([prompt])).logits[0, -1], -1)
+        p2 = torch.softmax(model(input_ids=torch.tensor([[*prompt, t] for t in range(5)])).logits[:, -1], -1)
+    expected = (p1[:, None] * p2).double().numpy().ravel()
+    assert chisquare(counts.ravel(), expected * n / expected.sum()).pvalue > 1e-3
+
+
+def test_decoder_api_and_unsupported_models(tiny_llama, greedy):
+    out, stats = ESPDecoder(tiny_llama, None).generate(torch.tensor([PROMPTS[0]]), 8)
+    assert out[0, len(PROMPTS[0]):].tolist() == greedy(tiny_llama, PROMPTS[0], 8)
+    assert stats["model_calls"] >= 1 and sum(stats["accepted_lengths"]) == 8
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from icml26_shared import UserError
+
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=20))
+    with pytest.raises(UserError, match="4-D"):
+        generate(gpt2, [[1, 2]], make_drafter("esp"), 4)
+    with pytest.raises(UserError, match="max_new_tokens"):
+        generate(tiny_llama, [[1, 2]], make_drafter("esp"), 0)
