@@ -110,13 +110,53 @@ def test_budget_the_codec_cannot_meet(files, tiny_model, tmp_path, capsys):
     assert not out.exists() and not (tmp_path / ".idx.partial").exists()
 
 
-def test_qrels_for_unknown_ids(files, tmp_path, capsys):
+def test_qrels_queries_missing_from_the_run(tmp_path, capsys):
     run = _write(tmp_path / "run", "q1 Q0 doc1 1 2.0 x\nq1 Q0 doc2 2 1.0 x\n")
     qrels = _write(tmp_path / "qrels", "q1 0 doc1 1\nq9 0 doc3 1\n")
-    assert main(["eval", run, qrels]) == 2
-    assert "unknown query ids" in _err(capsys)
+    assert main(["eval", run, qrels, "--json"]) == 0  # q9 scores 0, as trec_eval -c
+    m = json.loads(capsys.readouterr().out)
+    assert m["mrr@10"] == 0.5 and m["missing_queries"] == 1
+    assert main(["eval", run, qrels, "--strict"]) == 2
+    assert "not in the run" in _err(capsys)
     assert main(["eval", run, _write(tmp_path / "bad", "q1 doc1 1\n")]) == 2
     assert "bad:1" in _err(capsys)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["search", "IDX", "Q", "--out", "R", "--k", "0"], "--k must be >= 1"),
+    (["search", "IDX", "Q", "--out", "R", "--batch", "nan"], "--batch must be an integer"),
+    (["search", "IDX", "Q", "--out", "R", "--nprobe", "-1"], "--nprobe must be >= 0"),
+    (["index", "C", "--out", "O", "--bytes-per-token", "0"], "--bytes-per-token must be >= 1"),
+    (["index", "C", "--out", "O", "--codec", "binary"], "invalid choice"),
+    (["eval", "R"], "required"),
+])
+def test_bad_options_are_one_line(capsys, args, message):
+    assert main(args) == 2
+    assert message in _err(capsys)
+
+
+def test_error_during_indexing_leaves_nothing_behind(files, tiny_model, tmp_path, capsys):
+    """The codec refuses to train on too few tokens after the work folder exists: no partial."""
+    tiny = tmp_path / "tiny.jsonl"
+    tiny.write_text('{"id": 1, "text": "a few words"}\n')
+    out = tmp_path / "idx"
+    rc = main(["index", str(tiny), "--out", str(out), "--codec", "pq", "--bytes-per-token", "4",
+               "--model", str(tiny_model), *TINY])
+    assert rc == 2 and "needs at least 256" in _err(capsys)
+    assert not out.exists() and not (tmp_path / ".idx.partial").exists()
+
+
+def test_info_json_splits_bytes(files, tiny_model, tmp_path, capsys):
+    idx = tmp_path / "rq"
+    assert main(["index", str(files / "corpus.jsonl"), "--out", str(idx), "--codec", "rq",
+                 "--bytes-per-token", "2", "--model", str(tiny_model), *TINY]) == 0
+    capsys.readouterr()
+    assert main(["info", str(idx), "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    per = rep["bytes_per_token"]
+    assert set(per) == {"codes", "codebooks", "offsets", "ids", "other"} and per["codes"] == 2
+    total = sum(f.stat().st_size for f in idx.iterdir() if not f.name.startswith("encoder."))
+    assert sum(per.values()) * rep["n_tokens"] == pytest.approx(total)
 
 
 def test_search_refuses_a_non_index_and_existing_output(files, tmp_path, capsys):

@@ -66,3 +66,55 @@ def test_minilm_default_encoder():
     assert enc.dim == 384 and enc.projection is None
     v = enc.encode(["Return the absolute path."], is_query=True)[0]
     assert v.shape[1] == 384
+
+
+def _colbert_ckpt(tiny_model, tmp_path, out_dim=12):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    ckpt = tmp_path / "colbert-tiny"
+    shutil.copytree(tiny_model, ckpt)
+    w = load_file(str(ckpt / "model.safetensors"))
+    w["linear.weight"] = torch.randn(out_dim, 32, generator=torch.Generator().manual_seed(0))
+    save_file(w, str(ckpt / "model.safetensors"))
+    return ckpt, w["linear.weight"]
+
+
+def test_colbert_checkpoint_uses_markers_mask_augmentation_and_skiplist(tiny_model, tmp_path):
+    """A ColBERT-shaped checkpoint (BERT + ``linear.weight``) is encoded as ColBERT does:
+    queries = [CLS] [unused0] tokens [SEP] then [MASK] up to query_maxlen (not attended, but
+    vectors), documents = [CLS] [unused1] tokens [SEP] without punctuation. Checked against the
+    model run by hand on exactly those ids."""
+    from transformers import AutoModel, AutoTokenizer
+
+    ckpt, W = _colbert_ckpt(tiny_model, tmp_path)
+    enc = LateInteractionEncoder.load(EncoderConfig(model=str(ckpt), query_maxlen=10))
+    assert enc.colbert and enc.info()["colbert"]
+    tok, bert = AutoTokenizer.from_pretrained(ckpt), AutoModel.from_pretrained(ckpt).eval()
+    t = tok.convert_tokens_to_ids
+    ids = lambda words: [t(w) for w in words]  # noqa: E731
+
+    def by_hand(token_ids, attended, keep):
+        with torch.no_grad():
+            h = bert(input_ids=torch.tensor([token_ids]),
+                     attention_mask=torch.tensor([attended]),
+                     token_type_ids=torch.zeros(1, len(token_ids), dtype=torch.long)).last_hidden_state[0]
+        v = h[torch.tensor(keep)] @ W.T
+        return (v / v.norm(dim=1, keepdim=True)).numpy()
+
+    q = ids(["[CLS]", "[unused0]", "sort", "a", "list", "[SEP]"]) + [tok.mask_token_id] * 4
+    got_q = enc.encode(["sort a list"], is_query=True)[0]
+    assert got_q.shape == (10, 12)  # always query_maxlen vectors
+    np.testing.assert_allclose(got_q, by_hand(q, [1] * 6 + [0] * 4, [True] * 10), rtol=1e-4, atol=1e-5)
+    d = ids(["[CLS]", "[unused1]", "sort", ",", "a", "list", ".", "[SEP]"])
+    got_d = enc.encode(["sort, a list."], is_query=False)[0]
+    keep = [True, True, True, False, True, True, False, True]
+    assert got_d.shape == (6, 12)  # two punctuation tokens dropped
+    np.testing.assert_allclose(got_d, by_hand(d, [1] * 8, keep), rtol=1e-4, atol=1e-5)
+
+
+def test_plain_encoder_keeps_its_tokens_as_they_are(tiny_model):
+    enc = LateInteractionEncoder.load(EncoderConfig(model=str(tiny_model), dim=8))
+    assert not enc.colbert
+    assert len(enc.encode(["sort, a list."], is_query=True)[0]) == 7  # [CLS] 5 tokens [SEP]

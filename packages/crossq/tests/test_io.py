@@ -26,6 +26,31 @@ def test_run_lines_sorted_by_score_not_file_order(tmp_path):
     assert read_run(tmp_path / "r") == {"q": ["b", "a"]}
 
 
+def test_ties_and_missing_queries_follow_trec_eval(tmp_path):
+    """Hand-computed trec_eval values. Ties on score are ordered by document id in decreasing
+    string order (trec_eval's ``strcmp(b, a)``), whatever the rank column says: q1 ranks
+    d2, d1, d3 -> RR 1/2, nDCG@10 = (1/log2(3)) / 1; q2 ranks d9 (rel 0), d5 (rel 2), d4 (rel 1)
+    -> RR 1/2, nDCG@10 = (2/log2(3) + 1/log2(4)) / (2 + 1/log2(3)); q3 is judged but absent from
+    the run -> 0 everywhere (trec_eval -c), counted in the means."""
+    import math
+
+    (tmp_path / "r").write_text("q1 Q0 d1 1 1.0 t\nq1 Q0 d2 2 1.0 t\nq1 Q0 d3 3 0.5 t\n"
+                                "q2 Q0 d4 1 0.2 t\nq2 Q0 d5 2 0.7 t\nq2 Q0 d9 3 0.7 t\n")
+    (tmp_path / "qrels").write_text("q1 0 d1 1\nq2 0 d5 2\nq2 0 d4 1\nq2 0 d9 0\nq3 0 d1 1\n")
+    run = read_run(tmp_path / "r")
+    assert run == {"q1": ["d2", "d1", "d3"], "q2": ["d9", "d5", "d4"]}
+    m = evaluate(run, read_qrels(tmp_path / "qrels"), recall_k=(1, 3))
+    l2 = math.log2
+    ndcg1 = 1 / l2(3)
+    ndcg2 = (2 / l2(3) + 1 / l2(4)) / (2 + 1 / l2(3))
+    assert m["mrr@10"] == pytest.approx((0.5 + 0.5 + 0) / 3)
+    assert m["ndcg@10"] == pytest.approx((ndcg1 + ndcg2 + 0) / 3)
+    assert m["recall@1"] == 0.0 and m["recall@3"] == pytest.approx((1 + 1 + 0) / 3)
+    assert m["queries"] == 3 and m["missing_queries"] == 1
+    with pytest.raises(UserError, match="not in the run"):
+        evaluate(run, read_qrels(tmp_path / "qrels"), strict=True)
+
+
 def test_bad_run_line_names_the_line(tmp_path):
     (tmp_path / "r").write_text("q Q0 a 1 0.1 t\nq Q0 b two 0.9 t\n")
     with pytest.raises(UserError, match=r"r:2: rank must be an integer"):

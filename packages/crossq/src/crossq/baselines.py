@@ -1,5 +1,8 @@
-"""Baseline codecs at matched bytes per token [S]: fp16, int8 scalar, faiss PQ and OPQ, and
-ColBERTv2/PLAID-style residual compression. Each is one registered class (see ``codecs.py``).
+"""Baseline codecs at matched bytes per token [S]: fp16, int8 scalar, faiss PQ and OPQ, faiss
+residual quantization with beam search (RQ) and local-search quantization (LSQ), and
+ColBERTv2/PLAID-style residual compression. Each is one registered class (see ``codecs.py``);
+token-wise conditional quantization is ``codecs.TokenwiseCodec``. Every codebook-like array is
+rounded to fp16 once fitted (the stored precision), then used for encoding.
 """
 
 from __future__ import annotations
@@ -8,7 +11,7 @@ import numpy as np
 
 from icml26_shared import UserError
 
-from .codecs import Codec, check_bytes, register
+from .codecs import Codec, check_bytes, fp16_round, fp16_state, register
 from .config import CODEBOOK_SIZE
 
 
@@ -79,10 +82,11 @@ class PQ(Codec):
 
         pq = faiss.ProductQuantizer(self.dim, self.bytes_per_token, 8)
         pq.cp.seed = seed
+        pq.cp.min_points_per_centroid = 1
         pq.train(np.ascontiguousarray(X, np.float32))
         self.pq_ = pq
-        self.centroids = faiss.vector_to_array(pq.centroids).reshape(
-            self.bytes_per_token, CODEBOOK_SIZE, -1).astype(np.float32)
+        self.centroids = fp16_round(faiss.vector_to_array(pq.centroids).reshape(
+            self.bytes_per_token, CODEBOOK_SIZE, -1))
 
     def fit(self, X, offsets, seed=0, training=None):
         super().fit(X, offsets, seed)
@@ -102,7 +106,7 @@ class PQ(Codec):
         return self._assign(np.asarray(X, np.float32))
 
     def search_state(self):
-        return {"centroids": self.centroids}
+        return fp16_state(centroids=self.centroids)
 
     def codebooks(self):
         return _pad_subspaces(self.centroids, self.dim)
@@ -125,15 +129,19 @@ class OPQ(PQ):
         X = np.ascontiguousarray(X, np.float32)
         opq = faiss.OPQMatrix(self.dim, self.bytes_per_token)
         opq.niter = self.niter
+        inner = faiss.ProductQuantizer(self.dim, self.bytes_per_token, 8)
+        inner.cp.min_points_per_centroid = 1  # no faiss warnings on small corpora
+        inner.cp.seed = seed
+        opq.pq = inner  # (kept alive by ``inner`` until training ends)
         opq.train(X)
-        self.rotation = faiss.vector_to_array(opq.A).reshape(self.dim, self.dim).astype(np.float32)
+        self.rotation = fp16_round(faiss.vector_to_array(opq.A).reshape(self.dim, self.dim))
         self._train_pq(X @ self.rotation.T, seed)
 
     def encode(self, X, offsets):
         return self._assign(np.asarray(X, np.float32) @ self.rotation.T)
 
     def search_state(self):
-        return {"centroids": self.centroids, "rotation": self.rotation}
+        return fp16_state(centroids=self.centroids, rotation=self.rotation)
 
     def codebooks(self):
         return _pad_subspaces(self.centroids, self.dim) @ self.rotation
@@ -172,16 +180,17 @@ class Residual(Codec):
         faiss = load_faiss()
 
         X = np.ascontiguousarray(X, np.float32)
-        km = faiss.Kmeans(self.dim, CODEBOOK_SIZE, niter=20, seed=seed, max_points_per_centroid=256)
+        km = faiss.Kmeans(self.dim, CODEBOOK_SIZE, niter=20, seed=seed, max_points_per_centroid=256,
+                          min_points_per_centroid=1)
         km.train(X)
-        self.centroids = km.centroids.astype(np.float32)
+        self.centroids = fp16_round(km.centroids)
         R = X - self.centroids[self._ids(X)]
         _, vecs = np.linalg.eigh((R.T @ R).astype(np.float64))
-        self.basis = np.ascontiguousarray(vecs[:, ::-1][:, :self.n_res].T, np.float32)  # [n_res, d]
+        self.basis = fp16_round(np.ascontiguousarray(vecs[:, ::-1][:, :self.n_res].T))  # [n_res, d]
         Z = R @ self.basis.T
         levels = 2 ** self.nbits
-        self.cutoffs = np.quantile(Z, np.arange(1, levels) / levels, axis=0).T.astype(np.float32)
-        self.weights = np.quantile(Z, (np.arange(levels) + 0.5) / levels, axis=0).T.astype(np.float32)
+        self.cutoffs = fp16_round(np.quantile(Z, np.arange(1, levels) / levels, axis=0).T)
+        self.weights = fp16_round(np.quantile(Z, (np.arange(levels) + 0.5) / levels, axis=0).T)
 
     def _ids(self, X):
         C = self.centroids
@@ -200,8 +209,11 @@ class Residual(Codec):
         return codes
 
     def search_state(self):
-        return {"centroids": self.centroids, "basis": self.basis, "weights": self.weights,
-                "cutoffs": self.cutoffs}
+        return fp16_state(centroids=self.centroids, basis=self.basis, weights=self.weights,
+                          cutoffs=self.cutoffs)
+
+    def coarse_cells(self):
+        return self.centroids
 
     def codebooks(self):
         per, mask = 8 // self.nbits, 2 ** self.nbits - 1
@@ -212,3 +224,94 @@ class Residual(Codec):
             level = (v >> (self.nbits * (j % per))) & mask
             books[1 + j // per] += self.weights[j][level][:, None] * self.basis[j][None, :]
         return books
+
+
+class _FaissAdditive(Codec):
+    """faiss additive quantizers (one byte per codebook, no norm byte): trained on a sample of
+    ``train_tokens`` token vectors [R], codebooks rounded to fp16 and written back before encoding."""
+
+    min_train_tokens = CODEBOOK_SIZE
+
+    @classmethod
+    def check_budget(cls, dim, bytes_per_token):
+        return check_bytes(cls.name, bytes_per_token, 4, lambda b: 1 <= b <= 64,
+                           "one byte per codebook, 1 to 64 codebooks")
+
+    def _make(self, faiss, seed: int):
+        raise NotImplementedError
+
+    def fit(self, X, offsets, seed=0, training=None):
+        super().fit(X, offsets, seed)
+        from ._faiss import load_faiss
+
+        faiss = load_faiss()
+        X = np.ascontiguousarray(X, np.float32)
+        n = int(self.params.get("train_tokens", 16384))
+        if len(X) > n:
+            X = X[np.sort(np.random.default_rng(seed).choice(len(X), n, replace=False))]
+        q = self._make(faiss, seed)
+        q.train(X)
+        M = self.bytes_per_token
+        self.books = fp16_round(faiss.vector_to_array(q.codebooks).reshape(M, CODEBOOK_SIZE, self.dim))
+        self._attach(faiss, q)
+
+    def _attach(self, faiss, q) -> None:
+        faiss.copy_array_to_vector(np.ascontiguousarray(self.books).ravel(), q.codebooks)
+        q.is_trained = True
+        if hasattr(q, "compute_codebook_tables"):
+            q.compute_codebook_tables()
+        self.q_ = q
+
+    def encode(self, X, offsets):
+        if getattr(self, "q_", None) is None:  # loaded from an index: rebuild from the codebooks
+            from ._faiss import load_faiss
+
+            faiss = load_faiss()
+            self._attach(faiss, self._make(faiss, 0))
+        X = np.ascontiguousarray(X, np.float32)
+        out = [self.q_.compute_codes(X[i:i + 32768]) for i in range(0, len(X), 32768)]
+        codes = np.concatenate(out) if out else np.zeros((0, self.bytes_per_token), np.uint8)
+        assert codes.shape[1] == self.bytes_per_token
+        return codes
+
+    def search_state(self):
+        return fp16_state(books=self.books)
+
+    def codebooks(self):
+        return self.books
+
+
+@register("rq")
+class RQ(_FaissAdditive):
+    """faiss ``ResidualQuantizer`` with beam search (``beam`` = ``max_beam_size``; 1 = greedy)."""
+
+    def __init__(self, dim, bytes_per_token=None, beam: int = 4, train_tokens: int = 16384, **params):
+        super().__init__(dim, bytes_per_token, beam=int(beam), train_tokens=int(train_tokens), **params)
+
+    def _make(self, faiss, seed):
+        q = faiss.ResidualQuantizer(self.dim, self.bytes_per_token, 8)
+        q.max_beam_size = self.params["beam"]
+        q.cp.seed = seed
+        q.cp.min_points_per_centroid = 1  # no faiss warning on small corpora
+        return q
+
+    def coarse_cells(self):
+        return self.books[0]
+
+
+@register("lsq")
+class LSQ(_FaissAdditive):
+    """faiss ``LocalSearchQuantizer`` (LSQ++); iteration counts default to faiss's (25 / 16)."""
+
+    def __init__(self, dim, bytes_per_token=None, train_iters: int = 25, encode_ils_iters: int = 16,
+                 train_tokens: int = 16384, **params):
+        super().__init__(dim, bytes_per_token, train_iters=int(train_iters),
+                         encode_ils_iters=int(encode_ils_iters), train_tokens=int(train_tokens),
+                         **params)
+
+    def _make(self, faiss, seed):
+        q = faiss.LocalSearchQuantizer(self.dim, self.bytes_per_token, 8)
+        q.train_iters = self.params["train_iters"]
+        q.encode_ils_iters = self.params["encode_ils_iters"]
+        q.random_seed = seed
+        return q

@@ -12,9 +12,24 @@ import sys
 from pathlib import Path
 
 from icml26_shared import UserError, cli_entry
-from icml26_shared.cli import add_reproduce_arguments, reproduce_from_args
+from icml26_shared.cli import ArgumentParser, add_reproduce_arguments, reproduce_from_args
 
-CODEC_NAMES = ("fp16", "int8", "pq", "opq", "residual", "crossq")
+CODEC_NAMES = ("pq", "opq", "rq", "lsq", "tokenwise", "residual", "crossq", "fp16", "int8")
+TRAINED = ("crossq", "tokenwise")  # codecs with CrossQ's training (--steps applies)
+
+
+def _positive(name: str, minimum: int = 1):
+    """argparse type: an integer >= ``minimum`` (a clear one-line error otherwise)."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer, not {text!r}") from None
+        if v < minimum:
+            raise argparse.ArgumentTypeError(f"{name} must be >= {minimum}, not {v}")
+        return v
+    parse.__name__ = name
+    return parse
 
 
 def _encoder(args):
@@ -33,8 +48,8 @@ def _cmd_index(args) -> int:
     from .indexer import build_index
     from .io import read_corpus
 
-    if args.codec_model is not None and args.codec != "crossq":
-        raise UserError("--codec-model is for --codec crossq")
+    if args.codec_model is not None and args.codec not in TRAINED:
+        raise UserError("--codec-model is for --codec crossq or tokenwise")
     if args.out.exists() and not args.overwrite:
         raise UserError(f"{args.out} exists (pass --overwrite to replace it)")
     ids, texts = read_corpus(args.corpus)
@@ -42,7 +57,7 @@ def _cmd_index(args) -> int:
         from .codecs import get_codec
 
         get_codec(args.codec).check_budget(args.dim, args.bytes_per_token)
-    params = _crossq_params(args) if args.codec == "crossq" else {}
+    params = _crossq_params(args) if args.codec in TRAINED else {}
     manifest = build_index(ids, texts, args.out, _encoder(args), args.codec, args.bytes_per_token,
                            params, args.codec_model, chunk_docs=args.chunk_docs,
                            fit_docs=args.fit_docs, seed=args.seed, overwrite=args.overwrite,
@@ -73,7 +88,8 @@ def _cmd_search(args) -> int:
 
     read_manifest(args.index)  # a clear error before loading the encoder
     qids, qtexts = read_jsonl(args.queries)
-    run = search_texts(args.index, qids, qtexts, args.k, args.nprobe, progress=not args.quiet)
+    run = search_texts(args.index, qids, qtexts, args.k, args.nprobe, progress=not args.quiet,
+                       batch=args.batch)
     write_run(args.out, run)
     print(f"run: {args.out} ({len(run)} queries, top {args.k})")
     return 0
@@ -82,12 +98,13 @@ def _cmd_search(args) -> int:
 def _cmd_eval(args) -> int:
     from .io import evaluate, read_qrels, read_run
 
-    metrics = evaluate(read_run(args.run), read_qrels(args.qrels), k=10, recall_k=args.recall_k)
+    metrics = evaluate(read_run(args.run), read_qrels(args.qrels), k=10, recall_k=args.recall_k,
+                       strict=args.strict)
     if args.json:
         print(json.dumps(metrics, indent=2))
     else:
         for m, v in metrics.items():
-            print(f"{m:<12}{v:.4f}" if m != "queries" else f"{m:<12}{int(v)}")
+            print(f"{m:<16}{v:.4f}" if not m.endswith("queries") else f"{m:<16}{int(v)}")
     return 0
 
 
@@ -135,27 +152,33 @@ def _cmd_train(args) -> int:
 
 
 def _cmd_info(args) -> int:
-    from .index import read_manifest
+    from .index import disk_report, read_manifest
 
-    _print_bytes(read_manifest(args.index))
+    manifest = read_manifest(args.index)
+    if args.json:
+        print(json.dumps(disk_report(args.index, manifest), indent=2))
+    else:
+        _print_bytes(manifest)
     return 0
 
 
 def _encoder_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="minilm",
                    help="'minilm' (all-MiniLM-L6-v2, offline) or a local HF / ColBERT / PyLate folder")
-    p.add_argument("--dim", type=int, default=128,
+    p.add_argument("--dim", type=_positive("--dim"), default=128,
                    help="token dim (PCA-fitted when the model has no projection head)")
-    p.add_argument("--doc-maxlen", type=int, default=128)
-    p.add_argument("--fit-docs", type=int, default=2000, help="documents used to fit the codec")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--steps", type=int, default=None, help="CrossQ training steps")
+    p.add_argument("--doc-maxlen", type=_positive("--doc-maxlen"), default=128)
+    p.add_argument("--fit-docs", type=_positive("--fit-docs"), default=2000,
+                   help="documents used to fit the codec")
+    p.add_argument("--seed", type=_positive("--seed", 0), default=0)
+    p.add_argument("--steps", type=_positive("--steps", 0), default=None,
+                   help="CrossQ / token-wise training steps")
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="crossq", description="CrossQ (ICML 2026): compressed late-interaction retrieval. "
                                    "Not the CrossQ reinforcement-learning algorithm.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -163,17 +186,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("corpus", type=Path, help='JSONL of {"id", "text"} or a local datasets folder')
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--codec", choices=CODEC_NAMES, default="crossq")
-    p.add_argument("--bytes-per-token", type=int, default=None)
+    p.add_argument("--bytes-per-token", type=_positive("--bytes-per-token"), default=None)
     p.add_argument("--codec-model", type=Path, default=None, help="a folder from `crossq train`")
-    p.add_argument("--chunk-docs", type=int, default=256)
+    p.add_argument("--chunk-docs", type=_positive("--chunk-docs"), default=256)
     _encoder_args(p)
     p.set_defaults(fn=_cmd_index)
     p = sub.add_parser("search", help="top-k MaxSim on the compressed codes, as a TREC run")
     p.add_argument("index", type=Path)
     p.add_argument("queries", type=Path, help='JSONL of {"id", "text"}')
-    p.add_argument("--k", type=int, default=10)
-    p.add_argument("--nprobe", type=int, default=0,
-                   help="faiss candidate generation: coarse cells per query token (0 = exhaustive)")
+    p.add_argument("--k", type=_positive("--k"), default=10)
+    p.add_argument("--nprobe", type=_positive("--nprobe", 0), default=0,
+                   help="candidate search: coarse cells per query token (0 = exhaustive)")
+    p.add_argument("--batch", type=_positive("--batch"), default=65536,
+                   help="token vectors scored at once (memory ~ query tokens x batch x 4 bytes)")
     p.add_argument("--out", type=Path, required=True, help="TREC run file")
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("--quiet", action="store_true")
@@ -181,20 +206,24 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("eval", help="MRR@10, nDCG@10 and recall@k of a TREC run")
     p.add_argument("run", type=Path)
     p.add_argument("qrels", type=Path)
-    p.add_argument("--recall-k", type=int, nargs="+", default=[10, 100])
+    p.add_argument("--recall-k", type=_positive("--recall-k"), nargs="+", default=[10, 100])
     p.add_argument("--json", action="store_true")
+    p.add_argument("--strict", action="store_true",
+                   help="refuse a run that lacks judged queries (default: they score 0, as trec_eval -c)")
     p.set_defaults(fn=_cmd_eval)
     p = sub.add_parser("train", help="fit a CrossQ codec on a corpus (pseudo-queries or given pairs)")
     p.add_argument("corpus", type=Path)
     p.add_argument("--out", type=Path, required=True, help="codec model folder")
-    p.add_argument("--bytes-per-token", type=int, default=4)
+    p.add_argument("--bytes-per-token", type=_positive("--bytes-per-token"), default=4)
     p.add_argument("--queries", type=Path, default=None, help="training queries JSONL")
     p.add_argument("--qrels", type=Path, default=None, help="their TREC qrels")
-    p.add_argument("--max-pairs", type=int, default=5000)
+    p.add_argument("--max-pairs", type=_positive("--max-pairs"), default=5000)
     _encoder_args(p)
     p.set_defaults(fn=_cmd_train)
     p = sub.add_parser("info", help="an index's size and bytes per token")
     p.add_argument("index", type=Path)
+    p.add_argument("--json", action="store_true",
+                   help="bytes per token split into codes, codebooks, offsets, ids, other")
     p.set_defaults(fn=_cmd_info)
     p = sub.add_parser("reproduce", help="the paper's claims at laptop scale (see README)")
     add_reproduce_arguments(p)

@@ -4,8 +4,11 @@ A codec turns token vectors ``[n, d]`` into ``uint8`` codes ``[n, bytes_per_toke
 What search needs is ``search_state()`` (arrays stored in the index and counted as metadata);
 ``model_state()`` is what encoding more documents needs (for CrossQ: the context encoder and gates,
 kept out of the index: the context is computed at indexing and discarded [S]).
-Codecs whose decoder is additive over byte positions (PQ, OPQ, residual, CrossQ) expose full-dim
-``codebooks [B, 256, d]`` and are scored by lookup tables (ADC) instead of decoding documents.
+Codecs whose decoder is additive over byte positions (PQ, OPQ, RQ, LSQ, residual, CrossQ) expose
+full-dim ``codebooks [B, 256, d]`` and are scored by lookup tables (ADC) instead of decoding
+documents. Codebooks are stored in fp16 (in the projected space: PQ keeps its ``d / B``-dim
+sub-codebooks) and the fitted codec is rounded to those fp16 values, so that what the index decodes
+is exactly what was encoded.
 """
 
 from __future__ import annotations
@@ -21,6 +24,15 @@ from .config import CODEBOOK_SIZE, CrossQConfig
 from .core import adc_tables, adc_token_scores, additive_decode
 
 CODECS: dict[str, type[Codec]] = {}
+
+
+def fp16_round(a: np.ndarray) -> np.ndarray:
+    """``a`` rounded to the fp16 values it is stored as (kept as float32 for computing)."""
+    return np.asarray(a, np.float32).astype(np.float16).astype(np.float32)
+
+
+def fp16_state(**arrays: np.ndarray) -> dict[str, np.ndarray]:
+    return {k: np.asarray(v).astype(np.float16) for k, v in arrays.items()}
 
 
 def register(name: str):
@@ -79,7 +91,7 @@ class Codec:
 
     def load_search_state(self, arrays: dict[str, np.ndarray]) -> None:
         for k, v in arrays.items():
-            setattr(self, k, v)
+            setattr(self, k, v.astype(np.float32) if v.dtype == np.float16 else v)
 
     def load_model_state(self, arrays: dict[str, np.ndarray]) -> None:
         self.load_search_state(arrays)
@@ -105,10 +117,20 @@ class Codec:
 
     def token_scores(self, Q: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
         """``[Lq, n]`` scores ``q_i . x_hat_j``: lookup tables when additive, else decode + matmul."""
+        return self.scorer(Q)(codes)
+
+    def scorer(self, Q: torch.Tensor):
+        """``codes [n, B] -> [Lq, n]`` scores for query ``Q`` (lookup tables built once)."""
         books = self._books()
         if books is not None:
-            return adc_token_scores(adc_tables(Q, books), codes)
-        return Q @ torch.from_numpy(self.decode(codes.numpy())).T
+            T = adc_tables(Q, books)
+            return lambda codes: adc_token_scores(T, codes)
+        return lambda codes: Q @ torch.from_numpy(self.decode(codes.numpy())).T
+
+    def coarse_cells(self) -> np.ndarray | None:
+        """``[256, d]`` centroids when byte 0 of a code is a coarse cell (residual-style codecs:
+        the first stage of RQ / CrossQ, ColBERTv2's centroid id), for PLAID-style candidates."""
+        return None
 
     def _books(self) -> torch.Tensor | None:
         if not hasattr(self, "_books_cache"):
@@ -142,6 +164,7 @@ class CrossQCodec(Codec):
         self.cfg = CrossQConfig(bytes_per_token=self.bytes_per_token, **self.params)
         self.model = None
         self.books = None
+        self.params_init = None  # optional precomputed residual k-means books (shared init) [R]
 
     @classmethod
     def check_budget(cls, dim: int, bytes_per_token: int | None) -> int:
@@ -157,7 +180,10 @@ class CrossQCodec(Codec):
         if training is None:
             qs, pos = pseudo_queries(Xt, offsets, 4 * self.cfg.steps, self.cfg.pseudo_query_tokens, seed)
             training = build_training_set(qs, Xt, offt, self.cfg.candidates, pos)
-        self.model = fit_crossq(X, np.asarray(offsets, np.int64), training, self.cfg, seed, progress)
+        self.model = fit_crossq(X, np.asarray(offsets, np.int64), training, self.cfg, seed, progress,
+                                init=self.params_init)
+        with torch.no_grad():  # the index stores fp16 codebooks: encode with exactly those
+            self.model.codebooks.copy_(torch.from_numpy(fp16_round(self.model.codebooks.numpy())))
         self.books = self.model.codebooks.detach().numpy().copy()
 
     def encode(self, X, offsets) -> np.ndarray:
@@ -170,7 +196,7 @@ class CrossQCodec(Codec):
         return codes.numpy().astype(np.uint8)
 
     def search_state(self):
-        return {"books": self.books.astype(np.float32)}
+        return fp16_state(books=self.books)
 
     def model_state(self):
         return {k: v.detach().numpy().copy() for k, v in self.model.state_dict().items()}
@@ -187,3 +213,15 @@ class CrossQCodec(Codec):
 
     def codebooks(self):
         return self.books
+
+    def coarse_cells(self):
+        return self.books[0]
+
+
+@register("tokenwise")
+class TokenwiseCodec(CrossQCodec):
+    """CrossQ without the document context: token-wise conditional quantization (the paper's
+    ablation and baseline) [S]: the same encoder, training and losses, context input zeroed."""
+
+    def __init__(self, dim: int, bytes_per_token: int | None = None, **params: Any):
+        super().__init__(dim, bytes_per_token, **{**params, "context": False})

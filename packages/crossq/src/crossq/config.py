@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 INDEX_FORMAT = "crossq-index"
-INDEX_VERSION = 1  # bump when the on-disk layout changes; older/newer indexes are refused
+INDEX_VERSION = 2  # bump when the on-disk layout changes; older/newer indexes are refused
 CODEBOOK_SIZE = 256  # K = 256 entries per codebook: one byte per code [P: "bytes per token"]
 BUDGETS = (2, 4, 8)  # bytes per token compared in the paper [P]
 
@@ -56,28 +56,46 @@ class SearchConfig:
 
 @dataclass(frozen=True)
 class ReproConfig:
-    """Sizes of each reproduction scale [R]."""
+    """Sizes of each reproduction scale [R].
+
+    Query split (fixed positions in the task's deterministic query order): ``[0, n_tuned)`` are the
+    queries that chose CrossQ's defaults in 0.1.x, ``[n_tuned, n_tuned + n_train)`` train CrossQ
+    (as in 0.1.x); dev = the tuned prefix plus the next ``n_dev - n_tuned`` untouched queries;
+    test = the next ``n_test`` untouched queries (never used to choose anything)."""
 
     n_docs: int
-    n_test_queries: int
+    n_tuned: int
     n_train_queries: int
+    n_dev: int
+    n_test: int
     seeds: tuple[int, ...]
     steps: int
     tiny_encoder: bool = False
+    doc_maxlen: int = 64  # document truncation for the quick corpus [R] (compute)
     budgets: tuple[int, ...] = BUDGETS
+    all_methods_budgets: tuple[int, ...] = (2, 4)  # elsewhere (8 B/token) CrossQ only [R: compute]
+    ablation_budgets: tuple[int, ...] = (4,)  # where CrossQ without ranking losses runs [R]
+    pool: int = 100  # candidate pool per query: the full-precision top-P, re-ranked by every codec [R]
     latency_tokens: int = 100_000
-    latency_queries: int = 8
-    latency_repeats: int = 5
+    big_tokens: int = 3_000_000  # synthetic index: size model check and candidate-search latency
+    latency_queries: int = 4
+    latency_repeats: int = 3
     queries_per_step: int = 4  # CrossQ training batch [R]
     n_candidates: int = 8  # teacher top-N per training query [R]
     opq_niter: int = 10  # faiss OPQ alternations (faiss default 50) [R]
+    rq_beam: int = 4  # faiss ResidualQuantizer max_beam_size (faiss default 5) [R]
+    lsq_iters: int = 6  # LSQ train_iters and encode_ils_iters (faiss defaults 25 / 16) [R]
+    faiss_train_tokens: int = 8192  # training sample of faiss RQ / LSQ [R]
     log: bool = True  # one line per fitted codec on stderr
 
 
 SCALES = {
-    "smoke": ReproConfig(n_docs=60, n_test_queries=20, n_train_queries=30, seeds=(0,), steps=4,
-                         tiny_encoder=True, budgets=(2, 4), latency_tokens=5_000,
-                         latency_queries=2, latency_repeats=1, opq_niter=2, log=False),
-    "quick": ReproConfig(n_docs=1200, n_test_queries=150, n_train_queries=300, seeds=(0, 1),
-                         steps=80),
+    "smoke": ReproConfig(n_docs=60, n_tuned=8, n_train_queries=20, n_dev=14, n_test=20,
+                         seeds=(0,), steps=4, tiny_encoder=True, budgets=(2, 4), pool=30,
+                         latency_tokens=5_000, big_tokens=50_000, latency_queries=2,
+                         latency_repeats=1, opq_niter=2, lsq_iters=2, rq_beam=1,
+                         faiss_train_tokens=1024, ablation_budgets=(2, 4),
+                         log=False),
+    "quick": ReproConfig(n_docs=1200, n_tuned=150, n_train_queries=300, n_dev=250, n_test=400,
+                         seeds=(0, 1, 2), steps=80),
 }

@@ -82,8 +82,11 @@ def adc_tables(Q: torch.Tensor, codebooks: torch.Tensor) -> torch.Tensor:
 def adc_token_scores(T: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
     """``sum_m T[i, m, codes[j, m]]`` for tables ``[Lq, M, K]`` and codes ``[n, M]``: ``[Lq, n]``."""
     Lq, M, K = T.shape
-    flat = codes.long() + torch.arange(M, device=codes.device)[None, :] * K  # [n, M]
-    return T.reshape(Lq, M * K)[:, flat].sum(-1)
+    codes = codes.long()
+    out = T[:, 0, codes[:, 0]]  # accumulated one codebook at a time: memory [Lq, n], not [Lq, n, M]
+    for m in range(1, M):
+        out = out + T[:, m, codes[:, m]]
+    return out
 
 
 def additive_decode(codes: torch.Tensor, codebooks: torch.Tensor) -> torch.Tensor:
@@ -202,7 +205,7 @@ def residual_kmeans(X: np.ndarray, M: int, K: int, iters: int, seed: int) -> np.
     books = []
     for m in range(M):
         km = faiss.Kmeans(R.shape[1], K, niter=iters, seed=seed + m, verbose=False,
-                          max_points_per_centroid=256)
+                          max_points_per_centroid=256, min_points_per_centroid=1)
         km.train(R)
         _, assign = km.index.search(R, 1)
         C = km.centroids.astype(np.float32)

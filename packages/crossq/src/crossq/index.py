@@ -4,17 +4,19 @@ Layout (format ``crossq-index``, version ``INDEX_VERSION``)::
 
     manifest.json    format, version, codec config, encoder info, sizes, per-file size + CRC32
     codes.npy        uint8 [n_tokens, bytes_per_token]   the only per-token data
-    offsets.npy      int64 [n_docs + 1]                  document boundaries
-    doc_ids.json     the documents' ids
-    codec.<name>.npy the codec's search metadata (codebooks, rotation, scales...)
+    doc_lengths.npy  uint16 (uint32 past 65535) [n_docs] document lengths
+    doc_ids.npy      uint32/int64 [n_docs] when every id is an integer, else doc_ids.json
+    codec.<name>.npy the codec's search metadata in fp16 (codebooks, rotation, ...)
 
 No context vector is stored: CrossQ's document context exists only while indexing.
 Writes are atomic (a temporary folder renamed into place); opening checks the format, the version
-and every file's size and CRC32, so a corrupt or foreign index is a clear error.
+every file's size and CRC32, and the manifest's own SHA-256 (``checksum``), so a corrupt, edited
+or foreign index is a clear error.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import zlib
@@ -29,10 +31,13 @@ from icml26_shared import UserError
 
 from .codecs import Codec, get_codec
 from .config import INDEX_FORMAT, INDEX_VERSION
-from .core import doc_index, segment_max
+from .core import segment_max
 from .train import gather_docs
 
 FP32_BYTES = 4
+DEFAULT_BATCH = 65536  # token vectors scored at once: memory ~ Lq x batch x 4 bytes [R]
+KIND_OF = {"codes.npy": "codes", "doc_lengths.npy": "offsets", "doc_ids.npy": "ids",
+           "doc_ids.json": "ids"}
 
 
 def _crc(path: Path) -> int:
@@ -43,28 +48,68 @@ def _crc(path: Path) -> int:
     return crc
 
 
-def _npy_header_bytes(path: Path, arr: np.ndarray) -> int:
-    return path.stat().st_size - arr.nbytes
+def _kind(name: str) -> str:
+    if name in KIND_OF:
+        return KIND_OF[name]
+    return "encoder" if name.startswith("encoder.") else "codebooks"
+
+
+def integer_ids(doc_ids: list[str]) -> np.ndarray | None:
+    """The ids as one integer table when every id is a canonical non-negative integer (uint32
+    when they fit, else int64); None otherwise (then they are stored as JSON)."""
+    if not doc_ids or not all(d.isascii() and d.isdigit() and (d == "0" or d[0] != "0") and len(d) < 19
+                              for d in doc_ids):
+        return None
+    a = np.array([int(d) for d in doc_ids], np.int64)
+    return a.astype(np.uint32) if a.max() < 2 ** 32 else a
+
+
+def length_dtype(max_len: int) -> type:
+    return np.uint16 if max_len < 2 ** 16 else np.uint32
 
 
 def byte_report(n_tokens: int, dim: int, bpt: int, files: dict[str, dict]) -> dict[str, Any]:
-    """Bytes per token three ways [P: raw / with metadata / on disk with headers and padding].
-    Encoder files (a fitted query/document projection) belong to the model, reported apart."""
+    """Bytes per token [P: raw / with metadata / on disk], split into ``codes``, ``codebooks``,
+    ``offsets`` (per-document lengths), ``ids`` and ``other`` (``.npy`` headers; ``crossq info``
+    adds the manifest itself). Encoder files (a fitted projection) belong to the model and are
+    reported apart."""
     index_files = [f for f in files.values() if f["kind"] != "encoder"]
+    payload = {k: sum(f["payload"] for f in index_files if f["kind"] == k)
+               for k in ("codes", "codebooks", "offsets", "ids")}
     total = sum(f["bytes"] for f in index_files)
-    payload = sum(f["payload"] for f in index_files)
+    n = max(n_tokens, 1)
+    with_meta = sum(payload.values())
     return {
-        "codes": n_tokens * bpt,
-        "metadata": payload - n_tokens * bpt,
-        "format_overhead": total - payload,
+        **payload,
+        "metadata": with_meta - payload["codes"],
+        "format_overhead": total - with_meta,
         "total_files": total,
         "encoder_files": sum(f["bytes"] for f in files.values() if f["kind"] == "encoder"),
         "bytes_per_token_raw": bpt,
-        "bytes_per_token_with_metadata": payload / max(n_tokens, 1),
-        "bytes_per_token_on_disk": total / max(n_tokens, 1),
+        "bytes_per_token_with_metadata": with_meta / n,
+        "bytes_per_token_on_disk": total / n,
+        "per_token": {**{k: v / n for k, v in payload.items()}, "other": (total - with_meta) / n},
         "reduction_vs_fp32_raw": dim * FP32_BYTES / bpt,
-        "reduction_vs_fp32_with_metadata": dim * FP32_BYTES * n_tokens / max(payload, 1),
+        "reduction_vs_fp32_with_metadata": dim * FP32_BYTES * n_tokens / max(with_meta, 1),
+        "reduction_vs_fp16_with_metadata": dim * 2 * n_tokens / max(with_meta, 1),
     }
+
+
+def size_model(n_tokens: int, n_docs: int, bpt: int, codebook_bytes: int, max_doc_len: int = 512,
+               integer_ids_max: int | None = None) -> dict[str, float]:
+    """Predicted payload bytes of an index (the layout ``write_index`` produces), for
+    extrapolating to corpora too large to build here (MS MARCO: ~600M tokens, 8.8M passages)."""
+    id_bytes = 4 if integer_ids_max is None or integer_ids_max < 2 ** 32 else 8
+    parts = {"codes": n_tokens * bpt, "codebooks": codebook_bytes,
+             "offsets": n_docs * np.dtype(length_dtype(max_doc_len)).itemsize,
+             "ids": n_docs * id_bytes}
+    total = sum(parts.values())
+    return {**parts, "bytes_per_token_with_metadata": total / n_tokens}
+
+
+def _manifest_checksum(manifest: dict[str, Any]) -> str:
+    body = {k: v for k, v in manifest.items() if k != "checksum"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
 def write_index(out: Path, codes: np.ndarray, offsets: np.ndarray, doc_ids: list[str], codec: Codec,
@@ -79,31 +124,41 @@ def write_index(out: Path, codes: np.ndarray, offsets: np.ndarray, doc_ids: list
         raise ValueError(f"codes must be uint8 [n, {codec.bytes_per_token}], got {codes.dtype} {codes.shape}")
     if len(codes) != int(offsets[-1]) or len(doc_ids) != len(offsets) - 1:
         raise ValueError("codes, offsets and doc_ids disagree")
+    doc_ids = [str(d) for d in doc_ids]
+    lengths = np.diff(np.asarray(offsets, np.int64))
     tmp = out.with_name(f".{out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    arrays = {"codes.npy": codes, "offsets.npy": np.asarray(offsets, np.int64)}
-    arrays.update({f"codec.{k}.npy": v for k, v in codec.search_state().items()})
-    arrays.update({f"encoder.{k}.npy": v for k, v in (encoder_arrays or {}).items()})
-    files: dict[str, dict] = {}
-    for name, arr in arrays.items():
-        np.save(tmp / name, np.ascontiguousarray(arr), allow_pickle=False)
-        kind = {"codes.npy": "codes"}.get(name, "encoder" if name.startswith("encoder.") else "metadata")
-        files[name] = {"bytes": (tmp / name).stat().st_size, "payload": int(arr.nbytes),
-                       "crc32": _crc(tmp / name), "kind": kind}
-    ids_text = json.dumps(list(doc_ids))
-    (tmp / "doc_ids.json").write_text(ids_text)
-    files["doc_ids.json"] = {"bytes": (tmp / "doc_ids.json").stat().st_size,
-                             "payload": (tmp / "doc_ids.json").stat().st_size,
-                             "crc32": _crc(tmp / "doc_ids.json"), "kind": "metadata"}
-    manifest = {
-        "format": INDEX_FORMAT, "version": INDEX_VERSION,
-        "codec": codec.config(), "encoder": encoder or {},
-        "n_docs": len(doc_ids), "n_tokens": int(len(codes)), "dim": codec.dim,
-        "files": files,
-        "bytes": byte_report(len(codes), codec.dim, codec.bytes_per_token, files),
-    }
-    (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    try:
+        tmp.mkdir(parents=True)
+        arrays = {"codes.npy": codes,
+                  "doc_lengths.npy": lengths.astype(length_dtype(int(lengths.max(initial=0))))}
+        int_ids = integer_ids(doc_ids)
+        if int_ids is not None:
+            arrays["doc_ids.npy"] = int_ids
+        arrays.update({f"codec.{k}.npy": v for k, v in codec.search_state().items()})
+        arrays.update({f"encoder.{k}.npy": v for k, v in (encoder_arrays or {}).items()})
+        files: dict[str, dict] = {}
+        for name, arr in arrays.items():
+            np.save(tmp / name, np.ascontiguousarray(arr), allow_pickle=False)
+            files[name] = {"bytes": (tmp / name).stat().st_size, "payload": int(arr.nbytes),
+                           "crc32": _crc(tmp / name), "kind": _kind(name)}
+        if int_ids is None:
+            (tmp / "doc_ids.json").write_text(json.dumps(doc_ids, separators=(",", ":")))
+            size = (tmp / "doc_ids.json").stat().st_size
+            files["doc_ids.json"] = {"bytes": size, "payload": size,
+                                     "crc32": _crc(tmp / "doc_ids.json"), "kind": "ids"}
+        manifest = {
+            "format": INDEX_FORMAT, "version": INDEX_VERSION,
+            "codec": codec.config(), "encoder": encoder or {},
+            "n_docs": len(doc_ids), "n_tokens": int(len(codes)), "dim": codec.dim,
+            "files": files,
+            "bytes": byte_report(len(codes), codec.dim, codec.bytes_per_token, files),
+        }
+        manifest["checksum"] = _manifest_checksum(manifest)
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if out.exists():
         old = out.with_name(f".{out.name}.old")
         shutil.rmtree(old, ignore_errors=True)
@@ -129,7 +184,25 @@ def read_manifest(path: Path) -> dict[str, Any]:
     if manifest.get("version") != INDEX_VERSION:
         raise UserError(f"{path} has index format version {manifest.get('version')}, this crossq "
                         f"reads version {INDEX_VERSION}: rebuild it with `crossq index`")
+    if manifest.get("checksum") != _manifest_checksum(manifest):
+        raise UserError(f"{mf} was modified after it was written (checksum mismatch): "
+                        "rebuild the index with `crossq index`")
     return manifest
+
+
+def disk_report(path: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Bytes per token of an index as it is on disk, the manifest included in ``other``."""
+    b = manifest["bytes"]
+    n = max(manifest["n_tokens"], 1)
+    extra = (Path(path) / "manifest.json").stat().st_size
+    per = dict(b["per_token"])
+    per["other"] = per["other"] + extra / n
+    return {"n_tokens": manifest["n_tokens"], "n_docs": manifest["n_docs"],
+            "codec": manifest["codec"]["codec"], "bytes_per_token_raw": b["bytes_per_token_raw"],
+            "bytes_per_token_with_metadata": b["bytes_per_token_with_metadata"],
+            "bytes_per_token_on_disk": b["bytes_per_token_on_disk"] + extra / n,
+            "bytes_per_token": per,
+            "reduction_vs_fp16_with_metadata": b["reduction_vs_fp16_with_metadata"]}
 
 
 @dataclass
@@ -155,10 +228,14 @@ class Index:
                 raise UserError(f"{path}: {name} does not match its manifest (corrupt index)")
         try:
             codes = np.load(path / "codes.npy", allow_pickle=False)
-            offsets = np.load(path / "offsets.npy", allow_pickle=False)
+            lengths = np.load(path / "doc_lengths.npy", allow_pickle=False)
+            offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
             state = {n[len("codec."):-len(".npy")]: np.load(path / n, allow_pickle=False)
                      for n in manifest["files"] if n.startswith("codec.")}
-            doc_ids = json.loads((path / "doc_ids.json").read_text())
+            if "doc_ids.npy" in manifest["files"]:
+                doc_ids = [str(int(i)) for i in np.load(path / "doc_ids.npy", allow_pickle=False)]
+            else:
+                doc_ids = json.loads((path / "doc_ids.json").read_text())
             enc = {n[len("encoder."):-len(".npy")]: np.load(path / n, allow_pickle=False)
                    for n in manifest["files"] if n.startswith("encoder.")}
         except (ValueError, OSError, json.JSONDecodeError) as exc:
@@ -170,60 +247,95 @@ class Index:
     def __post_init__(self) -> None:
         self._codes_t = torch.from_numpy(np.ascontiguousarray(self.codes))
         self._off_t = torch.from_numpy(np.asarray(self.offsets, np.int64))
-        self._pad = doc_index(self._off_t)
-        self._coarse: tuple[Any, list[np.ndarray]] | None = None
+        self._blocks: dict[int, list[tuple[int, int]]] = {}
+        self._coarse: tuple[Any, list[np.ndarray], bool] | None = None
 
     @property
     def n_docs(self) -> int:
         return len(self.offsets) - 1
 
-    def scores(self, Q: torch.Tensor, docs: np.ndarray | None = None) -> torch.Tensor:
-        """MaxSim of query ``Q [Lq, d]`` on the compressed codes, for ``docs`` (default: all)."""
+    def blocks(self, batch: int) -> list[tuple[int, int]]:
+        """Document ranges ``[lo, hi)`` of at most ``batch`` tokens each (a longer document is a
+        block of its own)."""
+        if batch not in self._blocks:
+            out, lo, off = [], 0, self.offsets
+            while lo < self.n_docs:
+                hi = int(np.searchsorted(off, off[lo] + batch, side="right")) - 1
+                hi = max(hi, lo + 1)
+                out.append((lo, min(hi, self.n_docs)))
+                lo = out[-1][1]
+            self._blocks[batch] = out
+        return self._blocks[batch]
+
+    def scores(self, Q: torch.Tensor, docs: np.ndarray | None = None,
+               batch: int = DEFAULT_BATCH) -> torch.Tensor:
+        """MaxSim of query ``Q [Lq, d]`` on the compressed codes, for ``docs`` (default: all),
+        scoring at most ``batch`` token vectors at a time (memory ~ ``Lq x batch`` floats)."""
+        score = self.codec.scorer(Q)
         if docs is None:
-            return segment_max(self.codec.token_scores(Q, self._codes_t), self._off_t, self._pad).sum(0)
-        rows, off = gather_docs(self.offsets, docs)
-        S = self.codec.token_scores(Q, self._codes_t[torch.from_numpy(rows)])
-        return segment_max(S, torch.from_numpy(off)).sum(0)
+            out = []
+            for lo, hi in self.blocks(batch):
+                a, b = int(self.offsets[lo]), int(self.offsets[hi])
+                S = score(self._codes_t[a:b])
+                out.append(segment_max(S, self._off_t[lo:hi + 1] - a).sum(0))
+            return torch.cat(out) if out else torch.zeros(0)
+        out = []
+        for i in range(0, len(docs), max(1, batch // 64)):
+            rows, off = gather_docs(self.offsets, docs[i:i + max(1, batch // 64)])
+            S = score(self._codes_t[torch.from_numpy(rows)])
+            out.append(segment_max(S, torch.from_numpy(off)).sum(0))
+        return torch.cat(out) if out else torch.zeros(0)
 
-    def candidates(self, Q: torch.Tensor, nprobe: int, n_list: int | None = None) -> np.ndarray:
-        """Candidate documents (PLAID-like [R]): faiss finds each query token's ``nprobe`` nearest
-        coarse centroids; candidates are the documents with a token in those cells. The coarse
-        assignment is derived from the decoded codes when first needed; nothing extra is stored."""
+    def candidates(self, Q: torch.Tensor, nprobe: int) -> np.ndarray:
+        """Candidate documents (PLAID-style [R]): each query token's ``nprobe`` best coarse cells;
+        candidates are the documents with a token in those cells. For residual-style codecs
+        (CrossQ, token-wise, RQ, ColBERTv2 residual) a token's cell is its first code byte, so
+        nothing extra is stored and nothing is trained at open; other codecs fall back to a
+        k-means over decoded vectors computed when first needed (not persisted)."""
         if self._coarse is None:
-            self._coarse = self._build_coarse(n_list)
-        cent_index, lists = self._coarse
-        _, cells = cent_index.search(np.ascontiguousarray(Q.numpy(), np.float32), nprobe)
-        return np.unique(np.concatenate([lists[c] for c in np.unique(cells) if c >= 0]))
+            self._coarse = self._build_coarse()
+        cent, lists, _ = self._coarse
+        sims = torch.as_tensor(np.asarray(Q, np.float32)) @ torch.from_numpy(cent).T
+        cells = sims.topk(min(nprobe, cent.shape[0]), dim=1).indices.numpy()
+        hit = [lists[c] for c in np.unique(cells)]
+        return np.unique(np.concatenate(hit)) if hit else np.zeros(0, np.int64)
 
-    def _build_coarse(self, n_list: int | None):
-        from ._faiss import load_faiss
-
-        faiss = load_faiss()
+    def _build_coarse(self):
         n = len(self.codes)
-        n_list = n_list or int(min(max(16, 4 * np.sqrt(n)), max(1, n // 8)))
-        decoded = np.concatenate([self.codec.decode(self.codes[i:i + 65536]) for i in range(0, n, 65536)])
-        km = faiss.Kmeans(decoded.shape[1], n_list, niter=10, seed=1, spherical=True,
-                          max_points_per_centroid=64)
-        km.train(decoded)
-        index = faiss.IndexFlatIP(decoded.shape[1])
-        index.add(km.centroids)
-        _, assign = index.search(decoded, 1)
-        doc_of = np.repeat(np.arange(self.n_docs), np.diff(self.offsets))
-        order = np.argsort(assign[:, 0], kind="stable")
-        bounds = np.searchsorted(assign[order, 0], np.arange(n_list + 1))
-        lists = [np.unique(doc_of[order[bounds[c]:bounds[c + 1]]]) for c in range(n_list)]
-        return index, lists
+        cent = self.codec.coarse_cells()
+        if cent is not None:
+            assign, persisted = self.codes[:, 0].astype(np.int64), True
+            cent = np.ascontiguousarray(cent, np.float32)
+        else:
+            from ._faiss import load_faiss
 
-    def search(self, Q: torch.Tensor, k: int = 10, nprobe: int = 0) -> tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` ``(doc positions, scores)``; ``nprobe > 0`` re-ranks faiss candidates only.
+            faiss = load_faiss()
+            n_list = int(min(max(16, 4 * np.sqrt(n)), max(1, n // 8)))
+            decoded = np.concatenate([self.codec.decode(self.codes[i:i + 65536]) for i in range(0, n, 65536)])
+            km = faiss.Kmeans(decoded.shape[1], n_list, niter=10, seed=1, spherical=True,
+                              max_points_per_centroid=64, min_points_per_centroid=1)
+            km.train(decoded)
+            cent = km.centroids
+            index = faiss.IndexFlatIP(decoded.shape[1])
+            index.add(cent)
+            assign, persisted = index.search(decoded, 1)[1][:, 0], False
+        doc_of = np.repeat(np.arange(self.n_docs), np.diff(self.offsets))
+        order = np.argsort(assign, kind="stable")
+        bounds = np.searchsorted(assign[order], np.arange(len(cent) + 1))
+        lists = [np.unique(doc_of[order[bounds[c]:bounds[c + 1]]]) for c in range(len(cent))]
+        return cent, lists, persisted
+
+    def search(self, Q: torch.Tensor, k: int = 10, nprobe: int = 0,
+               batch: int = DEFAULT_BATCH) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` ``(doc positions, scores)``; ``nprobe > 0`` scores the candidates only.
         ``Q`` is a query's token vectors ``[Lq, d]`` (a tensor or a NumPy array)."""
         Q = torch.as_tensor(np.asarray(Q, np.float32)) if not torch.is_tensor(Q) else Q
         with torch.no_grad():
             if nprobe > 0:
                 docs = self.candidates(Q, nprobe)
-                s = self.scores(Q, docs)
+                s = self.scores(Q, docs, batch)
             else:
-                docs, s = None, self.scores(Q)
+                docs, s = None, self.scores(Q, batch=batch)
             top = torch.topk(s, min(k, len(s)))
         idx = top.indices.numpy()
         return (idx if docs is None else docs[idx]), top.values.numpy()

@@ -102,10 +102,25 @@ def build_index(ids: list[str], texts: list[str], out: Path, encoder: LateIntera
                 _stop_after_chunks: int | None = None) -> dict[str, Any]:
     """Index ``texts`` into ``out``; returns the manifest. The codec is fitted on the first
     ``fit_docs`` documents (rounded up to whole chunks), whose vectors are reused for their
-    chunks. ``_stop_after_chunks`` simulates an interruption (tests)."""
+    chunks. ``_stop_after_chunks`` simulates an interruption (tests). An interruption
+    (``KeyboardInterrupt``, a killed process) keeps ``.<out>.partial/`` for resuming; any error
+    removes it, so that nothing is left behind."""
+    out = Path(out)
+    part = out.with_name(f".{out.name}.partial")
+    try:
+        return _build_index(ids, texts, out, encoder, codec_name, bytes_per_token, codec_params,
+                            codec_model, chunk_docs, fit_docs, seed, overwrite, progress,
+                            _stop_after_chunks)
+    except Exception:
+        shutil.rmtree(part, ignore_errors=True)
+        raise
+
+
+def _build_index(ids, texts, out: Path, encoder, codec_name, bytes_per_token, codec_params,
+                 codec_model, chunk_docs, fit_docs, seed, overwrite, progress,
+                 _stop_after_chunks) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
-    out = Path(out)
     if out.exists() and not overwrite:
         raise UserError(f"{out} exists (pass --overwrite to replace it)")
     cls = get_codec(codec_name)
@@ -165,7 +180,7 @@ def build_index(ids: list[str], texts: list[str], out: Path, encoder: LateIntera
 
 
 def search_texts(index_dir: Path, qids: list[str], qtexts: list[str], k: int = 10, nprobe: int = 0,
-                 progress: bool = False) -> dict[str, list[tuple[str, float]]]:
+                 progress: bool = False, batch: int = 65536) -> dict[str, list[tuple[str, float]]]:
     """Encode queries with the index's encoder and return the top-``k`` per query."""
     import torch
     from tqdm.auto import tqdm
@@ -180,6 +195,6 @@ def search_texts(index_dir: Path, qids: list[str], qtexts: list[str], k: int = 1
     Qs = encoder.encode(qtexts, is_query=True)
     run = {}
     for qid, Q in tqdm(list(zip(qids, Qs, strict=True)), desc="searching", disable=not progress):
-        docs, scores = index.search(torch.from_numpy(Q), k, nprobe)
+        docs, scores = index.search(torch.from_numpy(Q), k, nprobe, batch)
         run[qid] = [(index.doc_ids[d], float(s)) for d, s in zip(docs, scores, strict=True)]
     return run

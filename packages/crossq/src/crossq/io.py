@@ -99,7 +99,8 @@ def _lines(path: Path):
 
 
 def read_run(path: str | Path) -> dict[str, list[str]]:
-    """Document ids per query, best first (by score, ties by rank)."""
+    """Document ids per query, best first, ordered as trec_eval orders them: by score, ties by
+    document id in *decreasing* string order (the file's rank column is ignored)."""
     path = Path(path)
     rows: dict[str, list[tuple[float, int, str]]] = {}
     for n, f in _lines(path):
@@ -112,7 +113,12 @@ def read_run(path: str | Path) -> dict[str, list[str]]:
         rows.setdefault(f[0], []).append((-score, rank, f[2]))
     if not rows:
         raise UserError(f"{path} is empty")
-    return {q: [d for *_, d in sorted(hits)] for q, hits in rows.items()}
+    out = {}
+    for q, hits in rows.items():
+        hits.sort(key=lambda h: h[2], reverse=True)  # trec_eval: strcmp(b, a) on equal scores
+        hits.sort(key=lambda h: h[0])  # stable: by score, best first
+        out[q] = list(dict.fromkeys(d for *_, d in hits))
+    return out
 
 
 def read_qrels(path: str | Path) -> dict[str, dict[str, int]]:
@@ -133,22 +139,28 @@ def read_qrels(path: str | Path) -> dict[str, dict[str, int]]:
 
 
 def evaluate(run: Mapping[str, Sequence[str]], qrels: Mapping[str, Mapping[str, int]],
-             k: int = 10, recall_k: Sequence[int] = (10, 100)) -> dict[str, float]:
-    """Mean MRR@k, nDCG@k and recall@k over the qrels' queries (with a relevant document).
-    Queries of the qrels that the run lacks are an error (a run for another query set)."""
+             k: int = 10, recall_k: Sequence[int] = (10, 100), strict: bool = False) -> dict[str, float]:
+    """Mean MRR@k, nDCG@k (linear gains, log2 discount, as trec_eval's ``ndcg_cut``) and
+    recall@k over the qrels' queries that have a relevant document (relevance >= 1). As
+    ``trec_eval -c``: a judged query the run lacks scores 0 and counts in the mean;
+    ``strict=True`` refuses such a run instead. Run queries without judgments are ignored."""
     judged = [q for q, rels in qrels.items() if any(g > 0 for g in rels.values())]
     if not judged:
         raise UserError("the qrels have no relevant documents")
     missing = [q for q in judged if q not in run]
-    if missing:
+    if missing and strict:
         raise UserError(f"{len(missing)} of {len(judged)} qrels queries are not in the run "
-                        f"(e.g. {missing[0]!r}): the qrels name unknown query ids")
+                        f"(e.g. {missing[0]!r}); without --strict they score 0")
+    if len(missing) == len(judged):
+        raise UserError(f"none of the {len(judged)} qrels queries is in the run: wrong qrels?")
     out = {f"mrr@{k}": 0.0, f"ndcg@{k}": 0.0, **{f"recall@{r}": 0.0 for r in recall_k}}
     for q in judged:
-        out[f"mrr@{k}"] += mrr_at_k(run[q], qrels[q], k)
-        out[f"ndcg@{k}"] += ndcg_at_k(run[q], qrels[q], k)
+        ranking = run.get(q, ())
+        out[f"mrr@{k}"] += mrr_at_k(ranking, qrels[q], k)
+        out[f"ndcg@{k}"] += ndcg_at_k(ranking, qrels[q], k)
         for r in recall_k:
-            out[f"recall@{r}"] += recall_at_k(run[q], qrels[q], r)
+            out[f"recall@{r}"] += recall_at_k(ranking, qrels[q], r)
     out = {m: v / len(judged) for m, v in out.items()}
     out["queries"] = float(len(judged))
+    out["missing_queries"] = float(len(missing))
     return out

@@ -85,21 +85,26 @@ def temperature_at(step: int, cfg: CrossQConfig) -> tuple[float, bool]:
     return float(cfg.t_start * (cfg.t_end / cfg.t_start) ** frac), False
 
 
-def init_quantizer(X: np.ndarray, cfg: CrossQConfig, seed: int) -> CrossQuantizer:
+def init_quantizer(X: np.ndarray, cfg: CrossQConfig, seed: int,
+                   books: np.ndarray | None = None) -> CrossQuantizer:
+    """A quantizer initialised by residual k-means (``books``, when given, is that result, so
+    that several variants fitted on the same data and seed share one initialisation)."""
     torch.manual_seed(seed)
     model = CrossQuantizer(X.shape[1], cfg.bytes_per_token, CODEBOOK_SIZE, context=cfg.context,
                            context_dim=cfg.context_dim, hidden=cfg.hidden)
-    books = residual_kmeans(X, cfg.bytes_per_token, CODEBOOK_SIZE, cfg.kmeans_iters, seed)
+    if books is None:
+        books = residual_kmeans(X, cfg.bytes_per_token, CODEBOOK_SIZE, cfg.kmeans_iters, seed)
     with torch.no_grad():
         model.codebooks.copy_(torch.from_numpy(books))
     return model
 
 
 def fit_crossq(X: np.ndarray, offsets: np.ndarray, data: TrainingSet, cfg: CrossQConfig,
-               seed: int = 0, progress: Callable[[int, float], None] | None = None) -> CrossQuantizer:
+               seed: int = 0, progress: Callable[[int, float], None] | None = None,
+               init: np.ndarray | None = None) -> CrossQuantizer:
     """Residual k-means init, then ``cfg.steps`` Adam steps on
     ``w_kl * KL + w_margin * margin + w_recon * ||x - x_hat||^2`` over soft-to-hard codes."""
-    model = init_quantizer(X, cfg, seed)
+    model = init_quantizer(X, cfg, seed, init)
     Xt = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32))
     rng = np.random.default_rng(seed)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
