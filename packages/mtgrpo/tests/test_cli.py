@@ -78,6 +78,12 @@ def test_train_then_eval_and_no_silent_overwrite(capsys, tmp_path):
     assert "copy:easy" in json.loads((tmp_path / "e.json").read_text())["held_out_acc"]
 
 
+def test_save_every_into_a_new_folder(tmp_path):
+    out = tmp_path / "run"
+    assert main(["train", "--tasks", "copy:easy", "--out", str(out), "--save-every", "1", *FAST]) == 0
+    assert json.loads((out / "summary.json").read_text())["steps"] == 2
+
+
 def test_simulate(capsys):
     assert main(["simulate", "--mode", "minimax", "--frozen", "--steps", "300"]) == 0
     assert "final" in capsys.readouterr().out
@@ -87,8 +93,52 @@ def test_bad_scale(capsys):
     _err(capsys, ["reproduce", "--scale", "huge"], "unknown scale")
 
 
-@pytest.mark.parametrize("argv", [["train", "--method", "ppo", "--out", "x"]])
-def test_argparse_errors_exit_2(argv):
-    with pytest.raises(SystemExit) as e:
-        main(argv)
-    assert e.value.code == 2
+@pytest.mark.parametrize("argv, match", [
+    (["train", "--method", "ppo", "--out", "x"], "invalid choice"),
+    (["train", "--lam", "nan", "--out", "x"], "lam"),
+    (["train", "--lr", "-1", "--out", "x"], "lr"),
+    (["train", "--eval-prompts", "0", "--out", "x"], "--eval-prompts"),
+    (["simulate", "--acc", "0.8,abc", "--rates", "0.1,0.1"], "--acc must be comma-separated"),
+    (["simulate", "--acc", "0.8,nan", "--rates", "0.1,0.1"], "--acc values"),
+    (["simulate", "--lam", "inf"], "--lam"),
+])
+def test_bad_options_one_line(capsys, argv, match):
+    _err(capsys, argv, match)
+
+
+def test_malformed_jsonl_one_line(capsys, tmp_path):
+    (tmp_path / "b.jsonl").write_text('{"prompt": "a", "answer": "1"}\n{"prompt": "b", "answer": \n')
+    _err(capsys, ["train", "--tasks", f"b={tmp_path / 'b.jsonl'}", "--out", str(tmp_path / "out")],
+         "line 2 is not valid JSON", tmp_path)
+
+
+def test_task_without_held_out_rows(capsys, tmp_path):
+    (tmp_path / "t.jsonl").write_text("".join(f'{{"prompt": "c{i}=", "answer": "{i}", "split": "train"}}\n'
+                                              for i in range(5)))
+    _err(capsys, ["train", "--tasks", f"t={tmp_path / 't.jsonl'}", "--out", str(tmp_path / "out")],
+         "no held-out rows", tmp_path)
+
+
+def test_existing_out_folder_and_resume_errors(capsys, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    _err(capsys, ["train", "--tasks", "copy:easy", "--out", str(out), *FAST], "--overwrite")
+    _err(capsys, ["train", "--tasks", "copy:easy", "--out", str(out), "--resume", *FAST],
+         "nothing to resume")
+    assert (out / "notes.txt").read_text() == "mine"
+    # --overwrite replaces the folder as a whole
+    assert main(["train", "--tasks", "copy:easy,sort:easy", "--out", str(out), "--overwrite", *FAST]) == 0
+    assert not (out / "notes.txt").exists() and (out / "checkpoint.pt").is_file()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp folders left
+    capsys.readouterr()
+    # resuming with another method, and a corrupt checkpoint: one line, nothing changed
+    before = (out / "checkpoint.pt").read_bytes()
+    _err(capsys, ["train", "--tasks", "copy:easy,sort:easy", "--out", str(out), "--resume",
+                  "--method", "dapo", *FAST[:-8], "--steps", "3", *FAST[6:]], "--method mtgrpo")
+    assert (out / "checkpoint.pt").read_bytes() == before
+    (out / "checkpoint.pt").write_bytes(b"not a checkpoint")
+    _err(capsys, ["train", "--tasks", "copy:easy,sort:easy", "--out", str(out), "--resume",
+                  *FAST[:-8], "--steps", "3", *FAST[6:]], "cannot be read")
+    _err(capsys, ["eval", "--tasks", "copy:easy,sort:easy", "--checkpoint", str(out / "checkpoint.pt"),
+                  "--sft-steps", "0", "--eval-prompts", "2"], "cannot be read")

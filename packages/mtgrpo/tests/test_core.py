@@ -33,13 +33,19 @@ def test_advantages_hand_computed():
     np.testing.assert_allclose(at, a, rtol=1e-9)
 
 
-def test_lenient_filter_drops_exactly_zero_advantage_groups():
+def test_filters():
     rng = np.random.default_rng(0)
     r = rng.choice([0.0, 0.1, 1.0], size=(200, 4))
     r[:20] = 1.0
     r[20:40] = 0.1
+    r[40:50] = 0.0
     zero = np.all(grpo_advantages(r) == 0.0, axis=1)
-    np.testing.assert_array_equal(zero_gradient_mask(r, "lenient"), zero)
+    # "constant" drops exactly the zero-advantage groups
+    np.testing.assert_array_equal(zero_gradient_mask(r, "constant"), zero)
+    # the authors' lenient filter drops all-0 and all-1 groups only: all-0.1 groups stay [C]
+    len_ = zero_gradient_mask(r, "lenient")
+    assert len_[:20].all() and len_[40:50].all() and not len_[20:40].any()
+    np.testing.assert_array_equal(len_, np.all(r == 0, 1) | np.all(r == 1, 1))
     # strict also drops groups of only 0.1 / 0 rewards (all incorrect) that still carry advantage
     strict = zero_gradient_mask(r, "strict")
     assert strict[20:40].all() and (strict >= zero).all()
@@ -111,9 +117,14 @@ def test_improvement_clip_respected():
     w = TaskWeighter(2, lam=0.0, improvement_clip=0.1)
     np.testing.assert_allclose(w.scores([5.0, -3.0]), [0.1, -0.1])
     w.observe_accuracy([0.5, np.nan])
-    assert w.J[1] != w.J[1]  # absent task stays unobserved (NaN)
+    np.testing.assert_allclose(w.J, [0.25, 0.0])  # zero-initialised EMA [C]; absent task keeps 0
     w.observe_accuracy([0.0, 0.4])
-    np.testing.assert_allclose(w.J, [0.25, 0.4])  # EMA with decay 0.5, first observation sets it
+    np.testing.assert_allclose(w.J, [0.125, 0.2])
+    f = TaskWeighter(2, acc_ema_init="first")  # the [R] option: the first observation sets it
+    f.observe_accuracy([0.5, np.nan])
+    assert f.J[0] == 0.5 and f.J[1] != f.J[1]
+    f.observe_accuracy([0.0, 0.4])
+    np.testing.assert_allclose(f.J, [0.25, 0.4])
 
 
 def test_lambda_negative_rejected():
@@ -198,9 +209,38 @@ def test_rps_stops_at_round_limit_and_returns_all_accepted():
     draw = FakeDraw([1, 0, 2], supply=2)  # task 1 never accepts; tasks 0 and 2 run dry
     s = RatioPreservingSampler(3, M_os=1.0, N_rs=3)
     batch, st = s.sample(np.array([0.3, 0.4, 0.3]), 20, draw, np.random.default_rng(0))
-    assert st.rounds == 4 and draw.calls == 4  # initial round + N_rs resampling rounds
+    assert st.rounds == 3 and draw.calls == 3  # N_rs generation rounds in all [C max_num_gen_batches]
     assert len(batch) == st.accepted.sum() <= 20
     assert st.realized[1] == 0
+
+
+def test_inflation_shifts_the_first_round_towards_high_filter_tasks():
+    """m_k = 1/(1 − ρ_k) multiplies the draw probabilities: with ρ = (0, 0.75) and z uniform the
+    first round draws task 1 four times as often; without inflation, equally often."""
+    class Count(FakeDraw):
+        def __call__(self, counts):
+            self.first = getattr(self, "first", np.asarray(counts))
+            return super().__call__(counts)
+
+    on, off = np.zeros(2), np.zeros(2)
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        for inflate, acc in ((True, on), (False, off)):
+            d = Count([1, 4])
+            RatioPreservingSampler(2, M_os=3.0, N_rs=1, rho=np.array([0.0, 0.75]),
+                                   inflate=inflate).sample(np.array([0.5, 0.5]), 16, d, rng)
+            acc += d.first
+    assert on[1] / on.sum() == pytest.approx(0.8, abs=0.02)  # 4 / (1 + 4)
+    assert off[1] / off.sum() == pytest.approx(0.5, abs=0.02)
+    # and it pays off: with inflation the high-filter task's quota is met in one round more often
+    met = {True: 0, False: 0}
+    for _ in range(100):
+        for inflate in (True, False):
+            _, st = RatioPreservingSampler(2, M_os=3.0, N_rs=1, rho=np.array([0.0, 0.75]),
+                                           inflate=inflate).sample(np.array([0.5, 0.5]), 16,
+                                                                   FakeDraw([1, 4]), rng)
+            met[inflate] += int(st.realized[1] >= st.requested[1])
+    assert met[True] > met[False] + 20
 
 
 def test_dynamic_sampling_without_quota_skews_shares():
@@ -211,7 +251,7 @@ def test_dynamic_sampling_without_quota_skews_shares():
         z = np.array([0.5, 0.5])
         b, _ = RatioPreservingSampler(2, quota=False).sample(z, 16, FakeDraw([1, 4]), rng)
         shares_d.append(np.mean([g.task == 1 for g in b]))
-        b, _ = RatioPreservingSampler(2, quota=True, rho=np.array([0.0, 0.75])).sample(
+        b, _ = RatioPreservingSampler(2, quota=True, rho=np.array([0.0, 0.75]), inflate=True).sample(
             z, 16, FakeDraw([1, 4]), rng)
         shares_q.append(np.mean([g.task == 1 for g in b]))
     assert abs(np.mean(shares_q) - 0.5) < 0.03  # 3.4 sigma of the multinomial draw

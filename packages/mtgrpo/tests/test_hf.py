@@ -64,7 +64,7 @@ def test_tokenizer_adapter_roundtrip(tiny_llama_dir):
 def test_lora_trains_only_the_adapter(tiny_llama_dir):
     pol = load_hf_policy(tiny_llama_dir, lora_r=4)
     before = {n: p.detach().clone() for n, p in pol.model.named_parameters()}
-    tr = MTGRPOTrainer(pol, tasks(), cfg(method="mtgrpo", filter="lenient"))
+    tr = MTGRPOTrainer(pol, tasks(), cfg(method="mtgrpo", filter="constant"))
     for _ in range(2):
         tr.step()
     changed = {n for n, p in pol.model.named_parameters() if not torch.equal(p, before[n])}
@@ -72,10 +72,30 @@ def test_lora_trains_only_the_adapter(tiny_llama_dir):
     assert tr.evaluate(n_prompts=2, n_val=1).keys() == {"copy:easy", "sort:easy"}
 
 
+def test_hf_dtype_checkpointing_micro_batches_and_batched_generate(tiny_llama_dir):
+    """--dtype bf16 loads bf16 weights; rollouts go through the model's batched ``generate``
+    (KV cache); gradient checkpointing + micro-batches still train the adapter."""
+    pol = load_hf_policy(tiny_llama_dir, dtype="bf16")
+    assert {p.dtype for p in pol.model.parameters()} == {torch.bfloat16}
+    pol = load_hf_policy(tiny_llama_dir, lora_r=2, gradient_checkpointing=True)
+    base = pol.model.get_base_model()
+    assert any(getattr(m, "gradient_checkpointing", False) for m in base.modules())
+    calls = []
+    real = pol.model.generate
+    pol.model.generate = lambda *a, **k: calls.append(k) or real(*a, **k)
+    lora = {n: p.detach().clone() for n, p in pol.model.named_parameters() if "lora_B" in n}
+    tr = MTGRPOTrainer(pol, tasks(), cfg(method="mtgrpo", filter="constant", micro_batch=3),
+                       device="cpu")
+    assert tr._hf and tr.device.type == "cpu"
+    tr.step()
+    assert calls and calls[0]["do_sample"] and calls[0]["use_cache"] and calls[0]["top_k"] == 0
+    assert any(not torch.equal(p, lora[n]) for n, p in pol.model.named_parameters() if n in lora)
+
+
 def test_hf_resume_equals_uninterrupted(tiny_llama_dir, tmp_path):
     def run(n, load=None):
         torch.manual_seed(0)
-        tr = MTGRPOTrainer(load_hf_policy(tiny_llama_dir), tasks(), cfg(method="mtgrpo", filter="lenient"))
+        tr = MTGRPOTrainer(load_hf_policy(tiny_llama_dir), tasks(), cfg(method="mtgrpo", filter="constant"))
         if load:
             tr.load(load)
         for _ in range(n):
@@ -100,7 +120,7 @@ def test_cli_lora_on_local_model_and_file_tasks(tiny_llama_dir, tmp_path):
     out = tmp_path / "run"
     rc = main(["train", "--model", str(tiny_llama_dir), "--lora-r", "2", "--tasks",
                f"copy:easy,rev={data}", "--verifier", "exact", "--steps", "1", "--batch-prompts", "2",
-               "--group-size", "2", "--max-new-tokens", "3", "--n-rs", "0", "--eval-prompts", "2",
+               "--group-size", "2", "--max-new-tokens", "3", "--n-rs", "1", "--eval-prompts", "2",
                "--out", str(out), "--log-every", "0", "--filter", "lenient"])
     assert rc == 0
     assert (out / "model" / "adapter_config.json").is_file()

@@ -80,12 +80,128 @@ def test_resume_equals_uninterrupted(tasks, warm, tmp_path, method):
         torch.testing.assert_close(p, q, rtol=0, atol=0, msg=n)
 
 
+def _parity(resp, ex):  # mixed rewards from any policy: most groups carry an advantage
+    return float(len(resp) % 2)
+
+
+def _parity_tasks(tasks):
+    out = []
+    for t in tasks:
+        out.append(Task(t.name, t.train, t.test, _parity))
+    return out
+
+
 def test_rps_quotas_hold_in_training(tasks, warm):
-    tr = make(tasks, warm, method="mtgrpo", N_rs=10)
+    """A policy that solves some prompts (half the groups are mixed): every step's batch is full
+    and its task counts are exactly the requested quotas."""
+    tr = make(_parity_tasks(tasks), warm, method="mtgrpo", N_rs=10, batch_prompts=8)
     for _ in range(3):
         rec = tr.step()
-        if rec["batch_size"] == tr.cfg.batch_prompts:  # enough supply: quotas met exactly
-            assert rec["share"] == pytest.approx(np.array(rec["requested"]) / tr.cfg.batch_prompts)
+        assert rec["batch_size"] == 8
+        assert np.array(rec["share"]) * 8 == pytest.approx(np.array(rec["requested"]))
+        assert rec["rounds"] >= 1 and min(rec["zero_grad_rate"]) >= 0
+
+
+def test_sampling_and_scoring_use_the_same_temperature(tasks, warm):
+    """Inverse-CDF sampling from evenly spaced uniforms reproduces the sampling distribution to
+    1/N; the trainer's log-probs (the ones in the ratio) must be that distribution at T = 0.5."""
+    from mtgrpo.policy import generate
+
+    tr = make(tasks, warm, temperature=0.5)
+    with torch.no_grad():  # logits of std ~1.2: neither flat nor one-hot, so T matters
+        tr.model.head.weight.copy_(torch.randn(tr.model.head.weight.shape,
+                                               generator=torch.Generator().manual_seed(0)) * 0.3)
+    prompt = tr.tok.encode("c12=")
+    N = 4000
+    ids, pm = left_pad([prompt] * N, 0)
+    u = ((torch.arange(N, dtype=torch.float64) + 0.5) / N)[:, None]
+    resp, _ = generate(tr.model, ids, pm, 1, tr.tok.eos_id, 0, u, temperature=0.5)
+    freq = torch.bincount(resp[:, 0], minlength=len(tr.tok)).double() / N
+    V = len(tr.tok)
+    ids1, pm1 = left_pad([prompt] * V, 0)
+    mb = {"ids": ids1, "pmask": pm1, "resp": torch.arange(V)[:, None], "mask": torch.ones(V, 1)}
+    with torch.no_grad():
+        p = tr._logp(mb).exp()[:, 0].double()
+    assert 0.2 < float(p.max()) < 0.95
+    torch.testing.assert_close(p, freq, rtol=0, atol=2.0 / N)
+    tr1 = make(tasks, warm, temperature=1.0)  # T = 1 scoring of the same model is different
+    tr1.model.load_state_dict(tr.model.state_dict())
+    with torch.no_grad():
+        assert float((tr1._logp(mb).exp()[:, 0].double() - freq).abs().max()) > 0.05
+
+
+def test_iwu_improvement_is_old_minus_new_loss_per_task(tasks, warm):
+    """Inside the trainer: the improvement fed to IWU is, per task, the sum over its sequences
+    of the token-mean clipped loss before the optimizer step minus after it."""
+    import copy
+
+    from mtgrpo.core import clipped_pg_loss
+
+    tr = make(_parity_tasks(tasks), warm, method="mtgrpo", minibatches=1, lr=3e-2)
+    groups = [g for per in tr._draw(np.array([3, 3, 0])) for g in per]
+    adv = [torch.as_tensor(((g.rewards - g.rewards.mean()) / (g.rewards.std(ddof=1) + 1e-6)),
+                           dtype=torch.float32) for g in groups]
+    assert any(float(a.abs().sum()) > 0 for a in adv)
+    theta0 = copy.deepcopy(tr.model.state_dict())
+    seen = []
+    real = tr.weighter.update
+    tr.weighter.update = lambda imp: seen.append(np.array(imp)) or real(imp)
+    tr._update(groups, adv)
+    theta1 = copy.deepcopy(tr.model.state_dict())
+
+    def task_losses(state, old=None):
+        tr.model.load_state_dict(state)
+        out, lps = np.zeros(3), []
+        with torch.no_grad():
+            for g, a in zip(groups, adv, strict=True):
+                n = len(g.rewards)
+                ids, pm = left_pad([g.prompt] * n, 0)
+                lp = response_logprobs(tr.model, ids, pm, g.resp, g.resp_mask)
+                lps.append(lp)
+                o = lp if old is None else old[len(lps) - 1]
+                _, per = clipped_pg_loss(lp, o, a, g.resp_mask, 0.2, 0.28)
+                out[g.task] += float((per.sum(-1) / g.resp_mask.sum(-1).clamp_min(1)).sum())
+        return out, lps
+
+    before, old = task_losses(theta0)
+    after, _ = task_losses(theta1, old)
+    assert len(seen) == 1
+    np.testing.assert_allclose(seen[0], before - after, rtol=1e-4, atol=1e-6)
+    assert seen[0][2] == 0.0  # an absent task has no improvement
+    assert (before - after)[:2].sum() > 0  # a descent step lowers the loss it descends on
+
+
+def test_micro_batches_and_grad_accum_give_the_same_step(tasks, warm):
+    ref = make(_parity_tasks(tasks), warm, method="mtgrpo")
+    mic = make(_parity_tasks(tasks), warm, method="mtgrpo", micro_batch=3)
+    acc = make(_parity_tasks(tasks), warm, method="mtgrpo", grad_accum=2)
+    grads = {}
+    for name, tr in (("ref", ref), ("mic", mic), ("acc", acc)):
+        real = tr.opt.step
+
+        def step(real=real, tr=tr, name=name):  # the accumulated gradient of each mini-batch
+            grads.setdefault(name, []).append([p.grad.clone() for p in tr.model.parameters()])
+            return real()
+
+        tr.opt.step = step
+        tr.step()
+    assert len(grads["ref"]) == 4
+    for other in ("mic", "acc"):
+        for gr, go in zip(grads["ref"], grads[other], strict=True):
+            for p, q in zip(gr, go, strict=True):
+                torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-7)
+        np.testing.assert_allclose({"mic": mic, "acc": acc}[other].z, ref.z, rtol=0, atol=1e-5)
+
+
+def test_trainer_puts_the_model_on_cuda_when_present(tasks, warm, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    pol = build_tiny(0, TINY)
+    moved = []
+    pol.model.to = lambda d: moved.append(d) or pol.model
+    tr = MTGRPOTrainer(pol, tasks, TrainConfig())
+    assert tr.device.type == "cuda" and moved and torch.device(moved[0]).type == "cuda"
+    cpu = build_tiny(0, TINY)
+    assert MTGRPOTrainer(cpu, tasks, TrainConfig(), device="cpu").device.type == "cpu"
 
 
 def test_iwu_moves_weights_and_measures_improvement(tasks, warm):

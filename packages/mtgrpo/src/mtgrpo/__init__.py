@@ -21,6 +21,7 @@ _LAZY = {
     "MTGRPOTrainer": "trainer", "Policy": "trainer",
     "load_task": "io", "load_hf_policy": "io", "wrap_hf": "io", "build_tiny": "io",
     "sft_warmstart": "io", "save_policy": "io",
+    "write_reasoning_gym": "gym", "reasoning_gym_verifier": "gym",
 }
 
 

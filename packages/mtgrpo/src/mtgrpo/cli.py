@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from icml26_shared import UserError, cli_entry
-from icml26_shared.cli import add_reproduce_arguments, reproduce_from_args
+from icml26_shared.cli import ArgumentParser, add_reproduce_arguments, reproduce_from_args
 
 METHOD_NAMES = ("grpo", "dapo", "sec", "sec_dapo", "mtgrpo", "iwu_only", "rps_only", "minimax",
                 "regularized")
@@ -34,7 +34,16 @@ def _policy(args, tasks):
         if args.sft_steps:
             sft_warmstart(pol, tasks, tiny, seed=args.seed)
         return pol
-    return load_hf_policy(args.model, lora_r=args.lora_r, chat_template=args.chat_template)
+    try:
+        import transformers
+
+        transformers.utils.logging.set_verbosity_error()
+        transformers.utils.logging.disable_progress_bar()
+    except (ImportError, AttributeError):
+        pass
+    return load_hf_policy(args.model, lora_r=args.lora_r, chat_template=args.chat_template,
+                          dtype=args.dtype,
+                          gradient_checkpointing=getattr(args, "gradient_checkpointing", False))
 
 
 def _accelerator():
@@ -48,54 +57,87 @@ def _accelerator():
 def cmd_train(args) -> int:
     from .config import TrainConfig
 
+    _check_common(args)
     cfg = TrainConfig(method=args.method, steps=args.steps, lam=args.lam, seed=args.seed,
                       batch_prompts=args.batch_prompts, group_size=args.group_size, lr=args.lr,
                       filter=args.filter, max_new_tokens=args.max_new_tokens, N_rs=args.n_rs,
-                      eval_every=max(1, args.steps))
+                      eval_every=max(1, args.steps), inflate=args.inflate,
+                      acc_ema_init=args.acc_ema_init, temperature=args.temperature,
+                      micro_batch=args.micro_batch, grad_accum=args.grad_accum)
     out = Path(args.out)
     ckpt = out / "checkpoint.pt"
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} exists and is not a directory")
-    if ckpt.exists() and not (args.resume or args.overwrite):
-        raise UserError(f"{ckpt} exists: pass --resume to continue it or --overwrite to replace it")
+    if args.resume and args.overwrite:
+        raise UserError("--resume and --overwrite exclude each other")
+    if args.resume and not ckpt.is_file():
+        raise UserError(f"--resume: {ckpt} does not exist (nothing to resume)")
+    if not args.resume and not args.overwrite and out.is_dir() and any(out.iterdir()):
+        what = "pass --resume to continue it or " if ckpt.exists() else ""
+        raise UserError(f"--out {out} exists and is not empty: {what}pass --overwrite to replace it")
     tasks = _tasks(args)
-    import torch
-
-    from .io import save_policy
     from .trainer import MTGRPOTrainer
 
     pol = _policy(args, tasks)
-    tr = MTGRPOTrainer(pol, tasks, cfg, accelerator=_accelerator())
-    if args.resume and ckpt.exists():
+    tr = MTGRPOTrainer(pol, tasks, cfg, accelerator=_accelerator(), device=args.device)
+    if args.resume:
         tr.load(ckpt)
     from icml26_shared.report import progress
 
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     start = tr.step_idx
+    if start >= cfg.steps:
+        raise UserError(f"{ckpt} is at step {start} already: pass a larger --steps to continue")
     for _ in progress(range(start, cfg.steps), total=cfg.steps - start, description="mtgrpo train"):
         rec = tr.step()
         if args.save_every and tr.step_idx % args.save_every == 0:
+            out.mkdir(parents=True, exist_ok=True)
             tr.save(ckpt)
         if args.log_every and tr.step_idx % args.log_every == 0 and tr.dist.rank == 0:
             print(f"step {rec['step']:4d} acc {_fmt(rec['acc'])} z {_fmt(rec['z'])} "
                   f"share {_fmt(rec['share'])} rounds {rec['rounds']}", flush=True)
     acc = tr.evaluate(n_prompts=args.eval_prompts)
     if tr.dist.rank == 0:
-        out.mkdir(parents=True, exist_ok=True)
-        tr.save(ckpt)
-        save_policy(pol, out / "model")
-        with open(out / "history.jsonl", "w") as f:
-            for h in tr.history:
-                f.write(json.dumps(_nan_to_null(h)) + "\n")
-        summary = {"method": cfg.method, "tasks": [t.name for t in tasks], "held_out_acc": acc,
-                   "worst_task_acc": min(acc.values()), "avg_acc": sum(acc.values()) / len(acc),
-                   "final_z": list(map(float, tr.z)), "steps": tr.step_idx}
-        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        _plots(tr.history, [t.name for t in tasks], out)
+        _write_run(out, tr, pol, tasks, acc, cfg,
+                   replace=bool(args.overwrite or args.resume or args.save_every))
         _print_acc(acc)
         print(f"wrote {out}/checkpoint.pt, model/, history.jsonl, summary.json, z_vs_share.png, "
               "train_acc.png")
     return 0
+
+
+def _write_run(out: Path, tr, pol, tasks, acc: dict, cfg, replace: bool) -> None:
+    """Everything into a sibling temp folder, then renamed into place: an error leaves neither
+    a partial run nor a half-replaced old one."""
+    import shutil
+
+    from .io import save_policy
+
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir(parents=True)
+        tr.save(tmp / "checkpoint.pt")
+        save_policy(pol, tmp / "model")
+        with open(tmp / "history.jsonl", "w") as f:
+            for h in tr.history:
+                f.write(json.dumps(_nan_to_null(h)) + "\n")
+        summary = {"method": cfg.method, "tasks": [t.name for t in tasks], "held_out_acc": acc,
+                   "worst_task_acc": min(acc.values()), "avg_acc": sum(acc.values()) / len(acc),
+                   "final_z": list(map(float, tr.z)), "steps": tr.step_idx,
+                   "config": cfg.to_dict()}
+        (tmp / "summary.json").write_text(json.dumps(_nan_to_null(summary), indent=2) + "\n")
+        _plots(tr.history, [t.name for t in tasks], tmp)
+        if out.exists():
+            if not replace:
+                raise UserError(f"--out {out} appeared while training; pass --overwrite")
+            old = out.with_name(f".{out.name}.{os.getpid()}.old")
+            out.rename(old)
+            tmp.rename(out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _nan_to_null(obj):
@@ -127,32 +169,90 @@ def cmd_eval(args) -> int:
     from .config import TrainConfig
     from .trainer import MTGRPOTrainer
 
+    _check_common(args)
+    if args.n_val < 0:
+        raise UserError(f"--n-val must be >= 0 (got {args.n_val})")
+    if args.json and Path(args.json).exists() and not args.overwrite:
+        raise UserError(f"{args.json} exists (pass --overwrite to replace it)")
     tasks = _tasks(args)
     pol = _policy(args, tasks)
-    tr = MTGRPOTrainer(pol, tasks, TrainConfig(max_new_tokens=args.max_new_tokens, seed=args.seed))
+    tr = MTGRPOTrainer(pol, tasks, TrainConfig(max_new_tokens=args.max_new_tokens, seed=args.seed,
+                                               temperature=args.temperature), device=args.device)
     if args.checkpoint:
-        tr.load(args.checkpoint)
+        tr.load(args.checkpoint, check_method=False)
     acc = tr.evaluate(n_prompts=args.eval_prompts, n_val=args.n_val)
     _print_acc(acc)
     if args.json:
-        Path(args.json).write_text(json.dumps({"held_out_acc": acc}, indent=2) + "\n")
+        p = Path(args.json)
+        tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"held_out_acc": acc}, indent=2) + "\n")
+        tmp.replace(p)
     return 0
+
+
+def _check_common(args) -> None:
+    for flag, v, lo in (("--eval-prompts", args.eval_prompts, 1), ("--sft-steps", args.sft_steps, 0),
+                        ("--lora-r", args.lora_r, 0), ("--max-new-tokens", args.max_new_tokens, 1),
+                        ("--save-every", getattr(args, "save_every", 0), 0),
+                        ("--log-every", getattr(args, "log_every", 0), 0)):
+        if v < lo:
+            raise UserError(f"{flag} must be >= {lo} (got {v})")
+
+
+def _floats(text: str, flag: str, lo: float | None = None, hi: float | None = None) -> list[float]:
+    try:
+        vals = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"{flag} must be comma-separated numbers (got {text!r})") from None
+    if not vals:
+        raise UserError(f"{flag} is empty")
+    for v in vals:
+        if v != v or v in (float("inf"), float("-inf")) or (lo is not None and v < lo) or \
+                (hi is not None and v > hi):
+            raise UserError(f"{flag} values must be finite numbers in [{lo}, {hi}] (got {v})")
+    return vals
+
+
+def _finite(v: float, flag: str, lo: float = 0.0) -> float:
+    if v != v or v in (float("inf"), float("-inf")) or v < lo:
+        raise UserError(f"{flag} must be a finite number >= {lo} (got {v})")
+    return v
 
 
 def cmd_simulate(args) -> int:
     from .simulate import simulate
 
-    J0 = [float(x) for x in args.acc.split(",")]
-    rates = [float(x) for x in args.rates.split(",")]
+    J0 = _floats(args.acc, "--acc", 0.0, 1.0)
+    rates = _floats(args.rates, "--rates", 0.0, None)
     if len(J0) != len(rates):
         raise UserError("--acc and --rates need one value per task")
-    if args.lam < 0:
-        raise UserError(f"--lam must be >= 0 (got {args.lam})")
+    _finite(args.lam, "--lam")
+    _finite(args.improvement_scale, "--improvement-scale")
+    if args.steps < 1:
+        raise UserError(f"--steps must be >= 1 (got {args.steps})")
     tr = simulate(J0, rates, mode=args.mode, lam=args.lam, steps=args.steps, learn=not args.frozen,
                   improvement_scale=args.improvement_scale)
     for t in range(0, args.steps, max(1, args.steps // 10)):
         print(f"step {t:5d} z {_fmt(tr.z[t])} J {_fmt(tr.J[t])}")
     print(f"final   z {_fmt(tr.z[-1])} J {_fmt(tr.J[-1])}")
+    return 0
+
+
+def cmd_data(args) -> int:
+    from .gym import write_reasoning_gym
+
+    opts = {}
+    for o in args.option or []:
+        k, sep, v = o.partition("=")
+        if not sep or not k:
+            raise UserError(f"--option needs KEY=VALUE (got {o!r})")
+        try:
+            opts[k] = json.loads(v)
+        except json.JSONDecodeError:
+            opts[k] = v
+    out = write_reasoning_gym(args.task, args.n, args.seed, Path(args.out), n_test=args.test,
+                              n_dev=args.dev, options=opts, overwrite=args.overwrite)
+    print(f"wrote {out}: {args.n} train, {args.dev} dev, {args.test} test rows of {args.task}")
     return 0
 
 
@@ -172,9 +272,16 @@ def _model_args(p: argparse.ArgumentParser) -> None:
                         ":hard) or NAME=PATH[@VERIFIER] to a local JSONL/CSV/Parquet with prompt, answer "
                         "columns")
     p.add_argument("--verifier", default="exact",
-                   help="default verifier for file tasks: exact|number|contains|digits or "
-                        "module:function (NAME=PATH@VERIFIER overrides it per task)")
+                   help="default verifier for file tasks: exact|number|contains|digits|reasoning-gym "
+                        "or module:function (NAME=PATH@VERIFIER overrides it per task; files from "
+                        "`mtgrpo data reasoning-gym` default to reasoning-gym)")
     p.add_argument("--model", default="tiny", help="'tiny' (built here) or a local Hugging Face folder")
+    p.add_argument("--dtype", default="fp32", choices=("bf16", "fp16", "fp32"),
+                   help="weights of a Hugging Face model (default: %(default)s)")
+    p.add_argument("--device", default=None,
+                   help="cpu | cuda | cuda:N (default: CUDA when present; under accelerate, its device)")
+    p.add_argument("--temperature", type=float, default=1.0,
+                   help="sampling temperature, also applied when scoring the ratio (paper 1.0)")
     p.add_argument("--lora-r", type=int, default=0, help="LoRA rank (0 = full fine-tuning)")
     p.add_argument("--chat-template", action="store_true", help="wrap prompts in the chat template")
     p.add_argument("--sft-steps", type=int, default=150, help="warm-start steps of the tiny policy")
@@ -185,7 +292,7 @@ def _model_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mtgrpo", description="Multi-Task GRPO (ICML 2026): "
+    parser = ArgumentParser(prog="mtgrpo", description="Multi-Task GRPO (ICML 2026): "
                                      "worst-task-aware RL post-training with IWU task weights and RPS.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("train", help="train a policy with GRPO / DAPO / SEC / MT-GRPO / ablations")
@@ -196,11 +303,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-prompts", type=int, default=16)
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--lr", type=float, default=3e-4)
-    p.add_argument("--filter", default="strict", choices=("strict", "lenient"))
-    p.add_argument("--n-rs", type=int, default=10, help="resampling rounds of RPS / DAPO")
+    p.add_argument("--filter", default="strict", choices=("strict", "lenient", "constant"),
+                   help="zero-gradient filter: strict (Exp-1), lenient (Exp-2: all-0 / all-1 groups), "
+                        "constant (any constant group)")
+    p.add_argument("--n-rs", type=int, default=10,
+                   help="generation rounds of RPS / DAPO in all (the authors' max_num_gen_batches)")
+    p.add_argument("--inflate", action="store_true",
+                   help="acceptance-aware inflation m_k (Algorithm 2; off in the authors' 3-task runs)")
+    p.add_argument("--acc-ema-init", default="zero", choices=("zero", "first"),
+                   help="J_k EMA starts at 0 (authors' code) or at the first observation")
+    p.add_argument("--micro-batch", type=int, default=0,
+                   help="sequences per forward/backward (0: a whole PPO mini-batch)")
+    p.add_argument("--grad-accum", type=int, default=1,
+                   help="micro-batches per PPO mini-batch (gradient accumulation)")
+    p.add_argument("--gradient-checkpointing", action="store_true",
+                   help="recompute activations in the backward pass (Hugging Face models)")
     p.add_argument("--out", required=True, help="output folder (checkpoint, model, history, summary)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing OUT/checkpoint.pt")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing OUT folder")
     p.add_argument("--save-every", type=int, default=0, help="checkpoint every N steps (0: at the end)")
     p.add_argument("--log-every", type=int, default=10)
     p.set_defaults(fn=cmd_train)
@@ -208,7 +328,8 @@ def build_parser() -> argparse.ArgumentParser:
     _model_args(p)
     p.add_argument("--checkpoint", type=Path, default=None, help="a checkpoint.pt written by train")
     p.add_argument("--n-val", type=int, default=4, help="samples per prompt at T=1 (0: greedy)")
-    p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--json", type=Path, default=None, help="write the accuracies here")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --json file")
     p.set_defaults(fn=cmd_eval)
     p = sub.add_parser("simulate", help="task-weight dynamics in the tabular simulator")
     p.add_argument("--acc", default="0.8,0.5,0.2", help="initial accuracy per task")
@@ -219,6 +340,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--improvement-scale", type=float, default=20.0)
     p.add_argument("--frozen", action="store_true", help="keep accuracies fixed")
     p.set_defaults(fn=cmd_simulate)
+    p = sub.add_parser("data", help="write the paper's tasks as JSONL (offline generators)")
+    dsub = p.add_subparsers(dest="source", required=True)
+    q = dsub.add_parser("reasoning-gym", help="a reasoning-gym task: countdown, zebra_puzzles, "
+                        "arc_1d or any other by name")
+    q.add_argument("task")
+    q.add_argument("--n", type=int, default=1000, help="train rows (paper: 1000)")
+    q.add_argument("--test", type=int, default=200, help="test rows (paper: 200)")
+    q.add_argument("--dev", type=int, default=100, help="dev rows for choices made on numbers")
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--option", action="append", help="KEY=VALUE passed to the generator's config")
+    q.add_argument("--out", required=True, help="FILE.jsonl")
+    q.add_argument("--overwrite", action="store_true")
+    q.set_defaults(fn=cmd_data)
     p = sub.add_parser("reproduce", help="the paper's headline claims at laptop scale")
     add_reproduce_arguments(p)
     p.set_defaults(fn=lambda a: reproduce_from_args(["mtgrpo"], a))
@@ -227,8 +361,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 @cli_entry("mtgrpo")
 def main(argv: list[str] | None = None) -> int:
+    import warnings
+
     args = build_parser().parse_args(argv)
-    return args.fn(args)
+    with warnings.catch_warnings():  # libraries' deprecation notes are not the user's business
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return args.fn(args)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields, replace
 
 from icml26_shared import UserError
@@ -21,15 +22,20 @@ class TrainConfig:
     eps_high: float = 0.28  # clip-higher ε_high (DAPO, MT-GRPO) [P, C clip_ratio_high]
     agg: str = "token"  # token-mean loss aggregation [C]
     adv_eps: float = 1e-6  # δ in the advantage denominator [C]
-    filter: str = "strict"  # zero-gradient filter: strict (Exp-1) | lenient (Exp-2) [P Alg. 2]
+    filter: str = "strict"  # zero-gradient filter: strict (Exp-1) | lenient (Exp-2: all-0 / all-1
+    # groups, as the authors' code [C]) | constant (any constant group, i.e. zero advantage) [R]
     lam: float = 0.2  # λ in s_k = I_k + λ J_k (0.2 / 0.25 in Exp-1) [P, C lambda_bias]
     weight_lr: float = 0.025  # β, Adam lr on task logits ξ [C bandit.lr]
     weight_decay: float = 1e-5  # Adam L2 decay γ on ξ (1e-5 Exp-1, 1e-4 Exp-2) [C gamma]
     improvement_clip: float = 0.1  # |I_k| clip [C at lr 1e-6; the code scales it by lr/1e-6]
     acc_ema: float = 0.5  # EMA decay of batch accuracy J_k [C]
+    acc_ema_init: str = "zero"  # J_k starts at 0 [C]; "first" = the first observation [R]
     M_os: float = 3.0  # oversampling factor [P, C rejection_sample_multiplier]
-    N_rs: int = 10  # resampling rounds (10 Exp-1, 2 Exp-2) [P, C max_num_gen_batches]
+    N_rs: int = 10  # generation rounds in all, the first included (10 Exp-1, 2 Exp-2)
+    # [C max_num_gen_batches]; the paper's text reads as N_rs resampling rounds after the first
     M_acc: float = 5.0  # inflation cap [P]
+    inflate: bool = False  # acceptance-aware inflation m_k; off in the authors' 3-task Exp-1
+    # scripts [C], on in Algorithm 2 [P] (--inflate)
     rho_ema: float = 0.9  # EMA decay of per-task filter rates ρ_k [R]
     sec_alpha: float = 0.5  # SEC bandit step size [R, SEC paper's α]
     sec_tau: float = 0.2  # SEC Boltzmann temperature [R]
@@ -39,6 +45,8 @@ class TrainConfig:
     eval_every: int = 10  # steps between held-out evaluations [R]
     eval_prompts: int = 100  # held-out prompts per task per evaluation [R]
     seed: int = 0
+    micro_batch: int = 0  # sequences per forward/backward (0: a whole PPO mini-batch) [R]
+    grad_accum: int = 1  # micro-batches per PPO mini-batch (gradient accumulation) [R]
 
     def __post_init__(self) -> None:
         from .baselines import METHODS
@@ -47,15 +55,25 @@ class TrainConfig:
             raise UserError(f"unknown method {self.method!r} (choose one of {', '.join(METHODS)})")
         if self.lam < 0:
             raise UserError(f"--lam must be >= 0 (got {self.lam})")
-        if self.filter not in ("strict", "lenient"):
-            raise UserError(f"unknown filter {self.filter!r} (strict|lenient)")
+        if self.filter not in ("strict", "lenient", "constant"):
+            raise UserError(f"unknown filter {self.filter!r} (strict|lenient|constant)")
+        if self.acc_ema_init not in ("zero", "first"):
+            raise UserError(f"unknown acc_ema_init {self.acc_ema_init!r} (zero|first)")
+        for name in ("lam", "lr", "temperature", "M_os", "M_acc", "weight_lr", "eps_low", "eps_high"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v)):
+                raise UserError(f"{name} must be a finite number (got {v})")
+        if self.lr <= 0 or self.temperature <= 0:
+            raise UserError(f"lr and temperature must be > 0 (got {self.lr}, {self.temperature})")
+        if self.micro_batch < 0 or self.grad_accum < 1:
+            raise UserError("need micro_batch >= 0 and grad_accum >= 1")
         for name in ("steps", "batch_prompts", "minibatches", "max_new_tokens", "n_val"):
             if getattr(self, name) < 1:
                 raise UserError(f"{name} must be >= 1 (got {getattr(self, name)})")
         if self.group_size < 2:
             raise UserError(f"group_size must be >= 2 for group-normalised advantages (got {self.group_size})")
-        if self.M_os <= 0 or self.M_acc < 1 or self.N_rs < 0:
-            raise UserError("need M_os > 0, M_acc >= 1 and N_rs >= 0")
+        if self.M_os <= 0 or self.M_acc < 1 or self.N_rs < 1:
+            raise UserError("need M_os > 0, M_acc >= 1 and N_rs >= 1 (generation rounds)")
 
     def with_(self, **kw) -> TrainConfig:
         return replace(self, **kw)

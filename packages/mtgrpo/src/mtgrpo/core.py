@@ -72,20 +72,24 @@ def clipped_pg_loss(logp_new, logp_old, adv, mask, eps_low: float = 0.2, eps_hig
 def zero_gradient_mask(rewards, mode: str = "strict", correct: float = 1.0) -> np.ndarray:
     """``True`` for groups the filter drops. ``rewards``: ``[n_groups, G]``.
 
-    strict (Exp-1): all rollouts correct or all incorrect; lenient (Exp-2): all rewards identical
-    (exactly the groups whose GRPO advantages are all zero) [P Alg. 2].
+    strict (Exp-1): all rollouts correct or all incorrect [P Alg. 2]; lenient (Exp-2): all rewards
+    0 or all rewards 1, as the authors' code (a group of only format rewards 0.1 is kept) [C];
+    constant: any group of identical rewards, i.e. exactly the groups whose GRPO advantages are all
+    zero [R].
     """
     r = np.asarray(rewards, dtype=np.float64)
     if r.ndim != 2:
         raise ValueError("rewards must be [n_groups, G]")
     if mode == "lenient":
+        return np.all(r == 0.0, axis=1) | np.all(r == 1.0, axis=1)
+    if mode == "constant":
         return np.all(r == r[:, :1], axis=1)
     if mode == "strict":
         ok = r >= correct
         return ok.all(axis=1) | (~ok).all(axis=1)
     if mode == "none":
         return np.zeros(len(r), dtype=bool)
-    raise ValueError(f"unknown filter {mode!r} (strict|lenient|none)")
+    raise ValueError(f"unknown filter {mode!r} (strict|lenient|constant|none)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -122,6 +126,7 @@ class TaskWeighter:
     adam_eps: float = 1e-8
     improvement_clip: float = 0.1
     acc_ema: float = 0.5
+    acc_ema_init: str = "zero"
     mode: str = "iwu"
     shrink: float = 0.1
     xi: np.ndarray = field(default=None)  # type: ignore[assignment]
@@ -139,7 +144,10 @@ class TaskWeighter:
             raise ValueError(f"unknown mode {self.mode!r} (iwu|minimax|regularized)")
         k = self.num_tasks
         self.xi = np.zeros(k) if self.xi is None else np.asarray(self.xi, np.float64)
-        self.J = np.full(k, np.nan) if self.J is None else np.asarray(self.J, np.float64)
+        if self.acc_ema_init not in ("zero", "first"):
+            raise ValueError(f"unknown acc_ema_init {self.acc_ema_init!r} (zero|first)")
+        start = 0.0 if self.acc_ema_init == "zero" else np.nan
+        self.J = np.full(k, start) if self.J is None else np.asarray(self.J, np.float64)
         self._m = np.zeros(k) if self._m is None else self._m
         self._v = np.zeros(k) if self._v is None else self._v
 
@@ -149,7 +157,8 @@ class TaskWeighter:
 
     def observe_accuracy(self, acc: Sequence[float]) -> np.ndarray:
         """EMA (decay ``acc_ema``) of the batch accuracy per task; NaN entries (task absent) keep
-        the old value; the first observation initialises the EMA [C ``bias_metric=batch_acc``]."""
+        the old value. ``acc_ema_init="zero"``: the EMA starts at 0, as the authors' code
+        [C ``bias_metric=batch_acc``]; ``"first"``: the first observation initialises it [R]."""
         a = np.asarray(acc, np.float64)
         first = np.isnan(self.J)
         upd = self.acc_ema * self.J + (1 - self.acc_ema) * a
@@ -215,7 +224,9 @@ class SampleStats:
 
 @dataclass
 class RatioPreservingSampler:
-    """Algorithm 2 of the paper. ``quota=False`` turns it into DAPO-style dynamic sampling with the
+    """Algorithm 2 of the paper; at most ``N_rs`` generation rounds in all, the first included
+    (the authors' ``max_num_gen_batches`` [C]). ``inflate`` switches the acceptance-aware
+    inflation (off in the authors' 3-task scripts). ``quota=False`` turns it into DAPO-style dynamic sampling with the
     task mixture fixed *before* filtering (the no-RPS ablation, and DAPO with uniform z)."""
 
     num_tasks: int
@@ -225,7 +236,7 @@ class RatioPreservingSampler:
     M_acc: float = 5.0
     rho_ema: float = 0.9
     quota: bool = True
-    inflate: bool = True
+    inflate: bool = False
     rho: np.ndarray = field(default=None)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
@@ -260,11 +271,11 @@ class RatioPreservingSampler:
             c = np.array([len(a) for a in acc])
             if self.quota:
                 deficit = np.maximum(n - c, 0)
-                if deficit.sum() == 0 or rounds > self.N_rs:
+                if deficit.sum() == 0 or rounds >= self.N_rs:
                     break
                 probs = deficit * m
             else:
-                if c.sum() >= B or rounds > self.N_rs:
+                if c.sum() >= B or rounds >= self.N_rs:
                     break
         batch = self._finish(acc, n, B, rng)
         realized = np.bincount([t for t, _ in batch], minlength=K)

@@ -16,47 +16,88 @@ from .tasks import CharTokenizer, Task, get_verifier, make_synthetic
 
 # --- tasks --------------------------------------------------------------------------------------
 
-def load_task(spec: str, verifier: str = "digits", n_train: int = 2000, n_test: int = 200,
-              seed: int = 0, test_fraction: float = 0.1) -> Task:
-    """A task from ``spec``: a synthetic name (``copy``, ``add:hard``…) or ``NAME=PATH`` / ``PATH``
-    to a local JSONL/JSON/CSV/Parquet file (or ``save_to_disk`` folder) with ``prompt`` and
-    ``answer`` columns; a ``split`` column (train/test) is honoured, else the last
-    ``test_fraction`` of rows is held out. ``verifier``: a name or ``module:function``;
-    ``NAME=PATH@VERIFIER`` overrides it for this task."""
-    name, _, path = spec.rpartition("=") if "=" in spec else ("", "", spec)
-    if "@" in path:  # NAME=PATH@VERIFIER: a verifier for this task only
-        path, _, verifier = path.rpartition("@")
-    p = Path(path)
-    looks_like_file = p.suffix or "/" in path or p.exists()
-    if not looks_like_file:
-        return make_synthetic(spec, n_train, n_test, seed)
-    from icml26_shared.data import load_local_dataset
+def _read_jsonl(p: Path) -> list[dict]:
+    """JSON Lines (or a JSON list) read here, so a malformed line is one clear error."""
+    import json
 
+    text = p.read_text(encoding="utf-8", errors="replace")
+    if p.suffix.lower() == ".json" and text.lstrip().startswith("["):
+        try:
+            rows = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    else:
+        rows = []
+        for i, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise UserError(f"{p}: line {i} is not valid JSON ({exc.msg})") from None
+    if not all(isinstance(r, dict) for r in rows):
+        raise UserError(f"{p}: every record must be a JSON object")
+    return rows
+
+
+def _read_rows(p: Path) -> list[dict]:
+    if not p.exists():
+        raise UserError(f"{p} does not exist")
     if p.is_file() and not p.read_bytes().strip():
         raise UserError(f"{p} is empty")
+    if p.is_file() and p.suffix.lower() in (".jsonl", ".json"):
+        return _read_jsonl(p)
+    import logging
+
+    from icml26_shared.data import load_local_dataset
+
     try:
         import datasets
 
         datasets.disable_progress_bars()  # the CLI's stderr carries errors only
-        datasets.logging.set_verbosity_error()
-        ds = load_local_dataset(p)
-        rows = [dict(r) for r in ds]
+        datasets.logging.set_verbosity(logging.CRITICAL)
+        return [dict(r) for r in load_local_dataset(p)]
     except UserError:
         raise
     except Exception as exc:  # datasets raises many kinds of errors on malformed files
         raise UserError(f"{p}: cannot read: {type(exc).__name__}: {exc}") from None
+
+
+def load_task(spec: str, verifier: str = "digits", n_train: int = 2000, n_test: int = 200,
+              seed: int = 0, test_fraction: float = 0.1, n_dev: int = 0) -> Task:
+    """A task from ``spec``: a synthetic name (``copy``, ``add:hard``…) or ``NAME=PATH`` / ``PATH``
+    to a local JSONL/JSON/CSV/Parquet file (or ``save_to_disk`` folder) with ``prompt`` and
+    ``answer`` columns; a ``split`` column (train / dev / test) is honoured, else the last
+    ``test_fraction`` of rows is held out. ``verifier``: a name or ``module:function``;
+    ``NAME=PATH@VERIFIER`` overrides it for this task. Files written by ``mtgrpo data
+    reasoning-gym`` carry their metadata and default to the ``reasoning-gym`` verifier."""
+    name, _, path = spec.rpartition("=") if "=" in spec else ("", "", spec)
+    explicit = "@" in path
+    if explicit:  # NAME=PATH@VERIFIER: a verifier for this task only
+        path, _, verifier = path.rpartition("@")
+    p = Path(path)
+    looks_like_file = p.suffix or "/" in path or p.exists()
+    if not looks_like_file:
+        return make_synthetic(spec, n_train, n_test, seed, n_dev=n_dev)
+    rows = _read_rows(p)
     if not rows:
         raise UserError(f"{p} is empty")
     missing = {"prompt", "answer"} - set(rows[0])
     if missing:
         raise UserError(f"{p}: missing column(s) {', '.join(sorted(missing))} (need prompt, answer)")
     if "split" in rows[0]:
-        train = [r for r in rows if r["split"] != "test"]
+        train = [r for r in rows if r["split"] not in ("test", "dev")]
+        dev = [r for r in rows if r["split"] == "dev"]
         test = [r for r in rows if r["split"] == "test"]
     else:
         cut = max(1, int(round(len(rows) * (1 - test_fraction)))) if len(rows) > 1 else 1
-        train, test = rows[:cut], rows[cut:]
-    return Task(name or p.stem, train, test, get_verifier(verifier))
+        train, dev, test = rows[:cut], [], rows[cut:]
+    if not test:
+        raise UserError(f"{p}: no held-out rows to evaluate on (add rows with split=test, or "
+                        "more rows so that the last tenth can be held out)")
+    if not explicit and rows[0].get("source_dataset") and verifier in ("exact", "digits"):
+        verifier = "reasoning-gym"  # a file written by `mtgrpo data reasoning-gym`
+    return Task(name or p.stem, train, test, get_verifier(verifier), dev=dev)
 
 
 # --- the tiny policy ----------------------------------------------------------------------------
@@ -122,13 +163,35 @@ class HFTokenizer:
         return self.tk.decode(list(ids), skip_special_tokens=True)
 
 
+DTYPES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16",
+          "fp16": "float16", "float16": "float16"}
+
+
 def load_hf_policy(path: str | Path, lora_r: int = 0, lora_alpha: int = 16,
                    target_modules: list[str] | None = None, chat_template: bool = False,
-                   dtype: str = "float32"):
-    """A local Hugging Face causal LM (never downloads); ``lora_r > 0`` wraps it in a PEFT LoRA
-    adapter so only the adapter trains."""
+                   dtype: str = "fp32", gradient_checkpointing: bool = False):
+    """A local Hugging Face causal LM (never downloads) in ``dtype`` (bf16 | fp16 | fp32);
+    ``lora_r > 0`` wraps it in a PEFT LoRA adapter so only the adapter trains;
+    ``gradient_checkpointing`` recomputes activations in the backward pass."""
+    if dtype not in DTYPES:
+        raise UserError(f"unknown dtype {dtype!r} (bf16|fp16|fp32)")
+    dtype = DTYPES[dtype]
+    pol = _load_hf(Path(path), lora_r, lora_alpha, target_modules, chat_template, dtype)
+    if gradient_checkpointing:
+        m = pol.model
+        base = m.get_base_model() if hasattr(m, "get_base_model") else m
+        kw = {"use_reentrant": False}
+        if hasattr(base, "activation_checkpointing_enable"):  # transformers >= 5 (the old name warns)
+            base.activation_checkpointing_enable(activation_checkpointing_kwargs=kw)
+        else:
+            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kw)
+        if hasattr(base, "enable_input_require_grads"):
+            base.enable_input_require_grads()
+        base.config.use_cache = False
+    return pol
 
-    path = Path(path)
+
+def _load_hf(path: Path, lora_r, lora_alpha, target_modules, chat_template, dtype):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if (path / "adapter_config.json").is_file():  # a PEFT adapter saved by `mtgrpo train --lora-r`

@@ -55,9 +55,10 @@ class TinyGPT(nn.Module):
                 nn.init.normal_(p, std=0.02 * (1 if p.shape[0] != d else 1 / math.sqrt(2 * layers)))
 
     def forward(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None,
-                use_cache: bool = False):
-        """``attention_mask`` covers past and new tokens; returns logits, or an object with
-        ``logits`` and ``past_key_values`` when ``use_cache``."""
+                use_cache: bool = False, logits_to_keep: int = 0):
+        """``attention_mask`` covers past and new tokens; returns logits (of the last
+        ``logits_to_keep`` positions when > 0), or an object with ``logits`` and
+        ``past_key_values`` when ``use_cache``."""
         b, t = input_ids.shape
         past_len = past_key_values[0][0].shape[2] if past_key_values else 0
         if attention_mask is None:
@@ -73,6 +74,8 @@ class TinyGPT(nn.Module):
         for i, blk in enumerate(self.blocks):
             x, kv = blk(x, mask, past_key_values[i] if past_key_values else None)
             cache.append(kv)
+        if logits_to_keep:
+            x = x[:, -logits_to_keep:]
         logits = self.head(self.ln(x))
         return Output(logits, cache) if use_cache else logits
 
@@ -81,9 +84,18 @@ def positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).clamp_min(0)
 
 
-def logits_of(model, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask))
-    return out if isinstance(out, torch.Tensor) else out.logits
+def logits_of(model, ids: torch.Tensor, mask: torch.Tensor, keep: int = 0) -> torch.Tensor:
+    """Logits of the last ``keep`` positions (all when 0): the LM head runs on those only
+    (``logits_to_keep`` of Hugging Face causal LMs and of ``TinyGPT``)."""
+    kw = {"logits_to_keep": keep} if keep else {}
+    try:
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), **kw)
+    except TypeError:  # a model without logits_to_keep: full logits, sliced here
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask))
+        out = out if isinstance(out, torch.Tensor) else out.logits
+        return out[:, -keep:] if keep else out
+    out = out if isinstance(out, torch.Tensor) else out.logits
+    return out[:, -keep:] if keep and out.shape[1] > keep else out
 
 
 def left_pad(seqs: list[list[int]], pad_id: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -133,15 +145,47 @@ def generate(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, max_new
     return torch.stack(out, 1), torch.stack(valid, 1).long()
 
 
-def response_logprobs(model, prompt_ids, prompt_mask, resp, resp_mask) -> torch.Tensor:
-    """Per-token log-probs ``[B, R]`` of the response under ``model`` (0 outside ``resp_mask``),
-    through ``icml26_kernels.token_logprobs``."""
+def response_logprobs(model, prompt_ids, prompt_mask, resp, resp_mask,
+                      temperature: float = 1.0) -> torch.Tensor:
+    """Per-token log-probs ``[B, R]`` of the response under the *sampling* distribution
+    ``softmax(logits / temperature)`` (0 outside ``resp_mask``), through
+    ``icml26_kernels.token_logprobs``. Only the response positions reach the LM head."""
     ids = torch.cat([prompt_ids, resp], 1)
     mask = torch.cat([prompt_mask, resp_mask], 1)
-    p = prompt_ids.shape[1]
-    logits = logits_of(model, ids, mask)[:, p - 1:-1]
+    r = resp.shape[1]
+    logits = logits_of(model, ids, mask, keep=r + 1)[:, :-1]
+    if temperature != 1.0:
+        logits = logits / temperature
     targets = torch.where(resp_mask.bool(), resp, torch.full_like(resp, -100))
     return token_logprobs(logits, targets)
+
+
+@torch.no_grad()
+def hf_generate(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, max_new: int,
+                eos_id: int, pad_id: int, seed: int | None, temperature: float = 1.0
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Batched ``model.generate`` with the KV cache (Hugging Face / PEFT models): pure sampling
+    at ``temperature`` (no top-k / top-p, so the sampling distribution is the one the loss
+    scores), greedy when ``seed is None``. The sampling stream is seeded from ``seed`` without
+    touching the global RNG. Returns ``(response [B, R], response_mask [B, R])``, the mask up to
+    and including EOS."""
+    devices = [prompt_ids.device] if prompt_ids.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        if seed is not None:
+            torch.manual_seed(int(seed))
+        kw = dict(do_sample=True, temperature=float(temperature), top_k=0, top_p=1.0) \
+            if seed is not None else dict(do_sample=False)
+        out = model.generate(input_ids=prompt_ids, attention_mask=prompt_mask,
+                             max_new_tokens=max_new, eos_token_id=eos_id, pad_token_id=pad_id,
+                             use_cache=True, **kw)
+    resp = out[:, prompt_ids.shape[1]:]
+    if resp.shape[1] == 0:
+        resp = torch.full((prompt_ids.shape[0], 1), pad_id, dtype=torch.long, device=out.device)
+    is_eos = (resp == eos_id).long()
+    after = (is_eos.cumsum(1) - is_eos) > 0  # positions after the first EOS
+    mask = (~after).long()
+    resp = torch.where(after, torch.full_like(resp, pad_id), resp)
+    return resp, mask
 
 
 def sft_loss(model, prompt_ids, prompt_mask, resp, resp_mask) -> torch.Tensor:

@@ -10,33 +10,112 @@ from icml26_shared import ClaimCheck
 from icml26_shared.report import line_plot
 
 
-def claim_checks(desc, summary: dict[str, dict[str, float]], sc: dict) -> list[ClaimCheck]:
+def _add(res, exp: str, method: str, metric: str, values, seeds, **extra) -> None:
+    """Add a row over the seeds whose value is finite (JSON has no NaN); skip it if none is."""
+    keep = [(v, sd) for v, sd in zip(values, seeds, strict=True) if np.isfinite(v)]
+    if keep:
+        res.add(exp, method, metric, [v for v, _ in keep], seeds=[sd for _, sd in keep], **extra)
+
+
+def summarise(res, exp: str, runs: dict[str, list[dict]], names: list[str], seeds: list[int],
+              sc: dict) -> dict[str, dict]:
+    """Rows of one experiment; returns per method the per-seed values the claims need."""
+    from .experiments import share_gap, steps_to
+
+    out: dict[str, dict] = {}
+    censored = sc["steps"] + sc["eval_every"]
+    for m, rs in runs.items():
+        worst = [min(r["final"].values()) for r in rs]
+        avg = [float(np.mean(list(r["final"].values()))) for r in rs]
+        stt = [steps_to(r["curve"], sc["threshold"], sc["steps"]) for r in rs]
+        reached = sum(not np.isnan(x) for x in stt)
+        stt = [censored if np.isnan(x) else x for x in stt]
+        gap = [share_gap(r["history"]) for r in rs]
+        gen = [float(np.mean([h["prompts_generated"] for h in r["history"]])) for r in rs]
+        _add(res, exp, m, "worst_task_acc", worst, seeds)
+        _add(res, exp, m, "avg_acc", avg, seeds)
+        if all(r.get("dev") for r in rs):
+            _add(res, exp, m, "dev_worst_task_acc", [min(r["dev"].values()) for r in rs], seeds)
+            _add(res, exp, m, "dev_avg_acc", [float(np.mean(list(r["dev"].values()))) for r in rs],
+                 seeds)
+        for k, n in enumerate(names):
+            _add(res, exp, m, f"acc_{n}", [r["final"][n] for r in rs], seeds)
+            _add(res, exp, m, f"zero_grad_rate_{n}",
+                 [float(np.nanmean([h["zero_grad_rate"][k] for h in r["history"]])) for r in rs], seeds)
+            _add(res, exp, m, f"mean_z_{n}", [float(np.mean([h["z"][k] for h in r["history"]]))
+                                              for r in rs], seeds)
+            _add(res, exp, m, f"mean_share_{n}",
+                 [float(np.mean([h["share"][k] for h in r["history"]])) for r in rs], seeds)
+        _add(res, exp, m, "steps_to_threshold", stt, seeds, reached=f"{reached}/{len(stt)}",
+             threshold=sc["threshold"])
+        _add(res, exp, m, "share_gap_abs", gap, seeds)
+        _add(res, exp, m, "prompts_generated_per_step", gen, seeds)
+        _add(res, exp, m, "train_seconds", [r["train_s"] for r in rs], seeds, unit="s")
+        out[m] = {"worst": np.array(worst), "avg": np.array(avg), "steps": np.array(stt),
+                  "gap": np.array(gap), "reached": reached, "gen": float(np.mean(gen))}
+    for base in ("grpo", "dapo"):  # paired by seed: the same warm start and test prompts
+        if "mtgrpo" in out and base in out:
+            _add(res, exp, "mtgrpo", f"worst_task_acc_minus_{base}_paired",
+                 list(out["mtgrpo"]["worst"] - out[base]["worst"]), seeds)
+    return out
+
+
+def _iv(d) -> tuple[float, float]:
+    from icml26_shared.eval import paired_interval
+
+    pi = paired_interval(np.asarray(d, float))
+    return pi.low, pi.high
+
+
+def _ratio_interval(a, b, n: int = 9999, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap over seeds (paired resampling) of mean(a) / mean(b)."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(a), (n, len(a)))
+    r = a[idx].mean(1) / np.maximum(b[idx].mean(1), 1e-12)
+    return float(np.quantile(r, 0.025)), float(np.quantile(r, 0.975))
+
+
+def claim_checks(desc, summary: dict, equal: dict, sc: dict) -> list[ClaimCheck]:
+    """Every difference is paired by seed with a 95% BCa bootstrap interval (icml26_shared.eval.
+    paired_interval), in points; "held" needs the whole interval to clear the target."""
     claims = {c.id: c for c in desc.claims}
     mt, grpo, dapo = summary["mtgrpo"], summary["grpo"], summary["dapo"]
-    best_avg = max(grpo["avg"], dapo["avg"])
-    pct = 100.0  # claims in percent / points, as the paper reports them (rows hold fractions)
-    out = [
-        ClaimCheck.compare(claims["worst_vs_grpo"], pct * mt["worst"], pct * grpo["worst"], "grpo",
-                           margin=10.0, note="target: MT-GRPO ≥ GRPO + 10 points (mean over seeds)"),
-        ClaimCheck.compare(claims["worst_vs_dapo"], pct * mt["worst"], pct * dapo["worst"], "dapo",
-                           margin=3.0, note="target: MT-GRPO ≥ DAPO + 3 points (mean over seeds)"),
-        ClaimCheck.compare(claims["avg_competitive"], pct * (mt["avg"] - best_avg), None, "",
-                           threshold=-2.0,
-                           note=f"MT-GRPO average {pct * mt['avg']:.1f}% minus the best baseline's "
-                                f"{pct * best_avg:.1f}%; held if ≥ −2 points"),
-    ]
-    ratio = mt["steps"] / dapo["steps"] if dapo["steps"] > 0 else float("nan")
+    pct = 100.0
+    out = []
+    for cid, name, margin, src in (("worst_vs_grpo", "grpo", 10.0, summary),
+                                   ("worst_vs_dapo", "dapo", 3.0, summary),
+                                   ("worst_vs_grpo_equal_rollout", "grpo", 10.0, equal),
+                                   ("worst_vs_dapo_equal_rollout", "dapo", 3.0, equal)):
+        if cid not in claims or not src or name not in src:
+            continue
+        a, b = pct * src["mtgrpo"]["worst"], pct * src[name]["worst"]
+        eq = " at equal rollouts per step" if src is equal else ""
+        out.append(ClaimCheck.compare(
+            claims[cid], float(a.mean()), float(b.mean()), name, margin=margin, interval=_iv(a - b),
+            note=f"target: MT-GRPO ≥ {name.upper()} + {margin:g} points{eq}, the whole paired 95% "
+                 f"interval over {len(a)} seeds (test split)"))
+    best = "dapo" if dapo["avg"].mean() >= grpo["avg"].mean() else "grpo"
+    d = pct * (mt["avg"] - summary[best]["avg"])
+    out.append(ClaimCheck.compare(
+        claims["avg_competitive"], float(d.mean()), None, "", threshold=-2.0, interval=_iv(d),
+        note=f"MT-GRPO average {pct * mt['avg'].mean():.1f}% minus the best baseline's ({best}) "
+             f"{pct * summary[best]['avg'].mean():.1f}%; held if the interval's low end ≥ −2 points"))
+    ratio = float(mt["steps"].mean() / dapo["steps"].mean())
     out.append(ClaimCheck.compare(
         claims["steps_to_threshold"], ratio, None, "", threshold=0.6,
-        note=f"steps to worst-task ≥ {sc['threshold']}: MT-GRPO {mt['steps']:.1f} "
-             f"(reached {mt['reached']}/{sc['seeds']}) vs DAPO {dapo['steps']:.1f} "
+        interval=_ratio_interval(mt["steps"], dapo["steps"]),
+        note=f"steps to test worst-task ≥ {sc['threshold']}: MT-GRPO {mt['steps'].mean():.1f} "
+             f"(reached {mt['reached']}/{sc['seeds']}) vs DAPO {dapo['steps'].mean():.1f} "
              f"(reached {dapo['reached']}/{sc['seeds']}); a run that never reaches it counts as "
-             f"budget + one eval interval; held if ratio ≤ 0.6"))
-    no_rps = ", ".join(f"{m} {summary[m]['gap']:.3f}" for m in ("dapo", "iwu_only") if m in summary)
+             "budget + one eval interval; held if the ratio's 95% bootstrap interval is ≤ 0.6"))
+    no_rps = ", ".join(f"{m} {summary[m]['gap'].mean():.3f}" for m in ("dapo", "iwu_only")
+                       if m in summary)
     out.append(ClaimCheck.compare(
-        claims["rps_share"], mt["gap"], None, "", threshold=0.05,
-        note="max over tasks of |time-averaged realised share − time-averaged z| with RPS; "
-             f"without RPS (mixture fixed before filtering): {no_rps}"))
+        claims["rps_share"], float(mt["gap"].mean()), None, "", threshold=0.05,
+        interval=_iv(mt["gap"]),
+        note="max over tasks of |time-averaged realised share − time-averaged z| with RPS; held if "
+             f"the interval is ≤ 0.05; without RPS (mixture fixed before filtering): {no_rps}"))
     return out
 
 

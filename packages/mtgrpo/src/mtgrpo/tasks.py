@@ -27,6 +27,7 @@ class Task:
     test: list[dict]
     verifier: Verifier
     meta: dict = field(default_factory=dict)
+    dev: list[dict] = field(default_factory=list)  # for choices made by looking at a number
 
     def __post_init__(self) -> None:
         if not self.train:
@@ -81,11 +82,15 @@ VERIFIERS: dict[str, Verifier] = {"digits": digits_verifier, "exact": exact_veri
 
 
 def get_verifier(spec: str | Verifier) -> Verifier:
-    """A verifier by name (``digits|exact|number|contains``) or ``module:function``."""
+    """A verifier by name (``digits|exact|number|contains|reasoning-gym``) or ``module:function``."""
     if callable(spec):
         return spec
     if spec in VERIFIERS:
         return VERIFIERS[spec]
+    if spec in ("reasoning-gym", "reasoning_gym"):
+        from .gym import reasoning_gym_verifier
+
+        return reasoning_gym_verifier
     if ":" in spec:
         import importlib
 
@@ -97,7 +102,8 @@ def get_verifier(spec: str | Verifier) -> Verifier:
         if not callable(f):
             raise UserError(f"verifier {spec!r} is not callable")
         return f
-    raise UserError(f"unknown verifier {spec!r} (use {', '.join(VERIFIERS)} or module:function)")
+    raise UserError(f"unknown verifier {spec!r} (use {', '.join(VERIFIERS)}, reasoning-gym or "
+                    "module:function)")
 
 
 def safe_reward(task: Task, response: str, example: dict) -> float:
@@ -150,8 +156,11 @@ def synthetic_names() -> list[str]:
     return [f"{f}:{lv}" for f in FAMILIES for lv in LEVELS[f]] + list(FAMILIES)
 
 
-def make_synthetic(name: str, n_train: int = 2000, n_test: int = 200, seed: int = 0) -> Task:
-    """``family`` or ``family:level`` (copy / add / sort / rev / mul × easy / medium / hard)."""
+def make_synthetic(name: str, n_train: int = 2000, n_test: int = 200, seed: int = 0,
+                   n_dev: int = 0) -> Task:
+    """``family`` or ``family:level`` (copy / add / sort / rev / mul × easy / medium / hard);
+    ``n_dev`` dev prompts, disjoint from train and test, drawn after both (so adding a dev split
+    leaves train and test unchanged)."""
     fam, _, level = name.partition(":")
     level = level or DEFAULT_LEVEL.get(fam, "medium")
     if fam not in FAMILIES or level not in LEVELS.get(fam, {}):
@@ -176,7 +185,16 @@ def make_synthetic(name: str, n_train: int = 2000, n_test: int = 200, seed: int 
             train.append({"prompt": p, "answer": a})
     if not train:  # a tiny task space: train on all prompts, keep only a few held out
         test, train = test[: len(test) // 5], test[len(test) // 5:]
-    return Task(name, train, test, digits_verifier, {"family": fam, "level": level, "size": n})
+    seen |= {e["prompt"] for e in train}
+    dev = []
+    for _ in range(50 * n_dev):
+        if len(dev) >= n_dev:
+            break
+        p, a = gen(rng, n)
+        if p not in seen:
+            seen.add(p)
+            dev.append({"prompt": p, "answer": a})
+    return Task(name, train, test, digits_verifier, {"family": fam, "level": level, "size": n}, dev)
 
 
 class CharTokenizer:

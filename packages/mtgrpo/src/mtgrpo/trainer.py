@@ -10,6 +10,7 @@ after each optimizer step (the IWU improvement signal) are summed across process
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from .core import (
     grpo_advantages,
     plain_sample,
 )
-from .policy import generate, left_pad, response_logprobs
+from .policy import generate, hf_generate, left_pad, response_logprobs
 from .tasks import Task, safe_reward
 
 
@@ -88,19 +89,24 @@ class MTGRPOTrainer:
         if accelerator is not None:
             self.model, self.opt = accelerator.prepare(policy.model, opt)
             self.device = accelerator.device
-        else:
-            self.device = torch.device(device) if device else next(policy.model.parameters()).device
+        else:  # CUDA when present (icml26_shared.data.device), unless the caller names a device
+            from icml26_shared.data import device as pick_device
+
+            self.device = torch.device(pick_device(device))
             self.model, self.opt = policy.model.to(self.device), opt
+        self._hf = hasattr(self.unwrapped, "generate") and hasattr(self.unwrapped, "generation_config")
         self.eps_high = config.eps_high if self.spec.clip_higher else config.eps_low
         w = self.spec.weighting
         self.weighter = TaskWeighter(self.K, lam=config.lam, lr=config.weight_lr,
                                      weight_decay=config.weight_decay,
                                      improvement_clip=config.improvement_clip, acc_ema=config.acc_ema,
+                                     acc_ema_init=config.acc_ema_init,
                                      mode=w if w in ("iwu", "minimax", "regularized") else "iwu")
         self.sec = SecBandit(self.K, config.sec_alpha, config.sec_tau)
         self.sampler = RatioPreservingSampler(self.K, config.filter, config.M_os, config.N_rs,
                                               config.M_acc, config.rho_ema,
-                                              quota=self.spec.sampling == "rps")
+                                              quota=self.spec.sampling == "rps",
+                                              inflate=config.inflate)
         self.rng = np.random.default_rng([config.seed, 7])
         self.gen = torch.Generator().manual_seed(config.seed)
         self.step_idx = 0
@@ -122,9 +128,11 @@ class MTGRPOTrainer:
 
     # --- rollouts ----------------------------------------------------------------------------
     def _rollout(self, items: list[tuple[int, dict]], uniforms: torch.Tensor | None,
-                 n: int) -> list[Group]:
-        """Generate ``n`` responses per (task, example) and score them; ``uniforms`` is
-        ``[len(items), n, max_new]`` (``None`` = greedy). Work is split across processes."""
+                 n: int, seed: int | None = None) -> list[Group]:
+        """Generate ``n`` responses per (task, example) and score them. The tiny policy samples
+        by inverse CDF from ``uniforms`` ``[len(items), n, max_new]``; a Hugging Face model by
+        batched ``model.generate`` seeded from ``seed``; both greedy when given ``None``. Work is
+        split across processes."""
         mine = [i for i in range(len(items)) if i % self.dist.world == self.dist.rank]
         out: list[tuple[int, list, list, list]] = []
         chunk = max(1, 512 // n)
@@ -135,9 +143,14 @@ class MTGRPOTrainer:
             idx = mine[s:s + chunk]
             prompts = [self.tok.encode(items[i][1]["prompt"]) for i in idx]
             ids, mask = left_pad([p for p in prompts for _ in range(n)], self.tok.pad_id, self.device)
-            u = None if uniforms is None else uniforms[idx].reshape(len(idx) * n, -1).to(self.device)
-            resp, rmask = generate(model, ids, mask, self.cfg.max_new_tokens, self.tok.eos_id,
-                                   self.tok.pad_id, u, self.cfg.temperature)
+            if self._hf:
+                sd = None if seed is None else int(seed) + 1_000_003 * s + 7919 * self.dist.rank
+                resp, rmask = hf_generate(model, ids, mask, self.cfg.max_new_tokens, self.tok.eos_id,
+                                          self.tok.pad_id, sd, self.cfg.temperature)
+            else:
+                u = None if uniforms is None else uniforms[idx].reshape(len(idx) * n, -1).to(self.device)
+                resp, rmask = generate(model, ids, mask, self.cfg.max_new_tokens, self.tok.eos_id,
+                                       self.tok.pad_id, u, self.cfg.temperature)
             resp, rmask = resp.cpu(), rmask.cpu()
             for j, i in enumerate(idx):
                 k, ex = items[i]
@@ -158,8 +171,12 @@ class MTGRPOTrainer:
         items = [(k, self.tasks[k].train[int(j)]) for k in range(self.K)
                  for j in self.rng.integers(0, len(self.tasks[k].train), int(counts[k]))]
         n, t = self.cfg.group_size, self.cfg.max_new_tokens
-        u = torch.rand((len(items), n, t), generator=self.gen, dtype=torch.float64)
-        groups = self._rollout(items, u, n) if items else []
+        if self._hf:
+            seed = int(torch.randint(0, 2 ** 62, (1,), generator=self.gen))
+            groups = self._rollout(items, None, n, seed=seed) if items else []
+        else:
+            u = torch.rand((len(items), n, t), generator=self.gen, dtype=torch.float64)
+            groups = self._rollout(items, u, n) if items else []
         self._drawn += groups
         per = [[] for _ in range(self.K)]
         for g in groups:
@@ -201,43 +218,75 @@ class MTGRPOTrainer:
         mbs = [self._tensors(batch, adv, c) for c in chunks]
         with torch.no_grad():  # the rollout policy's log-probs, before any update of this step
             for mb in mbs:
-                mb["old"] = self._logp(mb).detach()
+                mb["old"] = [self._logp(mc).detach() for mc in self._micro(mb)]
         track = self.spec.weighting in ("iwu", "minimax", "regularized")
         imp_total, losses = np.zeros(K), []
+        params = [p for p in self.model.parameters() if p.requires_grad]
         self.model.train()
         for mb in mbs:
-            tot_tokens = float(mb["all_tokens"])
-            lp = self._logp(mb)
-            _, per_tok = clipped_pg_loss(lp, mb["old"], mb["adv"], mb["mask"], cfg.eps_low,
-                                         self.eps_high, cfg.agg)
-            if cfg.agg == "seq":
-                seq = per_tok.sum(-1) / mb["mask"].sum(-1).clamp_min(1)
-                loss = seq.sum() / mb["all_rows"] * d.world
-            else:
-                loss = per_tok.sum() / tot_tokens * d.world
-            if not mb["local"]:  # a stand-in row with zero weight keeps DDP's collectives aligned
-                loss, per_tok = loss * 0.0, None
-            before = self._task_loss(mb, per_tok)
             self.opt.zero_grad(set_to_none=True)
-            if d.acc is not None:
-                d.acc.backward(loss)
-            else:
-                loss.backward()
-            torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], 1.0)
+            before, loss_sum = np.zeros(K), 0.0
+            pieces = self._micro(mb)
+            for j, (mc, old) in enumerate(zip(pieces, mb["old"], strict=True)):
+                # DDP: gradients are all-reduced once per mini-batch, on the last piece (the
+                # processes may hold different numbers of pieces)
+                quiet = d.world > 1 and j < len(pieces) - 1 and hasattr(self.model, "no_sync")
+                with self.model.no_sync() if quiet else contextlib.nullcontext():
+                    loss, per_tok = self._loss(mb, mc, self._logp(mc), old)
+                    before += self._task_loss_local(mc, per_tok)
+                    if d.acc is not None:
+                        d.acc.backward(loss)
+                    else:
+                        loss.backward()
+                loss_sum += float(loss.detach())
+            before = self._reduce(before)
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
             self.opt.step()
-            losses.append(float(d.sum(loss.detach().reshape(1)).item()) / d.world)
+            losses.append(float(d.sum(torch.tensor([loss_sum], device=self.device)).item()) / d.world)
             if track:
+                after = np.zeros(K)
                 with torch.no_grad():
-                    _, per_after = clipped_pg_loss(self._logp(mb), mb["old"], mb["adv"], mb["mask"],
-                                                   cfg.eps_low, self.eps_high)
-                    if not mb["local"]:
-                        per_after = None
-                    after = self._task_loss(mb, per_after)
+                    for mc, old in zip(self._micro(mb), mb["old"], strict=True):
+                        _, per_after = self._loss(mb, mc, self._logp(mc), old)
+                        after += self._task_loss_local(mc, per_after)
+                after = self._reduce(after)
                 present = mb["task_tokens"] > 0
                 imp = np.where(present, before - after, 0.0)  # improvement = old − new total loss [C]
                 imp_total += imp
                 self.weighter.update(imp)
         return imp_total, float(np.mean(losses))
+
+    def _loss(self, mb: dict, mc: dict, lp: torch.Tensor, old: torch.Tensor):
+        """This micro-batch's share of the mini-batch loss (token-mean over the whole mini-batch
+        on all processes, so micro-batching and data parallelism leave the gradient unchanged)."""
+        cfg, d = self.cfg, self.dist
+        _, per_tok = clipped_pg_loss(lp, old, mc["adv"], mc["mask"], cfg.eps_low, self.eps_high,
+                                     cfg.agg)
+        if cfg.agg == "seq":
+            seq = per_tok.sum(-1) / mc["mask"].sum(-1).clamp_min(1)
+            loss = seq.sum() / mb["all_rows"] * d.world
+        else:
+            loss = per_tok.sum() / float(mb["all_tokens"]) * d.world
+        if not mb["local"]:  # a stand-in row with zero weight keeps DDP's collectives aligned
+            return loss * 0.0, None
+        return loss, per_tok
+
+    def _micro(self, mb: dict) -> list[dict]:
+        """Split a PPO mini-batch's local rows into micro-batches (``micro_batch`` sequences, or
+        ``grad_accum`` pieces), each trimmed to its own padding."""
+        n = mb["resp"].shape[0]
+        pieces = self.cfg.grad_accum
+        if self.cfg.micro_batch:
+            pieces = max(pieces, -(-n // self.cfg.micro_batch))
+        out = []
+        for rows in np.array_split(np.arange(n), min(pieces, n)):
+            sl = slice(int(rows[0]), int(rows[-1]) + 1)
+            pm, m = mb["pmask"][sl], mb["mask"][sl]
+            p0 = int((pm.sum(0) > 0).nonzero()[0]) if bool(pm.any()) else pm.shape[1] - 1
+            r1 = max(int(m.sum(0).nonzero().max()) + 1, 1) if bool(m.any()) else 1
+            out.append({"ids": mb["ids"][sl, p0:], "pmask": pm[:, p0:], "resp": mb["resp"][sl, :r1],
+                        "mask": m[:, :r1], "adv": mb["adv"][sl], "task": mb["task"][sl]})
+        return out
 
     def _tensors(self, batch: list[Group], adv: list[torch.Tensor], idx: np.ndarray) -> dict:
         d, n = self.dist, self.cfg.group_size
@@ -261,16 +310,23 @@ class MTGRPOTrainer:
         return mb
 
     def _logp(self, mb: dict) -> torch.Tensor:
-        return response_logprobs(self.model, mb["ids"], mb["pmask"], mb["resp"], mb["mask"])
+        """Log-probs under the sampling distribution (the rollout temperature), as sampled."""
+        return response_logprobs(self.model, mb["ids"], mb["pmask"], mb["resp"], mb["mask"],
+                                 self.cfg.temperature)
 
-    def _task_loss(self, mb: dict, per_tok: torch.Tensor | None) -> np.ndarray:
-        """Per task, the SUM over its sequences in the mini-batch of each sequence's token-mean
-        surrogate loss (summed over processes) — the authors' ``task_wise_total_loss`` [C dp_actor]."""
+    def _task_loss_local(self, mc: dict, per_tok: torch.Tensor | None) -> np.ndarray:
+        """Per task, the SUM over its sequences of each sequence's token-mean surrogate loss
+        (this process, this micro-batch) — the authors' ``task_wise_total_loss`` [C dp_actor]."""
         sums = torch.zeros(self.K, dtype=torch.float64, device=self.device)
         if per_tok is not None:
-            seq = per_tok.detach().sum(-1) / mb["mask"].sum(-1).clamp_min(1)
-            sums.index_add_(0, mb["task"], seq.double())
-        return self.dist.sum(sums).cpu().numpy()
+            seq = per_tok.detach().sum(-1) / mc["mask"].sum(-1).clamp_min(1)
+            sums.index_add_(0, mc["task"], seq.double())
+        return sums.cpu().numpy()
+
+    def _reduce(self, v: np.ndarray) -> np.ndarray:
+        if self.dist.world == 1:
+            return v
+        return self.dist.sum(torch.tensor(v, dtype=torch.float64, device=self.device)).cpu().numpy()
 
     # --- evaluation --------------------------------------------------------------------------
     @torch.no_grad()
@@ -285,9 +341,13 @@ class MTGRPOTrainer:
         if not items:
             raise UserError(f"no {split} examples to evaluate")
         n = max(n_val, 1)
-        u = None if n_val == 0 else torch.rand((len(items), n, self.cfg.max_new_tokens), generator=g,
-                                               dtype=torch.float64)
-        groups = self._rollout(items, u, n)
+        if self._hf:
+            sd = None if n_val == 0 else int(torch.randint(0, 2 ** 62, (1,), generator=g))
+            groups = self._rollout(items, None, n, seed=sd)
+        else:
+            u = None if n_val == 0 else torch.rand((len(items), n, self.cfg.max_new_tokens),
+                                                   generator=g, dtype=torch.float64)
+            groups = self._rollout(items, u, n)
         acc = _per_task(groups, self.K, lambda gr: float(np.mean(gr.rewards >= 1.0)))
         return {t.name: float(a) for t, a in zip(self.tasks, acc, strict=True)}
 
@@ -320,11 +380,28 @@ class MTGRPOTrainer:
             tmp.replace(path)
         return path
 
-    def load(self, path: str | Path) -> None:
+    def load(self, path: str | Path, check_method: bool = True) -> None:
         path = Path(path)
         if not path.is_file():
             raise UserError(f"checkpoint {path} does not exist")
-        self.load_state_dict(torch.load(path, map_location="cpu", weights_only=False))
+        try:  # tensors, numbers, strings and containers only: no pickled code is run
+            sd = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:
+            raise UserError(f"checkpoint {path} cannot be read ({type(exc).__name__}: "
+                            f"{str(exc).splitlines()[0] if str(exc) else 'corrupt'})") from None
+        if not isinstance(sd, dict) or not {"model", "config", "tasks", "step"} <= set(sd):
+            raise UserError(f"checkpoint {path} is not an mtgrpo checkpoint")
+        method = sd["config"].get("method")
+        if check_method and method != self.cfg.method:
+            raise UserError(f"checkpoint {path} was trained with --method {method}, not "
+                            f"{self.cfg.method}")
+        try:
+            self.load_state_dict(sd)
+        except UserError:
+            raise
+        except Exception as exc:
+            raise UserError(f"checkpoint {path} does not fit this model and configuration "
+                            f"({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
 
 
 def _pad_rows(rows: list[list[int]], pad: int) -> torch.Tensor:
