@@ -57,6 +57,26 @@ def asl(logits: torch.Tensor, y: torch.Tensor, counts: torch.Tensor, gamma_neg: 
     return -(pos + neg)
 
 
+@register_loss("db")
+def distribution_balanced(logits: torch.Tensor, y: torch.Tensor, counts: torch.Tensor,
+                          alpha: float = 0.1, beta: float = 10.0, mu: float = 0.3,
+                          kappa: float = 0.05, lam: float = 5.0) -> torch.Tensor:
+    """Distribution-balanced loss (Wu et al. 2020) at its defaults [C]: re-balancing weight
+    r̂ = α + σ(β(r − μ)) with r = (1/n_j) / Σ_{i∈y}(1/n_i) per instance, and negative-tolerant
+    regularisation with class bias ν_j = −κ log(1/p_j − 1) and negative scale λ."""
+    n = counts.clamp(min=1)
+    inv = 1.0 / n
+    rep = (y * inv).sum(1, keepdim=True).clamp(min=1e-12)      # instance's repeat rate
+    r = inv / rep
+    w = alpha + torch.sigmoid(beta * (r - mu))
+    p = (n / max(float(y.shape[0]), float(n.max()) + 1.0)).clamp(1e-6, 1 - 1e-6)
+    nu = kappa * torch.log(p / (1 - p))                           # = −κ log(1/p − 1)
+    z = logits + nu                                              # rare labels start lower
+    pos = y * F.softplus(-z)
+    neg = (1 - y) * F.softplus(lam * z) / lam
+    return w * (pos + neg)
+
+
 @dataclass(frozen=True)
 class Arm:
     """A training arm: its loss, how labels are partitioned, how coalitions are weighted."""
@@ -65,6 +85,7 @@ class Arm:
     partition: str   # "one" (all labels in one coalition), "causal", "random"
     weighting: str   # "uniform", "nash", "nash-mtl"
     doc: str
+    sampling: str = "uniform"   # "uniform" (a permutation per epoch) or "label-aware"
 
 
 ARMS: dict[str, Arm] = {
@@ -74,11 +95,13 @@ ARMS: dict[str, Arm] = {
     "focal": Arm("focal", "one", "uniform", "focal loss, γ=2 [C]"),
     "cb": Arm("cb", "one", "uniform", "class-balanced BCE, β=0.999 [C]"),
     "asl": Arm("asl", "one", "uniform", "asymmetric loss, γ−=4, m=0.05 [C]"),
+    "resample": Arm("bce", "one", "uniform", "BCE with label-aware re-sampling [C]", "label-aware"),
+    "db": Arm("db", "one", "uniform", "distribution-balanced loss, its defaults [C]"),
     "random-nash": Arm("bce", "random", "nash", "random coalitions (same sizes) + Nash (ablates causality)"),
     "causal-uniform": Arm("bce", "causal", "uniform", "causal coalitions + uniform weights (ablates bargaining)"),
     "nash-mtl": Arm("bce", "causal", "nash-mtl", "Nash-MTL over causal-coalition gradients, no cvxpy [C]"),
 }
-BASELINES = ("bce", "focal", "cb", "asl", "nash-mtl")
+BASELINES = ("bce", "resample", "focal", "cb", "asl", "db", "nash-mtl")
 ABLATIONS = ("random-nash", "causal-uniform")
 
 
@@ -86,6 +109,19 @@ def get_arm(name: str) -> Arm:
     if name not in ARMS:
         raise KeyError(f"unknown method {name!r} (known: {', '.join(ARMS)})")
     return ARMS[name]
+
+
+def label_aware_weights(Y: np.ndarray) -> np.ndarray:
+    """Label-aware (class-aware) re-sampling probabilities (Shen et al. 2016, as the RS baseline of
+    Wu et al. 2020) [C]: pick a label uniformly, then one of its documents uniformly, so document i
+    is drawn with probability ∝ Σ_{j∈y_i} 1/n_j. Documents without labels keep the smallest
+    positive weight (so negatives are still seen) [R]."""
+    Y = np.asarray(Y, dtype=np.float64)
+    n = np.maximum(Y.sum(0), 1.0)
+    w = (Y / n).sum(1)
+    pos = w[w > 0]
+    w[w == 0] = pos.min() if len(pos) else 1.0
+    return w / w.sum()
 
 
 def label_counts(Y: np.ndarray) -> np.ndarray:

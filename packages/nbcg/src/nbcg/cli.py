@@ -1,4 +1,4 @@
-"""The nbcg command line: synth / eval / reproduce. Heavy imports live inside the commands."""
+"""The nbcg command line: train / predict / eval / dag / coalitions / synth / reproduce. Heavy imports live inside the commands."""
 
 from __future__ import annotations
 
@@ -11,6 +11,9 @@ from pathlib import Path
 from icml26_shared import UserError, cli_entry
 from icml26_shared.cli import ArgumentParser as _Parser
 from icml26_shared.cli import add_reproduce_arguments, reproduce_from_args
+
+# the arms of nbcg.baselines.ARMS (kept here so --help imports no torch; a test pins the equality)
+METHODS = ("nbcg", "nbcg-asl", "bce", "resample", "focal", "cb", "asl", "db", "random-nash", "causal-uniform", "nash-mtl")
 
 
 def _pos_int(text: str) -> int:
@@ -31,6 +34,79 @@ def _fraction(text: str) -> float:
     if not (math.isfinite(v) and 0 < v <= 1):
         raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text!r}")
     return v
+
+
+def _threshold(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 1], got {text!r}") from None
+    if not (math.isfinite(v) and 0 <= v <= 1):
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 1], got {text!r}")
+    return v
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from .io import read_dataset, refuse_existing
+    from .pipeline import fit, save
+
+    refuse_existing(args.out)
+    if args.features != "tfidf":
+        raise UserError("--features minilm is not built in this version; use --features tfidf")
+    if args.model is not None:
+        raise UserError("--model (fine-tuning a local encoder) is not built in this version")
+    train = read_dataset(args.train)
+    valid = read_dataset(args.valid) if args.valid is not None else None
+    bundle = fit(train, valid, args.method, args.max_coalition, args.epochs, args.seed)
+    save(bundle, args.out)
+    m = bundle["meta"]
+    print(f"trained {args.method} on {len(train)} documents, {len(m['labels'])} labels, "
+          f"{len(m['causal_coalitions'])} causal coalitions; threshold {m['threshold']:.2f} "
+          f"(chosen on {m['threshold_chosen_on']}) -> {args.out}")
+    return 0
+
+
+def _cmd_predict(args: argparse.Namespace) -> int:
+    from .io import read_dataset, refuse_existing, write_jsonl
+    from .pipeline import predict
+
+    refuse_existing(args.out)
+    recs = read_dataset(args.data)
+    out = predict(args.model_dir, recs, args.threshold, args.top_k)
+    write_jsonl(args.out, out)
+    print(f"wrote {len(out)} predictions -> {args.out}")
+    return 0
+
+
+def _cmd_dag(args: argparse.Namespace) -> int:
+    from .pipeline import dag_export, load_meta
+
+    print(dag_export(load_meta(args.model_dir), args.export))
+    return 0
+
+
+def _cmd_coalitions(args: argparse.Namespace) -> int:
+    from .pipeline import load_meta
+
+    meta = load_meta(args.model_dir)
+    labels, counts = meta["labels"], meta["counts"]
+    for k, c in enumerate(meta["causal_coalitions"]):
+        print(f"coalition {k} ({len(c)} labels): " + ", ".join(f"{labels[j]}({int(counts[j])})" for j in c))
+    return 0
+
+
+def _cmd_split(args: argparse.Namespace) -> int:
+    from .io import read_dataset, refuse_existing
+    from .pipeline import make_split, save_split
+
+    refuse_existing(args.out)
+    parts, info = make_split(read_dataset(args.data), args.kind, args.seed)
+    if min(len(v) for v in parts.values()) == 0:
+        raise UserError(f"{args.data}: too few documents for a {args.kind} split "
+                        f"(sizes {info['sizes']}); nothing was written")
+    save_split(parts, info, args.out)
+    print(", ".join(f"{k} {v}" for k, v in info["sizes"].items()) + f" -> {args.out}")
+    return 0
 
 
 def _cmd_synth(args: argparse.Namespace) -> int:
@@ -57,12 +133,25 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
     pred = read_dataset(args.pred, need_text=False)
     gold = read_dataset(args.gold, need_text=False)
-    train = read_dataset(args.train, need_text=False)
+    if (args.train is None) == (args.model_dir is None):
+        raise UserError("eval needs exactly one of --train FILE or --model DIR (for the label frequencies)")
+    if args.train is not None:
+        train = read_dataset(args.train, need_text=False)
+        labels = sorted({x for r in train for x in r["labels"]})
+        count_of = {x: 0 for x in labels}
+        for r in train:
+            for x in r["labels"]:
+                count_of[x] += 1
+    else:
+        from .pipeline import load_meta
+
+        meta = load_meta(args.model_dir)
+        labels = list(meta["labels"])
+        count_of = dict(zip(labels, meta["counts"], strict=True))
     gold_ids = {r["id"] for r in gold}
     missing = [r["id"] for r in pred if r["id"] not in gold_ids]
     if missing or len(pred) != len(gold):
         raise UserError(f"{args.pred}: ids do not match {args.gold} (e.g. {(missing or ['?'])[0]!r})")
-    labels = sorted({x for r in train for x in r["labels"]})
     index = {x: i for i, x in enumerate(labels)}
     unseen = sorted({x for r in gold for x in r["labels"] if x not in index})
     by_id = {r["id"]: r for r in pred}
@@ -83,10 +172,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                     S[i, index[x]] = float(s)
         else:
             S[i] = P[i]
-    counts = np.zeros(L)
-    for r in train:
-        for x in r["labels"]:
-            counts[index[x]] += 1
+    counts = np.array([float(count_of[x]) for x in labels])
     out = multilabel_scores(Yg, P, S, counts, k=args.k, rare_fraction=args.rare_fraction)
     out["unseen_gold_labels"] = len(unseen)
     if args.json:
@@ -101,6 +187,38 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="nbcg", description="NBCG: Nash-Bargained Causal Game for long-tailed "
                                               "multi-label text classification (reconstructed)")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    p = sub.add_parser("train", help="train an arm on a JSONL/CSV file and store the model folder")
+    p.add_argument("train", type=Path, help='JSONL {"id", "text", "labels"} or CSV id,text,labels')
+    p.add_argument("--valid", type=Path, help="dev file for the threshold (default: 20%% of TRAIN)")
+    p.add_argument("--features", choices=("minilm", "tfidf"), default="tfidf")
+    p.add_argument("--model", type=Path, help="local encoder folder (not built in this version)")
+    p.add_argument("--method", choices=METHODS, default="nbcg")
+    p.add_argument("--max-coalition", type=_pos_int, default=8)
+    p.add_argument("--epochs", type=_pos_int, default=8)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, required=True, help="model folder to create (never overwritten)")
+    p.set_defaults(fn=_cmd_train)
+    p = sub.add_parser("predict", help='write JSONL {"id", "labels", "scores"} for DATA')
+    p.add_argument("model_dir", type=Path, metavar="DIR")
+    p.add_argument("data", type=Path, metavar="DATA")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--threshold", type=_threshold, help="default: the threshold chosen on dev at training")
+    g.add_argument("--top-k", type=_pos_int)
+    p.add_argument("--out", type=Path, required=True, help="JSONL file to create (never overwritten)")
+    p.set_defaults(fn=_cmd_predict)
+    p = sub.add_parser("dag", help="export the learned label DAG")
+    p.add_argument("model_dir", type=Path, metavar="DIR")
+    p.add_argument("--export", choices=("dot", "json"), default="json")
+    p.set_defaults(fn=_cmd_dag)
+    p = sub.add_parser("coalitions", help="list the causal label coalitions of a model")
+    p.add_argument("model_dir", type=Path, metavar="DIR")
+    p.set_defaults(fn=_cmd_coalitions)
+    p = sub.add_parser("split", help="IID or co-occurrence-breaking train/dev/test(/test_shift) split")
+    p.add_argument("data", type=Path, metavar="DATA")
+    p.add_argument("--kind", choices=("iid", "shift"), required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, required=True, help="folder to create (never overwritten)")
+    p.set_defaults(fn=_cmd_split)
     p = sub.add_parser("synth", help="write the synthetic long-tailed set (planted DAG) as JSONL")
     p.add_argument("--n", type=_pos_int, default=2000, help="documents (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0)
@@ -110,7 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("eval", help="micro/macro/rare F1, P@k, nDCG@k of predictions")
     p.add_argument("pred", type=Path, help='JSONL {"id", "labels", "scores"?}')
     p.add_argument("gold", type=Path, help="JSONL or CSV with the gold labels")
-    p.add_argument("--train", type=Path, required=True, help="training file (label frequencies)")
+    p.add_argument("--train", type=Path, help="training file (label frequencies)")
+    p.add_argument("--model", dest="model_dir", type=Path, metavar="DIR",
+                   help="or a model folder: its stored training counts")
     p.add_argument("--rare-fraction", type=_fraction, default=0.3)
     p.add_argument("--k", type=_pos_int, default=3)
     p.add_argument("--json", action="store_true")

@@ -76,7 +76,7 @@ def run_seed(seed: int, spec: dict, world_seed: int) -> dict:
 def reproduce(scale: str, out_dir: Path, seed: int) -> Results:
     if scale == "full":
         raise UserError("nbcg's full scale (BERT/RoBERTa fine-tuning on user-supplied AAPD, RCV1-v2, "
-                        "EUR-Lex on a CUDA device) is not implemented in nbcg 0.1.0; run --scale quick")
+                        "EUR-Lex on a CUDA device) is not implemented in nbcg 0.1.x; run --scale quick")
     if scale not in SCALES:
         raise UserError(f"unknown scale {scale!r} (smoke, quick, full)")
     import torch

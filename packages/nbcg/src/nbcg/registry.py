@@ -26,14 +26,14 @@ DESCRIPTOR = MethodDescriptor(
     claims=CLAIMS,
     reproduce="nbcg.experiments:reproduce",
     summary="Causal label coalitions from a NOTEARS label SEM, trained by Nash bargaining against an "
-            "adaptive disagreement point (reconstructed from the abstract), beside BCE, focal, CB, ASL, "
+            "adaptive disagreement point (reconstructed from the abstract), beside BCE, focal, CB, ASL, DB, re-sampling, "
             "Nash-MTL and two ablations.",
     scales={
-        "smoke": "tiny synthetic set (500 train docs, TF-IDF), 2 seeds, every arm (seconds)",
-        "quick": "synthetic set: 5,000 train + 1,000 dev/test/test_shift docs, TF-IDF, 3 seeds, "
-                 "8 arms, IID and shift splits, DAG recovery, gradient shares (minutes, 2 CPUs)",
+        "smoke": "tiny synthetic set (300 train docs, TF-IDF), 2 seeds, every arm (seconds)",
+        "quick": "synthetic set: 4,000 train + 1,000 dev/test/test_shift docs, TF-IDF, 3 seeds, "
+                 "11 arms, IID and shift splits, DAG recovery, gradient shares (minutes, 2 CPUs)",
         "full": "BERT/RoBERTa on user-supplied AAPD, RCV1-v2, EUR-Lex on a CUDA device: not "
-                "implemented in 0.1.0, so --scale full refuses at once",
+                "implemented in 0.1.x, so --scale full refuses at once",
     },
-    quick_minutes=0.8,
+    quick_minutes=1.0,
 )

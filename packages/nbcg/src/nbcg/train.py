@@ -66,8 +66,15 @@ def train(X: np.ndarray, Y: np.ndarray, coalitions: list[list[int]], arm: Arm,
     alpha = np.ones(K)
     log = TrainLog()
     step = 0
+    if arm.sampling == "label-aware":
+        from .baselines import label_aware_weights
+
+        probs = torch.as_tensor(label_aware_weights(Y), dtype=torch.float64)
     for epoch in range(cfg.epochs):
-        perm = torch.randperm(n, generator=gen)
+        if arm.sampling == "label-aware":   # n draws with replacement: the same steps per epoch
+            perm = torch.multinomial(probs, n, replacement=True, generator=gen)
+        else:
+            perm = torch.randperm(n, generator=gen)
         warm = epoch < cfg.warmup_epochs
         for s in range(0, n, cfg.batch_size):
             idx = perm[s:s + cfg.batch_size]

@@ -1,0 +1,230 @@
+"""Users' end-to-end path: train any arm on a JSONL/CSV file (TF-IDF features), store the model
+folder, predict, and read its label DAG and coalitions back. The folder holds ``model.pt`` (a
+state dict, loaded with ``weights_only=True``), ``meta.json`` (labels, training counts, the
+dev-chosen threshold, coalitions, the SEM adjacency and DAG) and ``tfidf.json`` (vocabulary, idf).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from icml26_shared import UserError
+
+FORMAT = 1
+
+
+def _matrix(records: list[dict], index: dict[str, int]) -> np.ndarray:
+    Y = np.zeros((len(records), len(index)), np.float32)
+    for i, r in enumerate(records):
+        for x in r["labels"]:
+            if x in index:
+                Y[i, index[x]] = 1
+    return Y
+
+
+def fit(train_recs: list[dict], valid_recs: list[dict] | None, method: str, max_coalition: int,
+        epochs: int, seed: int, max_features: int = 5000) -> dict:
+    """Train one arm; the threshold is chosen on ``valid_recs`` or, without it, on a 20% dev split
+    carved from TRAIN by ``seed`` (the model then trains on the other 80%)."""
+    import torch
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    from .baselines import get_arm
+    from .config import NBCGConfig, SEMConfig
+    from .core import dag_from_adjacency, fit_label_sem, form_coalitions, random_coalitions
+    from .train import choose_threshold, predict_scores, train
+
+    try:
+        arm = get_arm(method)
+    except KeyError as exc:
+        raise UserError(str(exc.args[0])) from None
+    dev_source = "--valid"
+    if valid_recs is None:
+        if len(train_recs) < 10:
+            raise UserError(f"need at least 10 training documents to carve a dev split, got {len(train_recs)}")
+        perm = np.random.default_rng(seed).permutation(len(train_recs))
+        n_dev = max(1, len(train_recs) // 5)
+        valid_recs = [train_recs[i] for i in perm[:n_dev]]
+        train_recs = [train_recs[i] for i in sorted(perm[n_dev:])]
+        dev_source = f"20% of TRAIN (seed {seed})"
+    labels = sorted({x for r in train_recs for x in r["labels"]})
+    if len(labels) < 2:
+        raise UserError(f"training data has {len(labels)} distinct label(s); need at least 2")
+    index = {x: i for i, x in enumerate(labels)}
+    Y, Ydev = _matrix(train_recs, index), _matrix(valid_recs, index)
+    vec = TfidfVectorizer(max_features=max_features, sublinear_tf=True)
+    try:
+        X = vec.fit_transform([r["text"] for r in train_recs]).toarray().astype(np.float32)
+    except ValueError:
+        raise UserError("training texts contain no words (empty vocabulary)") from None
+    Xdev = vec.transform([r["text"] for r in valid_recs]).toarray().astype(np.float32)
+    torch.set_num_threads(1)
+    counts = Y.sum(0)
+    sem = SEMConfig()
+    A = fit_label_sem(Y, sem, seed=seed)
+    dag = dag_from_adjacency(A, sem.threshold)
+    cfg = NBCGConfig(max_coalition=max_coalition, epochs=epochs)
+    causal = form_coalitions(dag, counts, cfg.max_coalition)
+    coal = {"causal": causal, "one": [list(range(len(labels)))],
+            "random": random_coalitions([len(c) for c in causal], len(labels), seed + 1000)}[arm.partition]
+    model, log = train(X, Y, coal, arm, cfg, seed)
+    thr = choose_threshold(predict_scores(model, Xdev), Ydev)
+    meta = {"format": FORMAT, "method": method, "labels": labels, "counts": counts.tolist(),
+            "threshold": thr, "threshold_chosen_on": dev_source, "coalitions": coal,
+            "causal_coalitions": causal, "adjacency": A.tolist(), "dag": dag.astype(int).tolist(),
+            "hidden": cfg.hidden, "seed": seed, "epochs": epochs, "max_coalition": max_coalition,
+            "final_coalition_weights": np.asarray(log.final_coef).tolist()}
+    tfidf = {"vocabulary": {k: int(v) for k, v in vec.vocabulary_.items()}, "idf": vec.idf_.tolist(),
+             "max_features": max_features}
+    return {"model": model, "meta": meta, "tfidf": tfidf}
+
+
+def save(bundle: dict, out: Path) -> Path:
+    """Write the folder atomically: a temporary sibling folder, renamed at the end."""
+    import torch
+
+    out = Path(out)
+    if out.exists():
+        raise UserError(f"{out} already exists; choose another --out (nothing was written)")
+    if not out.parent.is_dir():
+        raise UserError(f"{out.parent}: no such folder")
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
+    try:
+        torch.save(bundle["model"].state_dict(), tmp / "model.pt")
+        (tmp / "meta.json").write_text(json.dumps(bundle["meta"]))
+        (tmp / "tfidf.json").write_text(json.dumps(bundle["tfidf"]))
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def load_meta(folder: Path) -> dict:
+    folder = Path(folder)
+    try:
+        meta = json.loads((folder / "meta.json").read_text())
+    except FileNotFoundError:
+        raise UserError(f"{folder}: not an nbcg model folder (no meta.json)") from None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise UserError(f"{folder}/meta.json: corrupt (not JSON)") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise UserError(f"{folder}/meta.json: not an nbcg model of format {FORMAT}")
+    return meta
+
+
+def load(folder: Path) -> tuple[object, dict, object]:
+    """(model, meta, vectorizer) from a folder written by ``save``; ``UserError`` when corrupt."""
+    import torch
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    from .train import CoalitionMLP
+
+    folder = Path(folder)
+    meta = load_meta(folder)
+    try:
+        tf = json.loads((folder / "tfidf.json").read_text())
+        vec = TfidfVectorizer(sublinear_tf=True, vocabulary=tf["vocabulary"])
+        vec.idf_ = np.asarray(tf["idf"], dtype=np.float64)
+        state = torch.load(folder / "model.pt", map_location="cpu", weights_only=True)
+        model = CoalitionMLP(len(tf["vocabulary"]), meta["hidden"], meta["coalitions"], len(meta["labels"]))
+        model.load_state_dict(state)
+    except FileNotFoundError as exc:
+        raise UserError(f"{folder}: incomplete model folder ({Path(exc.filename).name} missing)") from None
+    except Exception as exc:  # noqa: BLE001 - any corruption is the user's folder, not a bug
+        raise UserError(f"{folder}: corrupt model folder ({type(exc).__name__})") from None
+    return model, meta, vec
+
+
+def predict(folder: Path, records: list[dict], threshold: float | None, top_k: int | None) -> list[dict]:
+    from .train import predict_scores
+
+    model, meta, vec = load(folder)
+    X = vec.transform([r["text"] for r in records]).toarray().astype(np.float32)
+    S = predict_scores(model, X)
+    labels = meta["labels"]
+    thr = meta["threshold"] if threshold is None else threshold
+    out = []
+    for r, s in zip(records, S, strict=True):
+        if top_k is not None:
+            on = np.argsort(-s, kind="stable")[:top_k]
+        else:
+            on = np.flatnonzero(s >= thr)
+        out.append({"id": r["id"], "labels": [labels[j] for j in sorted(on, key=lambda j: -s[j])],
+                    "scores": {labels[j]: round(float(s[j]), 6) for j in range(len(labels))}})
+    return out
+
+
+def dag_export(meta: dict, kind: str) -> str:
+    """The stored DAG over training labels: JSON ``{"labels", "edges": [[parent, child, weight]]}``
+    or Graphviz dot."""
+    labels, A, D = meta["labels"], np.asarray(meta["adjacency"]), np.asarray(meta["dag"], bool)
+    edges = [[labels[i], labels[j], round(float(A[i, j]), 6)] for i, j in np.argwhere(D)]
+    if kind == "json":
+        return json.dumps({"labels": labels, "edges": edges})
+    lines = ["digraph nbcg {"] + [f"  {json.dumps(x)};" for x in labels]
+    lines += [f"  {json.dumps(p)} -> {json.dumps(c)} [label=\"{w:.3f}\"];" for p, c, w in edges]
+    return "\n".join(lines + ["}"])
+
+
+def shift_partners(records: list[dict], rare_fraction: float = 0.3) -> dict[str, str]:
+    """For each tail label (bottom ``rare_fraction`` by frequency), its highest-PMI head partner
+    (a label in the top third by frequency that co-occurs with it) [R, issue 29]."""
+    from collections import Counter
+
+    n = len(records)
+    freq = Counter(x for r in records for x in set(r["labels"]))
+    order = sorted(freq, key=lambda x: (freq[x], x))
+    tail = order[:int(round(rare_fraction * len(order)))]
+    head = set(order[len(order) - max(1, len(order) // 3):])
+    pair = Counter((a, b) for r in records for a in set(r["labels"]) for b in set(r["labels"]) if a != b)
+    out = {}
+    for t in tail:
+        cands = [(np.log(pair[t, h] * n / (freq[t] * freq[h])), h) for h in sorted(head)
+                 if h != t and pair[t, h] > 0]
+        if cands:
+            out[t] = max(cands, key=lambda c: (c[0], c[1]))[1]
+    return out
+
+
+def make_split(records: list[dict], kind: str, seed: int) -> tuple[dict[str, list[dict]], dict]:
+    """``iid``: train/dev/test = 70/10/20% at random. ``shift``: every document carrying a tail
+    label without that label's head partner goes to ``test_shift``; the rest split as ``iid``."""
+    partners = shift_partners(records) if kind == "shift" else {}
+    is_shift = [any(t in r["labels"] and h not in r["labels"] for t, h in partners.items())
+                for r in records]
+    rest = [r for r, s in zip(records, is_shift, strict=True) if not s]
+    perm = np.random.default_rng(seed).permutation(len(rest))
+    n_dev, n_test = len(rest) // 10, len(rest) // 5
+    parts = {"train": sorted(perm[n_dev + n_test:]), "dev": sorted(perm[:n_dev]),
+             "test": sorted(perm[n_dev:n_dev + n_test])}
+    out = {k: [rest[i] for i in v] for k, v in parts.items()}
+    if kind == "shift":
+        out["test_shift"] = [r for r, s in zip(records, is_shift, strict=True) if s]
+    clean = {k: [{"id": r["id"], "text": r["text"], "labels": r["labels"]} for r in v] for k, v in out.items()}
+    info = {"kind": kind, "seed": seed, "partners": partners, "sizes": {k: len(v) for k, v in clean.items()}}
+    return clean, info
+
+
+def save_split(parts: dict[str, list[dict]], info: dict, out: Path) -> Path:
+    out = Path(out)
+    if out.exists():
+        raise UserError(f"{out} already exists; choose another --out (nothing was written)")
+    if not out.parent.is_dir():
+        raise UserError(f"{out.parent}: no such folder")
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
+    try:
+        for k, recs in parts.items():
+            (tmp / f"{k}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+        (tmp / "split.json").write_text(json.dumps(info, indent=1))
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
