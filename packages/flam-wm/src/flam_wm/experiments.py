@@ -91,8 +91,8 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
         f"Budget: {cfg['steps']} Adam steps x batch {cfg['batch']} x 5-frame windows for every model, "
         f"{cfg['seeds']} seeds, {cfg['clips']} clips x {cfg['frames']} frames; one torch thread. "
         f"Wall time {time.time() - t0:.0f} s (the 2-core machine may be shared).",
-        "Not done here: BC from pseudo-labels, lam-vq, the texture distractor, render / slot editing, "
-        "checkpoint resume and accelerate (see README).",
+        "Not done here: BC from pseudo-labels, lam-vq, the texture-distractor rows (the generator has it; "
+        "the reproduction does not use it), checkpoint resume and accelerate (see README).",
     ]
     res.elapsed_s = time.time() - t0
     return res

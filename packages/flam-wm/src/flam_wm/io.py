@@ -1,5 +1,5 @@
-"""Users' video: a folder of clips, each a folder of PNG / JPEG frames or a ``.npy`` ``[T, H, W, 3]``
-uint8, resized to ``size``; optional true actions ``[T-1, E]`` (``actions.npy`` in a clip folder or
+"""Users' video: a folder of clips, each a folder of PNG / JPEG frames, a GIF or a ``.npy``
+``[T, H, W, 3]`` uint8, resized to ``size``; optional true actions ``[T-1, E]`` (``actions.npy`` in a clip folder or
 ``<clip>.actions.npy`` beside a clip file), for evaluation only. Writes are atomic."""
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from icml26_shared import UserError
 FRAME_EXT = (".png", ".jpg", ".jpeg")
 
 
-def _resize(frames: np.ndarray, size: int, name: str) -> np.ndarray:
+def _resize(frames: np.ndarray, size: int | None, name: str) -> np.ndarray:
     if frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8:
         raise UserError(f"{name}: expected a [T, H, W, 3] uint8 array, got {frames.dtype} {list(frames.shape)}")
     if frames.shape[0] < 2:
         raise UserError(f"{name}: a clip needs at least 2 frames, got {frames.shape[0]}")
-    if frames.shape[1:3] == (size, size):
+    if size is None or frames.shape[1:3] == (size, size):
         return frames
     from PIL import Image
 
@@ -52,15 +52,28 @@ def _load_npy(path: Path) -> np.ndarray:
         raise UserError(f"cannot read {path}: {exc}") from None
 
 
-def read_clip(path: Path, size: int) -> tuple[np.ndarray, np.ndarray | None]:
-    """One clip -> (frames [T, size, size, 3] uint8, actions [T-1, E] or None)."""
+def _read_gif(path: Path) -> np.ndarray:
+    from PIL import Image, ImageSequence, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as im:
+            return np.stack([np.asarray(f.convert("RGB")) for f in ImageSequence.Iterator(im)])
+    except (OSError, UnidentifiedImageError, ValueError):
+        raise UserError(f"cannot read GIF {path}") from None
+
+
+def read_clip(path: Path, size: int | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """One clip -> (frames [T, size, size, 3] uint8 — the clip's own size when ``size`` is None —,
+    actions [T-1, E] or None). A clip is a folder of PNG / JPEG frames, a ``.npy`` or a ``.gif``."""
     path = Path(path)
     if path.is_dir():
         frames, act_path = _read_frames(path), path / "actions.npy"
-    elif path.suffix == ".npy":
+    elif path.suffix == ".npy" and path.is_file():
         frames, act_path = _load_npy(path), path.with_name(path.stem + ".actions.npy")
+    elif path.suffix.lower() == ".gif" and path.is_file():
+        frames, act_path = _read_gif(path), path.with_name(path.stem + ".actions.npy")
     else:
-        raise UserError(f"{path}: not a clip (a folder of PNG/JPEG frames or a .npy array)")
+        raise UserError(f"{path}: not a clip (a folder of PNG/JPEG frames, a .npy array or a .gif)")
     frames = _resize(frames, size, str(path))
     actions = None
     if act_path.is_file():
@@ -79,9 +92,10 @@ def read_dataset(folder: Path, size: int) -> tuple[np.ndarray, np.ndarray | None
     if not isinstance(size, int) or size < 4:
         raise UserError(f"--size must be an integer >= 4, got {size!r}")
     entries = sorted(p for p in folder.iterdir()
-                     if (p.is_dir() or (p.suffix == ".npy" and not p.name.endswith(".actions.npy"))))
+                     if (p.is_dir() or p.suffix.lower() == ".gif"
+                         or (p.suffix == ".npy" and not p.name.endswith(".actions.npy"))))
     if not entries:
-        raise UserError(f"{folder} holds no clips (folders of frames or .npy files)")
+        raise UserError(f"{folder} holds no clips (folders of frames, .npy or .gif files)")
     clips = [read_clip(p, size) for p in entries]
     t = min(c[0].shape[0] for c in clips)
     video = np.stack([c[0][:t] for c in clips])
@@ -125,5 +139,62 @@ def write_run(out: Path, files: dict[str, bytes]) -> Path:
         os.replace(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def load_run(run: Path):
+    """Read a RUN folder written by ``flam-wm train``: ``(WorldModel in eval mode, config dict)``.
+    A missing folder, a missing or corrupt ``config.json`` / ``model.pt`` -> ``UserError``."""
+    import torch
+
+    from .config import ModelConfig
+    from .core import WorldModel
+
+    run = Path(run)
+    if not run.is_dir():
+        raise UserError(f"{run} is not a RUN folder (write one with flam-wm train)")
+    for name in ("config.json", "model.pt"):
+        if not (run / name).is_file():
+            raise UserError(f"{run}: missing {name} (not a RUN folder written by flam-wm train)")
+    try:
+        config = json.loads((run / "config.json").read_text())
+        mcfg = ModelConfig(**config["model"])
+    except (ValueError, TypeError, KeyError) as exc:
+        raise UserError(f"{run / 'config.json'}: corrupt RUN config ({exc})") from None
+    model = WorldModel(mcfg)
+    try:
+        state = torch.load(run / "model.pt", map_location="cpu", weights_only=True)
+        model.load_state_dict(state)
+    except Exception as exc:  # torch raises many types for a truncated / foreign checkpoint
+        raise UserError(f"{run / 'model.pt'}: cannot load the checkpoint ({type(exc).__name__})") from None
+    model.eval()
+    return model, config
+
+
+def write_frames(frames: np.ndarray, out: Path, fps: int = 4) -> Path:
+    """Write ``[T, H, W, 3]`` uint8 frames as a GIF (one frame per step, palette-quantised by
+    Pillow) or, for a ``.npy`` path, exactly; atomically, refusing an existing ``out``."""
+    out = Path(out)
+    if out.exists():
+        raise UserError(f"{out} already exists (choose a new --out)")
+    if out.suffix.lower() not in (".gif", ".npy"):
+        raise UserError(f"--out must end in .gif or .npy, got {out.name!r}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=out.suffix, dir=out.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        if out.suffix.lower() == ".npy":
+            np.save(tmp, frames)
+        else:
+            from PIL import Image
+
+            ims = [Image.fromarray(f) for f in frames]
+            ims[0].save(tmp, save_all=True, append_images=ims[1:], duration=int(1000 / fps), loop=0,
+                        optimize=False, disposal=1)
+        os.replace(tmp, out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
         raise
     return out

@@ -8,6 +8,8 @@ ACTIONS = ("stay", "up", "down", "left", "right")
 MOVES = np.array([[0, 0], [-1, 0], [1, 0], [0, -1], [0, 1]])  # (row, col) per action
 COLOURS = np.array([[230, 40, 40], [40, 200, 60], [50, 90, 240], [240, 210, 30], [200, 60, 220],
                     [40, 220, 220], [250, 140, 20], [140, 140, 140]], dtype=np.uint8)
+DISTRACTORS = ("none", "texture", "jitter")
+TEXTURE_MOVES = np.array([[-1, 0], [1, 0], [0, -1], [0, 1]])  # the background scrolls one pixel per step
 
 
 def step_positions(pos: np.ndarray, actions: np.ndarray, grid: int) -> np.ndarray:
@@ -24,27 +26,65 @@ def render(pos: np.ndarray, size: int, cell: int, background: np.ndarray | None 
 
 
 def generate(entities: int, clips: int, frames: int, size: int = 32, seed: int = 0,
-             cell: int = 4, distractor: str = "none") -> tuple[np.ndarray, np.ndarray]:
+             cell: int = 4, distractor: str = "none", controlled: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """``(video [N, T, size, size, 3] uint8, actions [N, T-1, E] int)``; deterministic for a seed.
 
     Each sprite takes an independent uniform action from ACTIONS each step (stay included).
     ``distractor="jitter"`` adds a one-pixel random camera shift per frame (the LAPA #38 failure
-    mode: motion no sprite caused)."""
+    mode: motion no sprite caused); ``distractor="texture"`` draws the sprites over a dim random
+    texture that scrolls one pixel per step in a per-clip direction (a moving background) [R].
+    ``controlled=True`` makes sprite 0 head for a target (a white dot in the middle of its cell,
+    under the sprites) along the axis with the larger gap, a new target once reached [R]; the
+    other sprites keep their random actions, and ``actions[..., 0]`` records sprite 0's moves."""
     if entities < 1 or clips < 1 or frames < 2 or size < cell or size % cell:
         raise ValueError("need entities >= 1, clips >= 1, frames >= 2 and size a multiple of cell")
-    if distractor not in ("none", "jitter"):
-        raise ValueError(f"unknown distractor {distractor!r} (choose none or jitter)")
+    if distractor not in DISTRACTORS:
+        raise ValueError(f"unknown distractor {distractor!r} (choose from {', '.join(DISTRACTORS)})")
     rng = np.random.default_rng(seed)
     grid = size // cell
     video = np.zeros((clips, frames, size, size, 3), np.uint8)
     acts = rng.integers(0, len(ACTIONS), size=(clips, frames - 1, entities))
     for n in range(clips):
         pos = rng.integers(0, grid, size=(entities, 2))
+        if distractor == "texture":  # drawn only for texture, so none / jitter stay as before for a seed
+            texture = rng.integers(0, 90, size=(size, size, 3)).astype(np.uint8)
+            velocity = TEXTURE_MOVES[rng.integers(0, len(TEXTURE_MOVES))]
+        if controlled:  # drawn only when controlled, so other data stay as before for a seed
+            target = _new_target(rng, grid, pos[0])
         for t in range(frames):
-            img = render(pos, size, cell)
+            bg = np.roll(texture, tuple(t * velocity), axis=(0, 1)) if distractor == "texture" else None
+            if controlled:
+                if np.array_equal(pos[0], target):
+                    target = _new_target(rng, grid, pos[0])
+                bg = (np.zeros((size, size, 3), np.uint8) if bg is None else bg.copy())
+                r, c = target * cell + cell // 2
+                bg[r - 1:r + 1, c - 1:c + 1] = 255
+                if t < frames - 1:
+                    acts[n, t, 0] = toward(pos[0], target)
+            img = render(pos, size, cell, bg)
             if distractor == "jitter":
                 img = np.roll(img, tuple(rng.integers(-1, 2, size=2)), axis=(0, 1))
             video[n, t] = img
             if t < frames - 1:
                 pos = step_positions(pos, acts[n, t], grid)
     return video, acts
+
+
+def toward(pos: np.ndarray, target: np.ndarray) -> int:
+    """The action moving ``pos`` one cell toward ``target`` (the axis with the larger gap, rows on
+    a tie); ``stay`` (0) on the target."""
+    dr, dc = (np.asarray(target) - np.asarray(pos)).tolist()
+    if dr == dc == 0:
+        return 0
+    if abs(dr) >= abs(dc):
+        return 2 if dr > 0 else 1
+    return 4 if dc > 0 else 3
+
+
+def _new_target(rng: np.random.Generator, grid: int, avoid: np.ndarray) -> np.ndarray:
+    if grid == 1:
+        return np.asarray(avoid).copy()
+    while True:
+        t = rng.integers(0, grid, size=2)
+        if not np.array_equal(t, avoid):
+            return t

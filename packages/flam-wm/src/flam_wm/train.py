@@ -99,3 +99,19 @@ def correspondence(acc: np.ndarray, chance_acc: np.ndarray | None = None) -> tup
 
 def chance_per_entity(actions: np.ndarray) -> np.ndarray:
     return np.array([chance(actions[:, j]) for j in range(actions.shape[1])])
+
+
+@torch.no_grad()
+def render_rollout(model: WorldModel, clip: np.ndarray, edit_slot: int | None = None,
+                   action: np.ndarray | None = None) -> np.ndarray:
+    """``[T, size, size, 3]`` uint8: frame 0 of ``clip`` then the model's autoregressive rollout
+    with the latent actions inferred from the true frames (posterior means); with ``edit_slot``,
+    that slot's latent action is replaced by ``action`` (size d/K) at every step, the others kept."""
+    cfg = model.cfg
+    z = tokenize(torch.from_numpy(clip[None]), cfg.patch)
+    mu, _ = model.infer(model.slots(z))
+    if edit_slot is not None:
+        mu[:, :, edit_slot] = torch.as_tensor(action, dtype=mu.dtype)
+    pred = detokenize(model.rollout(z, mu), cfg.size, cfg.patch)[0]
+    frames = (pred.clamp(0, 1) * 255).round().to(torch.uint8).numpy()
+    return np.concatenate([clip[:1], frames])
