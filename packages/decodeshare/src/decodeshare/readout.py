@@ -1,0 +1,129 @@
+"""Forced-choice readout with the cache advancing [P: "teacher-forced log-probabilities of each
+option while the cache advances"; the position bookkeeping is ours, R].
+
+The prompt body (chat-formatted question and assistant header) is prefilled once. The answer cue
+("Answer:") is then teacher-forced one token per pass, and each option's tokens after it, so every
+pass that decides the answer is a decode pass (sequence length 1) that a
+:class:`~decodeshare.hooks.DecodeOnlyIntervention` edits; the prefill cache is shared by every
+condition (cropped back after each scoring).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .hooks import encode_left
+
+CUE = "Answer:"
+
+
+def chat_body(tok, question: str) -> str:
+    """The prompt body: the question as a user turn, then the assistant header."""
+    if getattr(tok, "chat_template", None):
+        return tok.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
+                                       add_generation_prompt=True)
+    return f"Question: {question}\n"
+
+
+@dataclass
+class Prepared:
+    items: list[dict]
+    ids: torch.Tensor         # [b, L] left-padded body
+    mask: torch.Tensor        # [b, L]
+    cache: object             # the prefill's KV cache (cropped back to L after each use)
+    cue: list[int]
+    options: list[list[list[int]]]  # [row][option] token ids
+    answers: np.ndarray
+
+    @property
+    def n_options(self) -> int:
+        return max(len(o) for o in self.options)
+
+
+@torch.no_grad()
+def prepare(model, tok, items: list[dict], cue: str = CUE) -> Prepared:
+    """Tokenise a batch (one task: same option count) and run its prefill once."""
+    dev = next(model.parameters()).device
+    ids, mask = encode_left(tok, [chat_body(tok, it["prompt"]) for it in items], dev)
+    pos = (mask.cumsum(1) - 1).clamp(min=0)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
+    cache = getattr(out, "cache", None) or out.past_key_values
+    opts = [[tok(o, add_special_tokens=False).input_ids for o in it["options"]] for it in items]
+    return Prepared(items, ids, mask, cache, tok(cue, add_special_tokens=False).input_ids,
+                    opts, np.array([it["answer"] for it in items]))
+
+
+def _cache_kw(model) -> str:
+    """transformers >= 5.24 names the cache argument ``cache``; earlier ``past_key_values``."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def _step(model, p: Prepared, tokens: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor):
+    out = model(input_ids=tokens.view(-1, 1), attention_mask=mask, position_ids=pos.view(-1, 1),
+                use_cache=True, **{_cache_kw(model): p.cache})
+    return torch.log_softmax(out.logits[:, -1].float(), -1)
+
+
+@torch.no_grad()
+def score(model, p: Prepared) -> np.ndarray:
+    """Log-probabilities [b, n_options] of each option (sum over its tokens); -inf for options a
+    row does not have. Only decode passes are run; the cache is restored afterwards."""
+    dev = p.ids.device
+    b, L = p.ids.shape
+    last = (p.mask.cumsum(1) - 1)[:, -1]
+    mask = p.mask
+    logp = None
+    for j, t in enumerate(p.cue):
+        mask = torch.cat([mask, torch.ones(b, 1, dtype=mask.dtype, device=dev)], 1)
+        logp = _step(model, p, torch.full((b,), t, device=dev), mask, last + 1 + j)
+    base_len, base_mask, base_pos = L + len(p.cue), mask, last + len(p.cue)
+    scores = np.full((b, p.n_options), -np.inf)
+    for o in range(p.n_options):
+        toks = [row[o] if o < len(row) else [0] for row in p.options]
+        width = max(len(x) for x in toks)
+        total = logp[torch.arange(b), torch.tensor([x[0] for x in toks], device=dev)].clone()
+        mask = base_mask
+        for j in range(1, width):
+            prev = torch.tensor([x[j - 1] if j - 1 < len(x) else 0 for x in toks], device=dev)
+            mask = torch.cat([mask, torch.ones(b, 1, dtype=mask.dtype, device=dev)], 1)
+            lp = _step(model, p, prev, mask, base_pos + j)
+            nxt = torch.tensor([x[j] if j < len(x) else 0 for x in toks], device=dev)
+            has = torch.tensor([j < len(x) for x in toks], device=dev)
+            total += torch.where(has, lp[torch.arange(b), nxt], torch.zeros_like(total))
+        _crop_to(p.cache, base_len)
+        for r, row in enumerate(p.options):
+            if o < len(row):
+                scores[r, o] = float(total[r])
+    _crop_to(p.cache, L)
+    return scores
+
+
+def _crop_to(cache, length: int) -> None:
+    """Drop cached positions beyond ``length`` (a negative count works in every transformers)."""
+    extra = cache.get_seq_length() - length
+    if extra > 0:
+        cache.crop(-extra)
+
+
+def predictions(scores: np.ndarray) -> np.ndarray:
+    return scores.argmax(1)
+
+
+@torch.no_grad()
+def score_no_cache(model, tok, item: dict, cue: str = CUE) -> np.ndarray:
+    """Reference: each option scored by one full forward pass over body + cue + option (no cache)."""
+    dev = next(model.parameters()).device
+    body = tok(chat_body(tok, item["prompt"]), add_special_tokens=False).input_ids
+    prefix = body + tok(cue, add_special_tokens=False).input_ids
+    out = []
+    for o in item["options"]:
+        ot = tok(o, add_special_tokens=False).input_ids
+        ids = torch.tensor([prefix + ot], device=dev)
+        lp = torch.log_softmax(model(input_ids=ids).logits[0].float(), -1)
+        out.append(sum(float(lp[len(prefix) - 1 + j, t]) for j, t in enumerate(ot)))
+    return np.array(out)

@@ -1,0 +1,5 @@
+from icml26_shared.testing import ContractTests
+
+
+class TestContract(ContractTests):
+    package = "decodeshare"
