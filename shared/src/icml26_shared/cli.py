@@ -7,6 +7,7 @@ Each package's own CLI reuses ``add_reproduce_arguments`` / ``reproduce_from_arg
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -20,6 +21,60 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str):  # type: ignore[override]
         raise UserError(message)
+
+
+def positive_int(text: str) -> int:
+    """argparse ``type=`` for counts: an integer >= 1 (``1e6`` accepted when integral)."""
+    return _integer(text, 1)
+
+
+def nonneg_int(text: str) -> int:
+    """argparse ``type=`` for an integer >= 0."""
+    return _integer(text, 0)
+
+
+def finite_float(text: str) -> float:
+    """argparse ``type=`` for a finite number (NaN and inf refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
+def nonneg_float(text: str) -> float:
+    """argparse ``type=`` for a finite number >= 0."""
+    value = finite_float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse ``type=`` for a finite number > 0."""
+    value = finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
+def _integer(text: str, low: int) -> int:
+    what = "a positive integer" if low == 1 else f"an integer >= {low}"
+    try:
+        value = int(text)
+    except ValueError:
+        try:
+            f = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+        if not math.isfinite(f) or f != int(f):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+        value = int(f)
+    if value < low:
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+    return value
 
 
 def add_reproduce_arguments(p: argparse.ArgumentParser, default_scale: str = "quick") -> None:
