@@ -94,3 +94,34 @@ def test_closed_pipe_exits_quietly():
                           timeout=60)
     assert proc.stdout.split() == ["0", "1"]
     assert proc.stderr == "", proc.stderr
+
+
+@pytest.fixture()
+def broken_package(demo_package, tmp_path, monkeypatch):
+    """A second registered package whose module raises on import."""
+    site = tmp_path / "brokensite"
+    site.mkdir()
+    (site / "icml26_broken.py").write_text("raise ImportError('missing dependency zzz')\n")
+    info = site / "icml26_broken-0.3.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: icml26-broken\nVersion: 0.3.0\n")
+    (info / "entry_points.txt").write_text("[icml26.methods]\nicml26-broken = icml26_broken:DESCRIPTOR\n")
+    monkeypatch.syspath_prepend(str(site))
+    yield "icml26-broken"
+    sys.modules.pop("icml26_broken", None)
+
+
+def test_a_broken_entry_point_does_not_hide_the_others(broken_package, demo_package, tmp_path, capsys):
+    methods = registry.discover()
+    assert methods[demo_package].load_error is None
+    bad = methods[broken_package]
+    assert bad.version == "0.3.0" and "missing dependency zzz" in bad.load_error
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "icml26-demo 0.1.0" in out and "icml26-broken 0.3.0 — BROKEN" in out
+    # reproduce everything: the demo still runs, the broken one is a failed row, exit 1
+    assert main(["reproduce", broken_package, demo_package, "--scale", "smoke", "--out", str(tmp_path / "r")]) == 1
+    ok = json.loads((tmp_path / "r" / demo_package / "results.json").read_text())
+    failed = json.loads((tmp_path / "r" / broken_package / "results.json").read_text())
+    assert ok["status"] == "ok"
+    assert failed["status"] == "failed" and "missing dependency zzz" in failed["error"]

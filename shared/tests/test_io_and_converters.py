@@ -7,6 +7,7 @@ from icml26_shared import UserError
 from icml26_shared.cli import (
     ArgumentParser,
     finite_float,
+    float_in,
     nonneg_float,
     nonneg_int,
     positive_float,
@@ -57,3 +58,14 @@ def test_atomic_write_replaces_whole_and_cleans_up(tmp_path, monkeypatch):
         atomic_write_text(target, "half")
     assert target.read_text() == "new"
     assert sorted(p.name for p in target.parent.iterdir()) == ["a.txt"]
+
+
+def test_float_in_bounds():
+    half_open = float_in(0, 1, low_open=True)
+    assert half_open("1") == 1.0 and half_open("0.5") == 0.5
+    for bad in ("0", "1.01", "nan", "inf", "x"):
+        with pytest.raises(argparse.ArgumentTypeError, match=r"\(0, 1\]"):
+            half_open(bad)
+    assert float_in(0, 1)("0") == 0.0
+    with pytest.raises(argparse.ArgumentTypeError):
+        float_in(0, 1, high_open=True)("1")

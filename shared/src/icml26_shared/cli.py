@@ -60,6 +60,26 @@ def positive_float(text: str) -> float:
     return value
 
 
+def float_in(low: float, high: float, *, low_open: bool = False, high_open: bool = False):
+    """An argparse ``type=`` converter for a finite number in an interval, e.g.
+    ``float_in(0, 1, low_open=True)`` accepts (0, 1]."""
+    span = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+
+    def convert(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number in {span}, got {text!r}") from None
+        ok = math.isfinite(value) and (value > low if low_open else value >= low) \
+            and (value < high if high_open else value <= high)
+        if not ok:
+            raise argparse.ArgumentTypeError(f"must be a number in {span}, got {text!r}")
+        return value
+
+    convert.__name__ = f"float_in{span}"
+    return convert
+
+
 def _integer(text: str, low: int) -> int:
     what = "a positive integer" if low == 1 else f"an integer >= {low}"
     try:
@@ -132,6 +152,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
         print("no paper packages are registered yet (entry-point group icml26.methods)")
         return 0
     for d in methods.values():
+        if d.load_error:
+            print(f"{d.name} {d.version} — BROKEN: {d.load_error}")
+            continue
         arxiv = f" (arXiv {d.paper.arxiv})" if d.paper.arxiv else ""
         quick = f" · quick ≈ {d.quick_minutes:g} min" if d.quick_minutes else " · quick: not timed"
         print(f"{d.name} {d.version} — {d.paper.title}, {d.paper.venue}{arxiv}{quick}")

@@ -57,24 +57,39 @@ class MethodDescriptor:
     #: typical wall time of ``reproduce --scale quick`` on 2 CPU cores, in minutes (for progress
     #: estimates and ``icml26 list``); None when not measured yet
     quick_minutes: float | None = None
+    #: set by ``discover`` for an entry point that failed to load: the package is listed and its
+    #: reproduction recorded as ``failed`` with this message, and the other packages still run
+    load_error: str | None = None
 
     def load_reproduce(self) -> ReproduceFn:
+        if self.load_error is not None:
+            raise RuntimeError(self.load_error)
         module, _, func = self.reproduce.partition(":")
         return getattr(importlib.import_module(module), func)
 
 
 def discover() -> dict[str, MethodDescriptor]:
-    """All registered descriptors by name. A broken registration raises ``RuntimeError``."""
+    """All registered descriptors by name.
+
+    A broken registration (an import error, not a ``MethodDescriptor``) does not hide the others:
+    it appears under its entry-point name as a descriptor with ``load_error`` set, which
+    ``icml26 list`` shows and ``icml26 reproduce`` records as a failed package.
+    """
     found: dict[str, MethodDescriptor] = {}
     for ep in metadata.entry_points(group=GROUP):
         try:
             desc = ep.load()
-        except Exception as exc:  # a broken package must not hide the others
-            raise RuntimeError(f"entry point {ep.name!r} ({ep.value}) failed to load: {exc}") from exc
-        if callable(desc) and not isinstance(desc, MethodDescriptor):
-            desc = desc()
-        if not isinstance(desc, MethodDescriptor):
-            raise RuntimeError(f"entry point {ep.name!r} is not a MethodDescriptor")
+            if callable(desc) and not isinstance(desc, MethodDescriptor):
+                desc = desc()
+            if not isinstance(desc, MethodDescriptor):
+                raise TypeError(f"{ep.value} is a {type(desc).__name__}, not a MethodDescriptor")
+        except Exception as exc:
+            dist = ep.dist.name if getattr(ep, "dist", None) is not None else ep.name
+            desc = MethodDescriptor(
+                name=ep.name, version=package_version(dist), paper=Paper(title="(failed to load)"),
+                claims=(), reproduce=ep.value,
+                load_error=f"entry point {ep.name!r} ({ep.value}) failed to load: "
+                           f"{type(exc).__name__}: {exc}")
         found[desc.name] = desc
     return dict(sorted(found.items()))
 
