@@ -5,37 +5,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 from pathlib import Path
 
 from icml26_shared import UserError, cli_entry
 from icml26_shared.cli import ArgumentParser as Parser
-from icml26_shared.cli import add_reproduce_arguments, reproduce_from_args
+from icml26_shared.cli import add_reproduce_arguments, float_in, positive_int, reproduce_from_args
 
 METHODS = ("core", "single", "ew", "uw", "dwa", "gradnorm", "mgda", "pcgrad", "cagrad", "nashmtl",
            "famo", "fairgrad", "stch", "mtan")  # = baselines.ALL_METHODS (kept here: no torch import)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {v}")
-    return v
-
-
-def _unit_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not math.isfinite(v) or not 0 < v < 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1), got {text}")
-    return v
 
 
 def _cmd_gen(args) -> int:
@@ -187,9 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     g = sub.add_parser("gen-data", help="write a synthetic dataset in the LibMTL layout")
     g.add_argument("dataset", choices=("shaded-shapes",))
-    g.add_argument("--n-train", type=_positive_int, default=1000)
-    g.add_argument("--n-test", type=_positive_int, default=300)
-    g.add_argument("--size", type=_positive_int, default=32)
+    g.add_argument("--n-train", type=positive_int, default=1000)
+    g.add_argument("--n-test", type=positive_int, default=300)
+    g.add_argument("--size", type=positive_int, default=32)
     g.add_argument("--shift", choices=("color", "light", "corrupt"), default="color")
     g.add_argument("--attributes", type=int, default=0, choices=range(0, 41), metavar="K",
                    help="add K binary attributes (0-40)")
@@ -201,10 +180,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--data", type=Path, required=True)
     t.add_argument("--method", default="core", help=f"one of {', '.join(METHODS)}")
     t.add_argument("--tasks", default=None, help="comma-separated subset, e.g. seg,depth,normal")
-    t.add_argument("--epochs", type=_positive_int, default=5)
-    t.add_argument("--batch-size", type=_positive_int, default=32)
-    t.add_argument("--lr", type=_unit_float, default=3e-3)
-    t.add_argument("--dev-frac", type=_unit_float, default=0.15, help="share of train/ held out as dev")
+    t.add_argument("--epochs", type=positive_int, default=5)
+    t.add_argument("--batch-size", type=positive_int, default=32)
+    t.add_argument("--lr", type=float_in(0, 1, low_open=True, high_open=True), default=3e-3)
+    t.add_argument("--dev-frac", type=float_in(0, 1, low_open=True, high_open=True), default=0.15, help="share of train/ held out as dev")
     t.add_argument("--no-physics", action="store_true", help="ablation: no SH inverse-rendering prior")
     t.add_argument("--no-cka", action="store_true", help="ablation: no CKA independence penalty")
     t.add_argument("--no-cfa", action="store_true", help="ablation: no counterfactual swaps")

@@ -6,25 +6,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from icml26_shared import UserError
+from icml26_shared.io import atomic_write_bytes
 
 FORMAT = "dd-multiindex/distilled-set/1"
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def check_new_file(path: Path, force: bool = False) -> Path:

@@ -9,39 +9,16 @@ import warnings
 from pathlib import Path
 
 from icml26_shared import UserError, cli_entry
-from icml26_shared.cli import ArgumentParser, add_reproduce_arguments, reproduce_from_args
+from icml26_shared.cli import (
+    ArgumentParser,
+    add_reproduce_arguments,
+    nonneg_float,
+    nonneg_int,
+    positive_int,
+    reproduce_from_args,
+)
 
 DRAFTER_NAMES = ("ar", "pld", "lade", "stand", "esp", "esp+pld")
-
-
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {v}")
-    return v
-
-
-def _nonneg(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {v}")
-    return v
-
-
-def _temperature(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not (v >= 0.0) or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
-    return v
 
 
 def _topk(text: str) -> tuple[int, ...]:
@@ -196,7 +173,7 @@ def _cmd_probe(args) -> int:
 def _common(p, drafter_knobs: bool = True) -> None:
     p.add_argument("--model", required=True, help="a local Hugging Face folder, or smollm2")
     p.add_argument("--prompt-file", type=Path, required=True, help='JSONL {"id", "prompt"} or one prompt per line')
-    p.add_argument("--max-new-tokens", type=_positive, default=64)
+    p.add_argument("--max-new-tokens", type=positive_int, default=64)
     p.add_argument("--chat", action="store_true", help="wrap each prompt as one user message (chat template)")
     p.add_argument("--json", action="store_true", help="print JSON")
 
@@ -208,12 +185,12 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", help="decode prompts with one drafter")
     _common(g)
     g.add_argument("--drafter", default="esp", help=f"one of {', '.join(DRAFTER_NAMES)} (default: esp)")
-    g.add_argument("--num-masks", type=_nonneg, default=4)
+    g.add_argument("--num-masks", type=nonneg_int, default=4)
     g.add_argument("--topk", type=_topk, default=(8, 4, 2, 2))
-    g.add_argument("--max-nodes", type=_nonneg, default=48)
-    g.add_argument("--temperature", type=_temperature, default=0.0)
+    g.add_argument("--max-nodes", type=nonneg_int, default=48)
+    g.add_argument("--temperature", type=nonneg_float, default=0.0)
     g.add_argument("--seed", type=int, default=None)
-    g.add_argument("--batch-size", type=_positive, default=1)
+    g.add_argument("--batch-size", type=positive_int, default=1)
     g.add_argument("--out", type=Path, default=None, help="also write the output here (must not exist)")
     g.add_argument("--force", action="store_true", help="replace --out if it exists")
     g.set_defaults(fn=_cmd_generate)

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 
 from icml26_shared import UserError
+from icml26_shared.io import atomic_write_text
 
 
 def read_prompts(path: str | Path) -> list[tuple[str, str]]:
@@ -103,18 +102,11 @@ def check_out(path: Path | None, force: bool = False) -> None:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder, then rename."""
+    """Write ``text`` to ``path`` atomically; the folder must exist (one line if not)."""
     path = Path(path)
     if not path.parent.is_dir():
         raise UserError(f"{path.parent}: no such folder")
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, text, mkdir=False)
 
 
 def finite(name: str, value: float, lo: float | None = None) -> float:

@@ -12,34 +12,19 @@ from pathlib import Path
 
 from icml26_shared import UserError, cli_entry
 from icml26_shared.cli import ArgumentParser as _Parser
-from icml26_shared.cli import add_reproduce_arguments, reproduce_from_args
+from icml26_shared.cli import (
+    add_reproduce_arguments,
+    nonneg_float,
+    positive_int,
+    reproduce_from_args,
+)
 
 METHODS = ("cdal", "concat_kmeans", "anchor_mvc", "fair_spectral", "vfc",
            "cdal_alpha0", "cdal_beta0", "cdal_gamma0", "cdal_all0")
 
 
-def _nonneg(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(v) or v < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
-    return v
-
-
-def _posint(text: str) -> int:
-    try:
-        v = int(float(text)) if "e" in text.lower() else int(text)
-    except (ValueError, OverflowError):
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return v
-
-
 def _anchors(text: str):
-    return text if text.strip().lower().endswith("k") else _posint(text)
+    return text if text.strip().lower().endswith("k") else positive_int(text)
 
 
 def _load(args, need_labels: bool = False):
@@ -208,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--sensitive", type=Path, help="sensitive features: .csv (header) or .npy")
         q.add_argument("--sensitive-column", action="append", default=None,
                        help="column(s) of --sensitive; several = intersectional groups")
-        q.add_argument("--n-clusters", type=_posint, required=True)
+        q.add_argument("--n-clusters", type=positive_int, required=True)
         q.add_argument("--seed", type=int, default=0)
         q.add_argument("--out", type=Path, required=True, help="output folder (must not exist)")
 
@@ -216,9 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
     views_and_groups(f)
     f.add_argument("--n-anchors", type=_anchors, default="2k", help="integer or like 2k (default)")
     for name in ("alpha", "beta", "gamma"):
-        f.add_argument(f"--{name}", type=_nonneg, default=1.0)
-    f.add_argument("--max-iter", type=_posint, default=50)
-    f.add_argument("--chunk-size", type=_posint, default=None, help="stream views in row blocks")
+        f.add_argument(f"--{name}", type=nonneg_float, default=1.0)
+    f.add_argument("--max-iter", type=positive_int, default=50)
+    f.add_argument("--chunk-size", type=positive_int, default=None, help="stream views in row blocks")
     f.set_defaults(fn=_cmd_fit)
 
     q = sub.add_parser("predict", help="assign new rows with a fitted model folder")
@@ -245,8 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("scale", help="time per CDAL iteration and peak memory vs n (synthetic)")
     s.add_argument("--n", default="1e4,1e5,1e6", help="comma-separated sizes")
-    s.add_argument("--iters", type=_posint, default=2)
-    s.add_argument("--chunk-size", type=_posint, default=None)
+    s.add_argument("--iters", type=positive_int, default=2)
+    s.add_argument("--chunk-size", type=positive_int, default=None)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--out", type=Path, required=True)
     s.set_defaults(fn=_cmd_scale)

@@ -10,27 +10,12 @@ from pathlib import Path
 
 from icml26_shared import UserError, cli_entry
 from icml26_shared.cli import ArgumentParser as _Parser
-from icml26_shared.cli import add_reproduce_arguments, reproduce_from_args
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {v}")
-    return v
-
-
-def _nonneg_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not math.isfinite(v) or v < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
-    return v
+from icml26_shared.cli import (
+    add_reproduce_arguments,
+    nonneg_float,
+    positive_int,
+    reproduce_from_args,
+)
 
 
 def _cmd_gen(args: argparse.Namespace) -> int:
@@ -198,10 +183,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     g = sub.add_parser("gen-data", help="write a generated data set in the clip-folder format")
     g.add_argument("generator", choices=["sprites"])
-    g.add_argument("--entities", type=_positive_int, default=2)
-    g.add_argument("--clips", type=_positive_int, default=100)
-    g.add_argument("--frames", type=_positive_int, default=12)
-    g.add_argument("--size", type=_positive_int, default=32)
+    g.add_argument("--entities", type=positive_int, default=2)
+    g.add_argument("--clips", type=positive_int, default=100)
+    g.add_argument("--frames", type=positive_int, default=12)
+    g.add_argument("--size", type=positive_int, default=32)
     g.add_argument("--distractor", choices=["none", "texture", "jitter"], default="none")
     g.add_argument("--controlled", action="store_true", help="sprite 0 heads for a visible target")
     g.add_argument("--seed", type=int, default=0)
@@ -210,12 +195,12 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train FLAM or the monolithic LAM on a clip folder")
     t.add_argument("--data", type=Path, required=True)
     t.add_argument("--model", choices=["flam", "lam"], default="flam")
-    t.add_argument("--slots", type=_positive_int, default=5, help="K (flam only)")
-    t.add_argument("--latent-dim", type=_positive_int, default=10, help="d; each slot gets d/K")
-    t.add_argument("--beta", type=_nonneg_float, default=0.01)
-    t.add_argument("--size", type=_positive_int, default=32)
-    t.add_argument("--steps", type=_positive_int, default=400)
-    t.add_argument("--batch-size", type=_positive_int, default=16)
+    t.add_argument("--slots", type=positive_int, default=5, help="K (flam only)")
+    t.add_argument("--latent-dim", type=positive_int, default=10, help="d; each slot gets d/K")
+    t.add_argument("--beta", type=nonneg_float, default=0.01)
+    t.add_argument("--size", type=positive_int, default=32)
+    t.add_argument("--steps", type=positive_int, default=400)
+    t.add_argument("--batch-size", type=positive_int, default=16)
     t.add_argument("--no-temporal", action="store_true", help="ablation: no causal temporal attention")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--out", type=Path, required=True, help="new RUN folder")
@@ -223,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("eval", help="PSNR of a RUN's rollouts on a clip folder, beside copying frame 0")
     e.add_argument("run", type=Path)
     e.add_argument("--data", type=Path, required=True)
-    e.add_argument("--horizon", type=_positive_int, default=10)
+    e.add_argument("--horizon", type=positive_int, default=10)
     e.add_argument("--json", action="store_true")
     e.set_defaults(fn=_cmd_eval)
     pr = sub.add_parser("probe", help="factor-entity correspondence of a RUN's latents (needs true actions)")

@@ -12,25 +12,12 @@ from pathlib import Path
 import numpy as np
 
 from icml26_shared import UserError
+from icml26_shared.io import atomic_write_text
 
 from .core import MC2Item
 from .toy import DIGITS
 
 IMAGE_EXTS = (".jpg", ".jpeg", ".png")
-
-
-def atomic_write_text(path: str | Path, text: str) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 def write_jsonl(path, records: Iterable[dict]) -> Path:

@@ -5,36 +5,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
 from icml26_shared import UserError, cli_entry
 from icml26_shared.cli import ArgumentParser as Parser
-from icml26_shared.cli import add_reproduce_arguments, reproduce_from_args
+from icml26_shared.cli import (
+    add_reproduce_arguments,
+    positive_int,
+    reproduce_from_args,
+)
 
 ALGO_NAMES = ("mesret", "smesret", "indep-cma", "indep-sepcma", "openai-es", "mfea", "mesret-norwe",
               "mesret-tau0")
-
-
-def _pos_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return v
-
-
-def _finite(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(v):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-    return v
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -182,16 +165,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     b = sub.add_parser("bench", help="run algorithms on a many-task suite, write DIR/results.json")
     b.add_argument("--suite", default="wcci20", help="wcci20 or FILE.py:FUNC returning TaskSpecs")
-    b.add_argument("--tasks", type=_pos_int, default=50, help="wcci20: number of tasks (default 50)")
+    b.add_argument("--tasks", type=positive_int, default=50, help="wcci20: number of tasks (default 50)")
     b.add_argument("--dims", type=_int_list, default=(10, 20, 30), help="wcci20: dimensions, e.g. 10,20,30")
     b.add_argument("--similarity", choices=("high", "mixed", "low"), default="mixed")
     b.add_argument("--suite-seed", type=int, default=1000, help="wcci20 instance (default 1000 = the test instance)")
     b.add_argument("--algos", default="mesret,indep-cma,mfea", help=f"comma-separated: {', '.join(ALGO_NAMES)}")
-    b.add_argument("--fe-per-task", type=_pos_int, default=2000, help="evaluations per task (budget = N x T)")
-    b.add_argument("--seeds", type=_pos_int, default=3, help="number of seeds")
+    b.add_argument("--fe-per-task", type=positive_int, default=2000, help="evaluations per task (budget = N x T)")
+    b.add_argument("--seeds", type=positive_int, default=3, help="number of seeds")
     b.add_argument("--seed", type=int, default=0, help="first seed")
     b.add_argument("--backend", choices=("numpy", "jax"), default="numpy")
-    b.add_argument("--workers", type=_pos_int, default=1, help="processes over (algo, seed) runs")
+    b.add_argument("--workers", type=positive_int, default=1, help="processes over (algo, seed) runs")
     b.add_argument("--out", type=Path, required=True, help="output folder (must not exist)")
     b.add_argument("--force", action="store_true", help="replace --out if it exists")
     b.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -200,10 +183,10 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--envs", default="CartPole-v1,Acrobot-v1,Pendulum-v1,MountainCarContinuous-v0")
     q.add_argument("--layout", choices=("semantic", "naive"), default="semantic")
     q.add_argument("--algos", default="smesret,indep-sepcma")
-    q.add_argument("--hidden", type=_pos_int, default=8)
-    q.add_argument("--horizon", type=_pos_int, default=100)
-    q.add_argument("--env-steps", type=_pos_int, default=120_000, help="env-step budget per task")
-    q.add_argument("--seeds", type=_pos_int, default=1)
+    q.add_argument("--hidden", type=positive_int, default=8)
+    q.add_argument("--horizon", type=positive_int, default=100)
+    q.add_argument("--env-steps", type=positive_int, default=120_000, help="env-step budget per task")
+    q.add_argument("--seeds", type=positive_int, default=1)
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--out", type=Path, required=True)
     q.add_argument("--force", action="store_true")

@@ -8,37 +8,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 from pathlib import Path
 
 from icml26_shared import UserError, cli_entry
 from icml26_shared.cli import ArgumentParser as _Parser
-from icml26_shared.cli import add_reproduce_arguments, reproduce_from_args
+from icml26_shared.cli import add_reproduce_arguments, float_in, positive_int, reproduce_from_args
 
 METHOD_NAMES = ("mvprobe", "probex", "probex4", "statnn", "flat", "mlp", "first_order", "second_order",
                 "no_std")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
-    return v
-
-
-def _probability(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
-    if not (math.isfinite(v) and 0.0 <= v <= 1.0):
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text}")
-    return v
 
 
 def _print(obj, as_json: bool, lines) -> None:
@@ -203,11 +182,11 @@ def _cmd_sweep(args) -> int:
 
 
 def _add_probe_size(p) -> None:
-    p.add_argument("--n-probes", type=_positive_int, default=128, help="probes per branch (default 128)")
-    p.add_argument("--proj-dim", type=_positive_int, default=128, help="points-axis projection (default 128)")
-    p.add_argument("--rep-dim", type=_positive_int, default=512, help="representation size (default 512)")
-    p.add_argument("--epochs", type=_positive_int, default=3000, help="epoch budget (default 3000)")
-    p.add_argument("--patience", type=_positive_int, default=100,
+    p.add_argument("--n-probes", type=positive_int, default=128, help="probes per branch (default 128)")
+    p.add_argument("--proj-dim", type=positive_int, default=128, help="points-axis projection (default 128)")
+    p.add_argument("--rep-dim", type=positive_int, default=512, help="representation size (default 512)")
+    p.add_argument("--epochs", type=positive_int, default=3000, help="epoch budget (default 3000)")
+    p.add_argument("--patience", type=positive_int, default=100,
                    help="with --val: stop after this many epochs without improvement (default 100)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--method", choices=METHOD_NAMES, default="mvprobe", help="default: %(default)s")
@@ -221,10 +200,10 @@ def build_parser() -> argparse.ArgumentParser:
     z = sub.add_parser("zoo", help="the offline mini Model Jungle").add_subparsers(dest="zoo_cmd", required=True)
     b = z.add_parser("build", help="build a Model Tree: children as safetensors + train/val/test.jsonl")
     b.add_argument("--out", type=Path, required=True, help="output folder (must not exist)")
-    b.add_argument("--n-models", type=_positive_int, default=1500)
-    b.add_argument("--subset-size", type=_positive_int, default=5)
+    b.add_argument("--n-models", type=positive_int, default=1500)
+    b.add_argument("--subset-size", type=positive_int, default=5)
     b.add_argument("--seed", type=int, default=0)
-    b.add_argument("--ancestor-steps", type=_positive_int, default=200,
+    b.add_argument("--ancestor-steps", type=positive_int, default=200,
                    help="full-batch Adam steps of the ancestor (default 200)")
     b.set_defaults(fn=_cmd_zoo_build)
 
@@ -232,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("data", type=Path, metavar="DATA.jsonl")
     i.add_argument("--layer", required=True)
     i.add_argument("--out", type=Path, required=True, help="cache folder (must not exist; resumes <out>.partial)")
-    i.add_argument("--workers", type=_positive_int, default=min(4, os.cpu_count() or 1))
+    i.add_argument("--workers", type=positive_int, default=min(4, os.cpu_count() or 1))
     i.add_argument("--quiet", action="store_true")
     i.set_defaults(fn=_cmd_index)
 
@@ -247,14 +226,14 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("eval", help="per-label accuracy (p >= threshold), exact-subset accuracy, mAP")
     e.add_argument("--probe", type=Path, required=True)
     e.add_argument("--data", type=Path, required=True, help="TEST.jsonl or an index cache")
-    e.add_argument("--threshold", type=_probability, default=0.5)
+    e.add_argument("--threshold", type=float_in(0, 1), default=0.5)
     e.add_argument("--json", action="store_true")
     e.set_defaults(fn=_cmd_eval)
 
     d = sub.add_parser("identify", help="predict the training labels of checkpoints")
     d.add_argument("checkpoints", nargs="+", type=Path, metavar="CHECKPOINT")
     d.add_argument("--probe", type=Path, required=True)
-    d.add_argument("--threshold", type=_probability, default=0.5)
+    d.add_argument("--threshold", type=float_in(0, 1), default=0.5)
     d.add_argument("--json", action="store_true")
     d.set_defaults(fn=_cmd_identify)
 

@@ -4,46 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
 from icml26_shared import UserError, cli_entry
 from icml26_shared.cli import ArgumentParser as _Parser
-from icml26_shared.cli import add_reproduce_arguments, reproduce_from_args
+from icml26_shared.cli import add_reproduce_arguments, float_in, positive_int, reproduce_from_args
 
 # the arms of nbcg.baselines.ARMS (kept here so --help imports no torch; a test pins the equality)
 METHODS = ("nbcg", "nbcg-asl", "bce", "resample", "focal", "cb", "asl", "db", "random-nash", "causal-uniform", "nash-mtl")
-
-
-def _pos_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {v}")
-    return v
-
-
-def _fraction(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text!r}") from None
-    if not (math.isfinite(v) and 0 < v <= 1):
-        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text!r}")
-    return v
-
-
-def _threshold(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number in [0, 1], got {text!r}") from None
-    if not (math.isfinite(v) and 0 <= v <= 1):
-        raise argparse.ArgumentTypeError(f"must be a number in [0, 1], got {text!r}")
-    return v
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -193,8 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--features", choices=("minilm", "tfidf"), default="tfidf")
     p.add_argument("--model", type=Path, help="local encoder folder (not built in this version)")
     p.add_argument("--method", choices=METHODS, default="nbcg")
-    p.add_argument("--max-coalition", type=_pos_int, default=8)
-    p.add_argument("--epochs", type=_pos_int, default=8)
+    p.add_argument("--max-coalition", type=positive_int, default=8)
+    p.add_argument("--epochs", type=positive_int, default=8)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, required=True, help="model folder to create (never overwritten)")
     p.set_defaults(fn=_cmd_train)
@@ -202,8 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model_dir", type=Path, metavar="DIR")
     p.add_argument("data", type=Path, metavar="DATA")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--threshold", type=_threshold, help="default: the threshold chosen on dev at training")
-    g.add_argument("--top-k", type=_pos_int)
+    g.add_argument("--threshold", type=float_in(0, 1), help="default: the threshold chosen on dev at training")
+    g.add_argument("--top-k", type=positive_int)
     p.add_argument("--out", type=Path, required=True, help="JSONL file to create (never overwritten)")
     p.set_defaults(fn=_cmd_predict)
     p = sub.add_parser("dag", help="export the learned label DAG")
@@ -220,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, required=True, help="folder to create (never overwritten)")
     p.set_defaults(fn=_cmd_split)
     p = sub.add_parser("synth", help="write the synthetic long-tailed set (planted DAG) as JSONL")
-    p.add_argument("--n", type=_pos_int, default=2000, help="documents (default: %(default)s)")
+    p.add_argument("--n", type=positive_int, default=2000, help="documents (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--shift", action="store_true", help="the shifted split (spurious tie flipped)")
     p.add_argument("--out", type=Path, required=True, help="JSONL file to create (never overwritten)")
@@ -231,8 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train", type=Path, help="training file (label frequencies)")
     p.add_argument("--model", dest="model_dir", type=Path, metavar="DIR",
                    help="or a model folder: its stored training counts")
-    p.add_argument("--rare-fraction", type=_fraction, default=0.3)
-    p.add_argument("--k", type=_pos_int, default=3)
+    p.add_argument("--rare-fraction", type=float_in(0, 1, low_open=True), default=0.3)
+    p.add_argument("--k", type=positive_int, default=3)
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=_cmd_eval)
     p = sub.add_parser("reproduce", help="reproduce the paper's claims at laptop scale")
