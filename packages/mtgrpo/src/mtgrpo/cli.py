@@ -9,7 +9,16 @@ import sys
 from pathlib import Path
 
 from icml26_shared import UserError, cli_entry
-from icml26_shared.cli import ArgumentParser, add_reproduce_arguments, reproduce_from_args
+from icml26_shared.cli import (
+    ArgumentParser,
+    add_reproduce_arguments,
+    nonneg_float,
+    nonneg_int,
+    positive_float,
+    positive_int,
+    reproduce_from_args,
+)
+from icml26_shared.io import atomic_write_text
 
 METHOD_NAMES = ("grpo", "dapo", "sec", "sec_dapo", "mtgrpo", "iwu_only", "rps_only", "minimax",
                 "regularized")
@@ -57,7 +66,6 @@ def _accelerator():
 def cmd_train(args) -> int:
     from .config import TrainConfig
 
-    _check_common(args)
     cfg = TrainConfig(method=args.method, steps=args.steps, lam=args.lam, seed=args.seed,
                       batch_prompts=args.batch_prompts, group_size=args.group_size, lr=args.lr,
                       filter=args.filter, max_new_tokens=args.max_new_tokens, N_rs=args.n_rs,
@@ -169,9 +177,6 @@ def cmd_eval(args) -> int:
     from .config import TrainConfig
     from .trainer import MTGRPOTrainer
 
-    _check_common(args)
-    if args.n_val < 0:
-        raise UserError(f"--n-val must be >= 0 (got {args.n_val})")
     if args.json and Path(args.json).exists() and not args.overwrite:
         raise UserError(f"{args.json} exists (pass --overwrite to replace it)")
     tasks = _tasks(args)
@@ -183,20 +188,8 @@ def cmd_eval(args) -> int:
     acc = tr.evaluate(n_prompts=args.eval_prompts, n_val=args.n_val)
     _print_acc(acc)
     if args.json:
-        p = Path(args.json)
-        tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"held_out_acc": acc}, indent=2) + "\n")
-        tmp.replace(p)
+        atomic_write_text(args.json, json.dumps({"held_out_acc": acc}, indent=2) + "\n")
     return 0
-
-
-def _check_common(args) -> None:
-    for flag, v, lo in (("--eval-prompts", args.eval_prompts, 1), ("--sft-steps", args.sft_steps, 0),
-                        ("--lora-r", args.lora_r, 0), ("--max-new-tokens", args.max_new_tokens, 1),
-                        ("--save-every", getattr(args, "save_every", 0), 0),
-                        ("--log-every", getattr(args, "log_every", 0), 0)):
-        if v < lo:
-            raise UserError(f"{flag} must be >= {lo} (got {v})")
 
 
 def _floats(text: str, flag: str, lo: float | None = None, hi: float | None = None) -> list[float]:
@@ -213,12 +206,6 @@ def _floats(text: str, flag: str, lo: float | None = None, hi: float | None = No
     return vals
 
 
-def _finite(v: float, flag: str, lo: float = 0.0) -> float:
-    if v != v or v in (float("inf"), float("-inf")) or v < lo:
-        raise UserError(f"{flag} must be a finite number >= {lo} (got {v})")
-    return v
-
-
 def cmd_simulate(args) -> int:
     from .simulate import simulate
 
@@ -226,10 +213,6 @@ def cmd_simulate(args) -> int:
     rates = _floats(args.rates, "--rates", 0.0, None)
     if len(J0) != len(rates):
         raise UserError("--acc and --rates need one value per task")
-    _finite(args.lam, "--lam")
-    _finite(args.improvement_scale, "--improvement-scale")
-    if args.steps < 1:
-        raise UserError(f"--steps must be >= 1 (got {args.steps})")
     tr = simulate(J0, rates, mode=args.mode, lam=args.lam, steps=args.steps, learn=not args.frozen,
                   improvement_scale=args.improvement_scale)
     for t in range(0, args.steps, max(1, args.steps // 10)):
@@ -280,15 +263,15 @@ def _model_args(p: argparse.ArgumentParser) -> None:
                    help="weights of a Hugging Face model (default: %(default)s)")
     p.add_argument("--device", default=None,
                    help="cpu | cuda | cuda:N (default: CUDA when present; under accelerate, its device)")
-    p.add_argument("--temperature", type=float, default=1.0,
+    p.add_argument("--temperature", type=positive_float, default=1.0,
                    help="sampling temperature, also applied when scoring the ratio (paper 1.0)")
-    p.add_argument("--lora-r", type=int, default=0, help="LoRA rank (0 = full fine-tuning)")
+    p.add_argument("--lora-r", type=nonneg_int, default=0, help="LoRA rank (0 = full fine-tuning)")
     p.add_argument("--chat-template", action="store_true", help="wrap prompts in the chat template")
-    p.add_argument("--sft-steps", type=int, default=150, help="warm-start steps of the tiny policy")
+    p.add_argument("--sft-steps", type=nonneg_int, default=150, help="warm-start steps of the tiny policy")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data-seed", type=int, default=0, help="seed of the synthetic task data")
-    p.add_argument("--max-new-tokens", type=int, default=8)
-    p.add_argument("--eval-prompts", type=int, default=200)
+    p.add_argument("--max-new-tokens", type=positive_int, default=8)
+    p.add_argument("--eval-prompts", type=positive_int, default=200)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -298,36 +281,36 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="train a policy with GRPO / DAPO / SEC / MT-GRPO / ablations")
     p.add_argument("--method", default="mtgrpo", choices=METHOD_NAMES)
     _model_args(p)
-    p.add_argument("--lam", type=float, default=0.2, help="λ of IWU (default: %(default)s, paper Exp-1)")
-    p.add_argument("--steps", type=int, default=100)
-    p.add_argument("--batch-prompts", type=int, default=16)
-    p.add_argument("--group-size", type=int, default=8)
-    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--lam", type=nonneg_float, default=0.2, help="λ of IWU (default: %(default)s, paper Exp-1)")
+    p.add_argument("--steps", type=positive_int, default=100)
+    p.add_argument("--batch-prompts", type=positive_int, default=16)
+    p.add_argument("--group-size", type=positive_int, default=8)
+    p.add_argument("--lr", type=positive_float, default=3e-4)
     p.add_argument("--filter", default="strict", choices=("strict", "lenient", "constant"),
                    help="zero-gradient filter: strict (Exp-1), lenient (Exp-2: all-0 / all-1 groups), "
                         "constant (any constant group)")
-    p.add_argument("--n-rs", type=int, default=10,
+    p.add_argument("--n-rs", type=positive_int, default=10,
                    help="generation rounds of RPS / DAPO in all (the authors' max_num_gen_batches)")
     p.add_argument("--inflate", action="store_true",
                    help="acceptance-aware inflation m_k (Algorithm 2; off in the authors' 3-task runs)")
     p.add_argument("--acc-ema-init", default="zero", choices=("zero", "first"),
                    help="J_k EMA starts at 0 (authors' code) or at the first observation")
-    p.add_argument("--micro-batch", type=int, default=0,
+    p.add_argument("--micro-batch", type=nonneg_int, default=0,
                    help="sequences per forward/backward (0: a whole PPO mini-batch)")
-    p.add_argument("--grad-accum", type=int, default=1,
+    p.add_argument("--grad-accum", type=positive_int, default=1,
                    help="micro-batches per PPO mini-batch (gradient accumulation)")
     p.add_argument("--gradient-checkpointing", action="store_true",
                    help="recompute activations in the backward pass (Hugging Face models)")
     p.add_argument("--out", required=True, help="output folder (checkpoint, model, history, summary)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
     p.add_argument("--overwrite", action="store_true", help="replace an existing OUT folder")
-    p.add_argument("--save-every", type=int, default=0, help="checkpoint every N steps (0: at the end)")
-    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--save-every", type=nonneg_int, default=0, help="checkpoint every N steps (0: at the end)")
+    p.add_argument("--log-every", type=nonneg_int, default=10)
     p.set_defaults(fn=cmd_train)
     p = sub.add_parser("eval", help="held-out per-task, worst-task and average accuracy")
     _model_args(p)
     p.add_argument("--checkpoint", type=Path, default=None, help="a checkpoint.pt written by train")
-    p.add_argument("--n-val", type=int, default=4, help="samples per prompt at T=1 (0: greedy)")
+    p.add_argument("--n-val", type=nonneg_int, default=4, help="samples per prompt at T=1 (0: greedy)")
     p.add_argument("--json", type=Path, default=None, help="write the accuracies here")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --json file")
     p.set_defaults(fn=cmd_eval)
@@ -335,9 +318,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--acc", default="0.8,0.5,0.2", help="initial accuracy per task")
     p.add_argument("--rates", default="0.05,0.02,0.01", help="learning rate per task")
     p.add_argument("--mode", default="iwu", choices=("iwu", "minimax", "regularized"))
-    p.add_argument("--lam", type=float, default=0.2)
-    p.add_argument("--steps", type=int, default=1000)
-    p.add_argument("--improvement-scale", type=float, default=20.0)
+    p.add_argument("--lam", type=nonneg_float, default=0.2)
+    p.add_argument("--steps", type=positive_int, default=1000)
+    p.add_argument("--improvement-scale", type=nonneg_float, default=20.0)
     p.add_argument("--frozen", action="store_true", help="keep accuracies fixed")
     p.set_defaults(fn=cmd_simulate)
     p = sub.add_parser("data", help="write the paper's tasks as JSONL (offline generators)")
@@ -345,9 +328,9 @@ def build_parser() -> argparse.ArgumentParser:
     q = dsub.add_parser("reasoning-gym", help="a reasoning-gym task: countdown, zebra_puzzles, "
                         "arc_1d or any other by name")
     q.add_argument("task")
-    q.add_argument("--n", type=int, default=1000, help="train rows (paper: 1000)")
-    q.add_argument("--test", type=int, default=200, help="test rows (paper: 200)")
-    q.add_argument("--dev", type=int, default=100, help="dev rows for choices made on numbers")
+    q.add_argument("--n", type=positive_int, default=1000, help="train rows (paper: 1000)")
+    q.add_argument("--test", type=nonneg_int, default=200, help="test rows (paper: 200)")
+    q.add_argument("--dev", type=nonneg_int, default=100, help="dev rows for choices made on numbers")
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--option", action="append", help="KEY=VALUE passed to the generator's config")
     q.add_argument("--out", required=True, help="FILE.jsonl")

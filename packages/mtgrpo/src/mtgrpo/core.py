@@ -69,6 +69,31 @@ def clipped_pg_loss(logp_new, logp_old, adv, mask, eps_low: float = 0.2, eps_hig
     return loss, per_tok
 
 
+def task_wise_total_loss(per_tok, mask, task, num_tasks: int):
+    """Per task, the SUM over its sequences of each sequence's token-mean surrogate loss — the
+    authors' ``task_wise_total_loss`` [C dp_actor]; IWU's improvement is its old − new value on
+    the same mini-batch. ``per_tok``/``mask``: ``[B, T]``; ``task``: ``[B]`` task indices (torch).
+    Returns a float64 NumPy ``[num_tasks]``."""
+    import torch
+
+    sums = torch.zeros(num_tasks, dtype=torch.float64, device=per_tok.device)
+    seq = per_tok.detach().sum(-1) / mask.sum(-1).clamp_min(1)
+    sums.index_add_(0, task, seq.double())
+    return sums.cpu().numpy()
+
+
+def task_accuracy(task, rewards, num_tasks: int, correct: float = 1.0) -> np.ndarray:
+    """Per task, the fraction of rollouts with reward ≥ ``correct`` (NaN for a task not drawn):
+    the batch accuracy J_k is an EMA of [C ``batch_acc``]. ``task``: ``[N]`` indices,
+    ``rewards``: ``[N]``."""
+    t, r = np.asarray(task, int), np.asarray(rewards, np.float64)
+    out = np.full(num_tasks, np.nan)
+    for k in range(num_tasks):
+        if np.any(t == k):
+            out[k] = float(np.mean(r[t == k] >= correct))
+    return out
+
+
 def zero_gradient_mask(rewards, mode: str = "strict", correct: float = 1.0) -> np.ndarray:
     """``True`` for groups the filter drops. ``rewards``: ``[n_groups, G]``.
 

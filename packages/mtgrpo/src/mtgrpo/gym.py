@@ -13,13 +13,13 @@ mapping of reasoning-gym's partial scores onto 0.1 is ours, R].
 from __future__ import annotations
 
 import json
-import os
 import re
 import warnings
 from functools import cache
 from pathlib import Path
 
 from icml26_shared import UserError
+from icml26_shared.io import atomic_write_text
 
 PAPER_TASKS = ("countdown", "zebra_puzzles", "arc_1d")
 INSTRUCTION = ("\n\nThink step by step, then give your final answer inside <answer> </answer> "
@@ -86,15 +86,7 @@ def write_reasoning_gym(task: str, n: int, seed: int, out: Path, n_test: int = 0
     rows = generate(task, n + n_dev + n_test, seed, options)
     for i, r in enumerate(rows):
         r["split"] = "train" if i < n else ("dev" if i < n + n_dev else "test")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            for r in rows:
-                f.write(json.dumps(r, default=_jsonable) + "\n")
-        tmp.replace(out)
-    finally:
-        tmp.unlink(missing_ok=True)
+    atomic_write_text(out, "".join(json.dumps(r, default=_jsonable) + "\n" for r in rows))
     return out
 
 

@@ -11,6 +11,7 @@ after each optimizer step (the IWU improvement signal) are summed across process
 from __future__ import annotations
 
 import contextlib
+import io
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import numpy as np
 import torch
 
 from icml26_shared import UserError
+from icml26_shared.io import atomic_write_bytes
 
 from .baselines import METHODS, SecBandit
 from .config import TrainConfig
@@ -28,6 +30,7 @@ from .core import (
     clipped_pg_loss,
     grpo_advantages,
     plain_sample,
+    task_wise_total_loss,
 )
 from .policy import generate, hf_generate, left_pad, response_logprobs
 from .tasks import Task, safe_reward
@@ -317,11 +320,9 @@ class MTGRPOTrainer:
     def _task_loss_local(self, mc: dict, per_tok: torch.Tensor | None) -> np.ndarray:
         """Per task, the SUM over its sequences of each sequence's token-mean surrogate loss
         (this process, this micro-batch) — the authors' ``task_wise_total_loss`` [C dp_actor]."""
-        sums = torch.zeros(self.K, dtype=torch.float64, device=self.device)
-        if per_tok is not None:
-            seq = per_tok.detach().sum(-1) / mc["mask"].sum(-1).clamp_min(1)
-            sums.index_add_(0, mc["task"], seq.double())
-        return sums.cpu().numpy()
+        if per_tok is None:
+            return np.zeros(self.K)
+        return task_wise_total_loss(per_tok, mc["mask"], mc["task"], self.K)
 
     def _reduce(self, v: np.ndarray) -> np.ndarray:
         if self.dist.world == 1:
@@ -374,10 +375,9 @@ class MTGRPOTrainer:
     def save(self, path: str | Path) -> Path:
         path = Path(path)
         if self.dist.rank == 0:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(path.name + ".tmp")
-            torch.save(self.state_dict(), tmp)
-            tmp.replace(path)
+            buf = io.BytesIO()
+            torch.save(self.state_dict(), buf)
+            atomic_write_bytes(path, buf.getvalue())
         return path
 
     def load(self, path: str | Path, check_method: bool = True) -> None:
