@@ -23,6 +23,24 @@ def test_bench_prints_table_and_writes_json(tmp_path, capsys):
     assert all(r["merged_rank"] <= 6 for r in records)
 
 
+def test_bench_sweeps_tasks_and_ranks_caps_spaces_and_plots(tmp_path, capsys):
+    png, js = tmp_path / "sweep.png", tmp_path / "sweep.json"
+    assert main(["bench", "--shapes", "64x48", "--tasks", "2", "4", "--rank", "2", "3", "--spaces",
+                 "core", "circulant", "knots", "--rules", "ties", "--error-rules", "tsv",
+                 "--max-R", "knots=6", "--peft-at", "32x24x2x2", "--repeats", "1", "--warmup", "0",
+                 "--plot", str(png), "--json", str(js)]) == 0
+    captured = capsys.readouterr()
+    assert "knots not run at 64x48, T=4, r=2" in captured.err
+    records = json.loads(js.read_text())
+    Rs = {(r["R"], r["space"]) for r in records if r["rule"] == "ties" and r["m"] == 64}
+    assert {(4, "knots"), (6, "knots")} <= Rs and (8, "knots") not in Rs and (12, "circulant") in Rs
+    peft = [r for r in records if r["space"] == "peft"]
+    assert [r["rule"] for r in peft] == ["ties"] and peft[0]["m"] == 32  # peft has no tsv
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["bench", "--shapes", "8x8", "--plot", str(png)]) == 2  # exists, no --force
+    _one_line_error(capsys, "already exists")
+
+
 def _one_line_error(capsys, match):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("circumerge: error:") and match in err[0], err
@@ -48,7 +66,12 @@ def test_bench_refuses_unknown_space_and_existing_json(tmp_path, capsys):
     (["merge", "a", "--out", "o", "--weights", "1,inf"], "finite"),
     (["merge", "a", "--out", "o", "--weights", "1,-0.5"], "non-negative"),
     (["merge", "a", "--out", "o", "--density", "nan"], "density"),
-    (["merge", "a", "--out", "o", "--sketch-target", "1.5"], "sketch target"),
+    (["merge", "a", "--out", "o", "--sketch-target", "1.5"], "--sketch-target"),
+    (["merge", "a", "--out", "o", "--sketch-target", "1"], "--sketch-target"),
+    (["merge", "a", "--out", "o", "--density", "0"], "--density"),
+    (["bench", "--max-R", "knots"], "--max-R"),
+    (["bench", "--peft-at", "1024x1024"], "--peft-at"),
+    (["bench", "--tasks", "0"], "--tasks"),
     (["merge", "a", "--out", "o", "--out-rank", "x"], "--out-rank"),
     (["merge", "a"], "--out"),
     (["frobnicate"], "invalid choice"),

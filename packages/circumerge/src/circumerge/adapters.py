@@ -105,8 +105,8 @@ def _orth(X: torch.Tensor) -> torch.Tensor:
 
 def factored_svdvals(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     """Singular values of B A from the factors (QR of both, SVD of r×r)."""
-    _, Rb = torch.linalg.qr(B)
-    _, Ra = torch.linalg.qr(A.T)
+    _, Rb = torch.linalg.qr(B, mode="r")  # only the triangular factors are needed
+    _, Ra = torch.linalg.qr(A.T, mode="r")
     return torch.linalg.svdvals(Rb @ Ra.T)
 
 

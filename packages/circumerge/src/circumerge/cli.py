@@ -9,7 +9,13 @@ import sys
 from pathlib import Path
 
 from icml26_shared import UserError, cli_entry
-from icml26_shared.cli import ArgumentParser, add_reproduce_arguments, reproduce_from_args
+from icml26_shared.cli import (
+    ArgumentParser,
+    add_reproduce_arguments,
+    float_in,
+    positive_int,
+    reproduce_from_args,
+)
 
 from .config import RULE_NAMES as RULES
 from .config import SPACE_NAMES as SPACES
@@ -40,39 +46,35 @@ def _weights(text: str) -> tuple[float, ...]:
     return values
 
 
-def _finite(kind: str, low: float, high: float, low_open: bool = True):
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{kind} must be a number, got {text!r}") from None
-        ok = math.isfinite(value) and (value > low if low_open else value >= low) and value <= high
-        if not ok:
-            raise argparse.ArgumentTypeError(f"{kind} must be in {'(' if low_open else '['}{low:g}, "
-                                             f"{high:g}], got {text}")
-        return value
-
-    return parse
-
-
-def _positive_int(text: str) -> int:
+def _ints(text: str, count: int, example: str) -> tuple[int, ...]:
     try:
-        value = int(text)
+        values = tuple(int(x) for x in text.lower().split("x"))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
+        values = ()
+    if len(values) != count or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"must look like {example} (positive integers), got {text!r}")
+    return values
 
 
 def _shape(text: str) -> tuple[int, int]:
-    try:
-        m, n = (int(x) for x in text.lower().split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"shape must look like 4096x4096, got {text!r}") from None
-    if m < 1 or n < 1:
-        raise argparse.ArgumentTypeError(f"shape must be positive, got {text!r}")
-    return m, n
+    return _ints(text, 2, "4096x4096")
+
+
+def _peft_at(text: str) -> tuple[int, int, int, int]:
+    return _ints(text, 4, "1024x1024x8x16 (m x n x tasks x rank)")
+
+
+def _cap(text: str) -> tuple[str, int]:
+    label, _, value = text.rpartition("=")
+    if label.partition("@")[0] not in SPACES or not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"must look like knots=1024 or circulant@none=512 (a space "
+                                         f"and a stacked rank), got {text!r}")
+    return label, int(value)
+
+
+def _cap_of(caps: dict[str, int], label: str) -> int | None:
+    """The --max-R cap of a bench label ("circulant@none" first, then its space "circulant")."""
+    return caps.get(label, caps.get(label.partition("@")[0]))
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:
@@ -118,6 +120,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    import torch
+
     from .synthetic import bench, format_records
 
     for s in args.spaces:  # "circulant@512" / "circulant@none": the circulant space, sketch size given
@@ -126,21 +130,53 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             raise UserError(f"unknown space {space!r} (choose from {', '.join(SPACES)})")
         if at and not (size in ("auto", "none") or (size.isdigit() and int(size) > 0)):
             raise UserError(f"bad sketch size in {s!r} (use auto, none or a positive integer)")
-    for r in args.rules:
+    for r in [*args.rules, *args.error_rules]:
         if r not in RULES:
             raise UserError(f"unknown rule {r!r} (choose from {', '.join(RULES)})")
-    if args.json is not None and args.json.exists() and not args.force:
-        raise UserError(f"{args.json} already exists (pass --force to replace it)")
+    for path in (args.json, args.plot):
+        if path is not None and path.exists() and not args.force:
+            raise UserError(f"{path} already exists (pass --force to replace it)")
+    if args.plot is not None and args.plot.suffix.lower() not in (".png", ".pdf", ".svg"):
+        raise UserError(f"--plot must name a .png, .pdf or .svg file, got {args.plot}")
+    caps = dict(args.max_R)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(args.threads)
     records = []
-    for m, n in args.shapes:
-        records += bench(m, n, args.tasks, args.rank, spaces=args.spaces, rules=args.rules,
-                         sketch_size=args.sketch_size, seed=args.seed, repeats=args.repeats)
+    try:
+        runs = [(m, n, T, r, args.spaces) for m, n in args.shapes for T in args.tasks for r in args.rank]
+        if args.peft_at is not None:
+            m, n, T, r = args.peft_at
+            runs.append((m, n, T, r, ["core", "circulant", "peft"]))
+        for m, n, T, r, spaces in runs:
+            keep = [s for s in spaces if T * r <= (_cap_of(caps, s) or T * r)]
+            for s in spaces:
+                if s not in keep:
+                    print(f"{s} not run at {m}x{n}, T={T}, r={r} (R={T * r} > --max-R "
+                          f"{_cap_of(caps, s)})", file=sys.stderr)
+            if "core" not in keep:
+                keep = ["core", *keep]  # every ratio and error is to core, measured in the same rounds
+            new = bench(m, n, T, r, spaces=keep, rules=args.rules, error_rules=args.error_rules,
+                        sketch_size=args.sketch_size, seed=args.seed, repeats=args.repeats,
+                        warmup=args.warmup)
+            records += new
+            if args.verbose:
+                print(format_records(new), file=sys.stderr, flush=True)
+            _write_bench(records, args)  # after every shape: a long sweep keeps what it measured
+    finally:
+        torch.set_num_threads(threads)
     print(format_records(records))
-    if args.json is not None:
-        tmp = args.json.with_suffix(args.json.suffix + ".tmp")
-        tmp.write_text(json.dumps(records, indent=2) + "\n")
-        tmp.replace(args.json)
     return 0
+
+
+def _write_bench(records: list[dict], args: argparse.Namespace) -> None:
+    from icml26_shared.io import atomic_write_text
+
+    if args.json is not None:
+        atomic_write_text(args.json, json.dumps(records, indent=2) + "\n")
+    if args.plot is not None:
+        from .plots import plot_bench
+
+        plot_bench(records, args.plot)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -155,12 +191,12 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--space", choices=SPACES, default="circulant", help="merge space (default: %(default)s)")
     m.add_argument("--rule", choices=RULES, default="ta", help="merge rule (default: %(default)s)")
     m.add_argument("--weights", type=_weights, default=None, help="per-adapter weights, e.g. 1,0.5,0.5")
-    m.add_argument("--density", type=_finite("density", 0.0, 1.0), default=None,
+    m.add_argument("--density", type=float_in(0.0, 1.0, low_open=True), default=None,
                    help="TIES/DARE/magnitude_prune kept fraction in (0, 1] (default: ties 0.2, dare 0.5)")
     m.add_argument("--sketch-size", type=_sketch_size, default="auto", help="circulant: auto, none or N rows")
-    m.add_argument("--sketch-target", type=_finite("sketch target", 0.0, 0.999), default=0.25,
+    m.add_argument("--sketch-target", type=float_in(0.0, 1.0, low_open=True, high_open=True), default=0.25,
                    help="circulant auto: target Gram distortion ε, s = R/ε² rows (default: %(default)s)")
-    m.add_argument("--out-rank", type=_positive_int, default=None, help="compress each merged layer to this rank")
+    m.add_argument("--out-rank", type=positive_int, default=None, help="compress each merged layer to this rank")
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--force", action="store_true", help="replace --out if it exists")
     m.add_argument("--quiet", action="store_true", help="no progress line")
@@ -173,15 +209,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="merge time per space and rule on synthetic LoRA factors")
     b.add_argument("--shapes", type=_shape, nargs="+", default=[(4096, 4096)], help="MxN (default 4096x4096)")
-    b.add_argument("--tasks", type=_positive_int, default=8)
-    b.add_argument("--rank", type=_positive_int, default=16)
+    b.add_argument("--tasks", type=positive_int, nargs="+", default=[8], help="T values (default 8)")
+    b.add_argument("--rank", type=positive_int, nargs="+", default=[16], help="LoRA ranks r (default 16)")
     b.add_argument("--spaces", nargs="+", default=["core", "circulant"],
                    help="spaces to time; circulant@N / circulant@none fix the sketch size")
-    b.add_argument("--rules", nargs="+", default=["ta", "ties"])
+    b.add_argument("--rules", nargs="+", default=["ta", "ties"], help="rules to time")
+    b.add_argument("--error-rules", nargs="+", default=[], help="rules whose error to core (not time) is also recorded")
+    b.add_argument("--max-R", type=_cap, nargs="+", default=[], metavar="SPACE=R",
+                   help="run SPACE (or a label such as circulant@none) only where T·r <= R, e.g. knots=256")
+    b.add_argument("--peft-at", type=_peft_at, default=None, metavar="MxNxTxR",
+                   help="also time core, circulant and peft's add_weighted_adapter at this shape")
+    b.add_argument("--threads", type=positive_int, default=1, help="torch threads (default: %(default)s)")
+    b.add_argument("--warmup", type=int, choices=(0, 1, 2), default=1,
+                   help="untimed calls per method before the rounds (default: %(default)s)")
     b.add_argument("--sketch-size", type=_sketch_size, default="auto")
-    b.add_argument("--repeats", type=_positive_int, default=5)
+    b.add_argument("--repeats", type=positive_int, default=5)
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--json", type=Path, default=None, help="also write the records as JSON")
+    b.add_argument("--plot", type=Path, default=None, help="also plot merge time and sketch error against R")
+    b.add_argument("--verbose", action="store_true", help="print each shape's rows as they finish")
     b.add_argument("--force", action="store_true", help="replace --json if it exists")
     b.set_defaults(fn=_cmd_bench)
 

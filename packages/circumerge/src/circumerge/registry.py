@@ -41,5 +41,8 @@ DESCRIPTOR = MethodDescriptor(
                 "m=14336, n=4096 up to R=2048 (r in {16, 64}) on the GPU, plus merging the user's "
                 "PEFT adapters named in CIRCUMERGE_ADAPTERS=dir1:dir2:... when set",
     },
-    quick_minutes=34.6,  # measured on a 2-core machine shared with ~7 other jobs (5.3 CPU-min)
+    # 0.3.0 quick run: 27.2 min wall on a 2-core machine shared with four other engineers' jobs
+    # (load 8-12), 4.5 CPU-minutes (user + sys); with torch pinned to one thread the run is
+    # single-threaded, so a quiet machine's wall is about its CPU time: 4.5 min, rounded up to 5
+    quick_minutes=5.0,
 )

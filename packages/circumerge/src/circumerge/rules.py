@@ -8,12 +8,21 @@ function (mergekit's / peft's registry pattern)::
     @register_rule("mine")
     def mine(mats, weights, *, density, generator): ...
 
-Pure maths: no I/O, no global state (randomness only through the given ``generator``).
+TA, TIES, magnitude-prune, DARE and DARE-TIES run peft's own code (``peft.utils.merge_utils``)
+on the task stack, whatever the space (dense ΔW_t, KnOTS' V_t blocks, the R×R core matrices,
+exact or sketched); TSV-Merge and Iso-C, which peft does not have, are ours.
+
+Pure maths: no I/O, no global state (randomness only through the given ``generator``; peft's
+global-generator draws are confined to ``fork_rng``).
 """
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+import warnings
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
@@ -57,95 +66,90 @@ def _weighted(mats: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return mats * w.view(-1, 1, 1)
 
 
+_PEFT_MU = None
+
+
+def peft_merge_utils():
+    """peft's own rule code, ``peft.utils.merge_utils`` [C].
+
+    If peft is already imported, that very module. Otherwise the same file of the installed peft
+    is loaded on its own (it imports only torch): importing the ``peft`` package runs its
+    ``__init__``, which pulls transformers (≈25 CPU-seconds here), and a merge needs only this
+    module. Either way the code that runs is peft's."""
+    global _PEFT_MU
+    loaded = sys.modules.get("peft.utils.merge_utils")
+    if loaded is not None:
+        return loaded
+    if _PEFT_MU is None:
+        spec = importlib.util.find_spec("peft")  # locates peft without importing it
+        if spec is None or not spec.submodule_search_locations:
+            raise ImportError("circumerge's TA / TIES / DARE rules run peft's code: pip install peft")
+        path = Path(next(iter(spec.submodule_search_locations))) / "utils" / "merge_utils.py"
+        mspec = importlib.util.spec_from_file_location("circumerge._peft_merge_utils", path)
+        module = importlib.util.module_from_spec(mspec)
+        mspec.loader.exec_module(module)
+        _PEFT_MU = module
+    return _PEFT_MU
+
+
+def _seeded(fn: Callable[[], torch.Tensor], generator: torch.Generator, device: torch.device) -> torch.Tensor:
+    """Run ``fn`` with torch's global generator set to ``generator``'s state (peft draws DARE's
+    masks from the global generator) inside ``fork_rng``, so the caller's random state is left
+    alone and the same ``generator`` gives the same masks; ``generator`` advances as if it had
+    drawn them. On CUDA the device generator is seeded from one draw of ``generator``."""
+    cuda = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # peft warns when density = 1 (nothing pruned)
+        if cuda:
+            torch.cuda.manual_seed(int(torch.randint(0, 2 ** 62, (1,), generator=generator)))
+        torch.default_generator.set_state(generator.get_state())
+        out = fn()
+        generator.set_state(torch.default_generator.get_state())
+    return out
+
+
+def _peft(fn_name: str, mats: torch.Tensor, w: torch.Tensor, *args, generator=None) -> torch.Tensor:
+    fn = getattr(peft_merge_utils(), fn_name)
+    tensors = list(mats.unbind(0))
+    return _seeded(lambda: fn(tensors, w, *args), generator, mats.device)
+
+
 @register_rule("ta")
 def task_arithmetic(mats, w, *, density, generator):
-    """Task arithmetic [C]: Σ_t w_t M_t."""
-    return torch.einsum("t,tpq->pq", w, mats)
-
-
-def trim_top_magnitude(mats: torch.Tensor, density: float) -> torch.Tensor:
-    """Keep, per task, the k = ⌊density · numel⌋ largest-magnitude entries (peft's
-    ``magnitude_based_pruning``: ``torch.topk``, same k)."""
-    if density >= 1.0:
-        return mats
-    flat = mats.reshape(mats.shape[0], -1)
-    k = int(density * flat.shape[1])
-    keep = torch.zeros_like(flat)
-    if k > 0:
-        keep.scatter_(1, flat.abs().topk(k, dim=1).indices, 1.0)
-    return (flat * keep).reshape(mats.shape)
-
-
-def elect_and_disjoint_mean(mats: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """TIES steps 2–3 as peft does them [C] (``calculate_majority_sign_mask(method="total")`` on the
-    unweighted task tensors, then ``disjoint_merge`` of the weighted ones): elect the sign of
-    Σ_t M_t per entry (0 counts as +), then average the weighted entries whose sign agrees with it
-    (zeros never agree)."""
-    elected = torch.where(mats.sum(0) >= 0, 1.0, -1.0).to(mats.dtype)
-    agree = torch.sign(mats) == elected
-    total = (_weighted(mats, w) * agree).sum(0)
-    count = agree.sum(0).clamp(min=1).to(mats.dtype)
-    return total / count
+    """Task arithmetic [C]: Σ_t w_t M_t (peft's ``task_arithmetic``)."""
+    return _peft("task_arithmetic", mats, w, generator=generator)
 
 
 @register_rule("ties")
 def ties(mats, w, *, density, generator):
-    """TIES-merging [C] (Yadav et al. 2023; peft's ``ties``): trim to the top-``density``
-    magnitudes per task, elect signs, disjoint mean of the weighted tasks."""
-    return elect_and_disjoint_mean(trim_top_magnitude(mats, density), w)
+    """TIES-merging [C] (Yadav et al. 2023), peft's ``ties(..., majority_sign_method="total")``:
+    per task keep the top-``density`` magnitudes, elect the sign of Σ_t M_t on the unweighted
+    trimmed tensors, average the weighted entries that agree with it."""
+    return _peft("ties", mats, w, density, "total", generator=generator)
 
 
 @register_rule("magnitude_prune")
 def magnitude_prune(mats, w, *, density, generator):
     """peft's ``magnitude_prune`` [C]: trim to the top-``density`` magnitudes per task, weighted sum."""
-    return _weighted(trim_top_magnitude(mats, density), w).sum(0)
-
-
-def dare_drop(mats: torch.Tensor, density: float, generator: torch.Generator) -> torch.Tensor:
-    """DARE [C] (Yu et al. 2024; peft's ``random_pruning(rescale=True)``): keep each entry with
-    probability ``density`` (one Bernoulli draw per task, in task order), rescale by 1/density."""
-    if density >= 1.0:
-        return mats
-    keep = torch.stack([torch.bernoulli(torch.full_like(m, density), generator=generator) for m in mats])
-    return mats * keep / density
+    return _peft("magnitude_prune", mats, w, density, generator=generator)
 
 
 @register_rule("dare")
 def dare(mats, w, *, density, generator):
-    """DARE followed by task arithmetic (peft's ``dare_linear``)."""
-    return _weighted(dare_drop(mats, density, generator), w).sum(0)
+    """DARE (Yu et al. 2024) then task arithmetic [C]: peft's ``dare_linear`` (keep each entry with
+    probability ``density``, one Bernoulli draw per task in task order, rescale by 1/density)."""
+    return _peft("dare_linear", mats, w, density, generator=generator)
 
 
 @register_rule("dare_ties")
 def dare_ties(mats, w, *, density, generator):
-    """DARE drop-and-rescale, then TIES sign election and disjoint mean (peft's ``dare_ties``)."""
-    return elect_and_disjoint_mean(dare_drop(mats, density, generator), w)
+    """DARE drop-and-rescale, then TIES sign election and disjoint mean [C]: peft's ``dare_ties``."""
+    return _peft("dare_ties", mats, w, density, "total", generator=generator)
 
 
-def apply_peft_rule(name: str, mats: torch.Tensor, w: torch.Tensor, *, density: float,
-                    generator: torch.Generator) -> torch.Tensor:
-    """The same rules through ``peft.utils.merge_utils`` itself (needs the ``peft`` extra; its
-    import pulls transformers, so the registered rules above are the default and are tested to
-    give peft's results). peft draws DARE's masks from torch's global generator: it is set to
-    ``generator``'s state inside ``fork_rng``, so the draws equal ours."""
-    from peft.utils import merge_utils as mu
-
-    tensors = list(mats.unbind(0))
-    fns = {"ta": lambda: mu.task_arithmetic(tensors, w),
-           "ties": lambda: mu.ties(tensors, w, density, "total"),
-           "magnitude_prune": lambda: mu.magnitude_prune(tensors, w, density),
-           "dare": lambda: mu.dare_linear(tensors, w, density),
-           "dare_ties": lambda: mu.dare_ties(tensors, w, density, "total")}
-    if name not in fns:
-        raise ValueError(f"peft has no rule {name!r} (it has: {', '.join(fns)})")
-    import warnings
-
-    with torch.random.fork_rng(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.default_generator.set_state(generator.get_state())
-        out = fns[name]()
-        generator.set_state(torch.default_generator.get_state())
-    return out
+#: the registered rules whose code is peft's (the rest — tsv, iso — are ours)
+PEFT_RULE_FUNCTIONS = {"ta": "task_arithmetic", "ties": "ties", "magnitude_prune": "magnitude_prune",
+                       "dare": "dare_linear", "dare_ties": "dare_ties"}
 
 
 def _orthogonalize(X: torch.Tensor) -> torch.Tensor:

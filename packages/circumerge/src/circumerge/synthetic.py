@@ -82,10 +82,12 @@ def bench(m: int, n: int, T: int, r: int, *, spaces: Sequence[str], rules: Seque
         space, opts = _label_opts(label, sketch_size)
         merger = None
         if space == "peft":
-            from .peft_baseline import PeftMerger
+            from .peft_baseline import COMBINATION, PeftMerger
 
             merger = PeftMerger(As, Bs)
         for rule in dict.fromkeys([*rules, *error_rules]):
+            if merger is not None and rule not in COMBINATION:
+                continue  # peft's add_weighted_adapter has no TSV / Iso
             if merger is not None:
                 def fn(rule=rule, merger=merger):
                     return merger.merge(rule, None, seed=seed)
@@ -117,13 +119,13 @@ def bench(m: int, n: int, T: int, r: int, *, spaces: Sequence[str], rules: Seque
 
 
 def format_records(records: list[dict]) -> str:
-    head = (f"{'shape':>11} {'T':>3} {'space':>14} {'rule':>15} {'s_A':>6} {'s_B':>6} {'median s':>9} "
+    head = (f"{'shape':>11} {'T':>3} {'r':>3} {'R':>5} {'space':>14} {'rule':>15} {'s_A':>6} {'s_B':>6} {'median s':>9} "
             f"{'×core':>7} {'err vs core':>11} {'erank':>6}")
     lines = [head, "-" * len(head)]
     for r in records:
         ratio = "" if r["ratio_to_core"] is None else f"{r['ratio_to_core']:.3f}"
         med = "" if r["median_s"] is None else f"{r['median_s']:.4f}"
         err = "" if r["rel_error_to_core"] is None else f"{r['rel_error_to_core']:.2e}"
-        lines.append(f"{r['m']:>5}x{r['n']:<5} {r['T']:>3} {r['space']:>14} {r['rule']:>15} "
+        lines.append(f"{r['m']:>5}x{r['n']:<5} {r['T']:>3} {r['r']:>3} {r['R']:>5} {r['space']:>14} {r['rule']:>15} "
                      f"{r['s_A']:>6} {r['s_B']:>6} {med:>9} {ratio:>7} {err:>11} {r['effective_rank']:>6.1f}")
     return "\n".join(lines)
