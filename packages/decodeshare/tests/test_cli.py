@@ -113,3 +113,22 @@ def test_corrupt_states_and_missing_tasks(tmp_path, capsys):
 def test_reproduce_full_says_what_it_needs(tmp_path, capsys):
     assert main(["reproduce", "--scale", "full", "--out", str(tmp_path / "r")]) == 2
     _one_line_error(capsys, "full scale")
+
+
+def test_ablate_generation_items_and_steer_audit_refuses_them(pipeline, tmp_path, capsys):
+    d, _ = pipeline
+    gen = _write(tmp_path / "gen.jsonl", [{"id": str(i), "task": f"g{i % 2}", "prompt": p, "target": "4"}
+                                          for i, p in enumerate(["2+2=", "1+3=", "3+1=", "0+4="])])
+    capsys.readouterr()
+    assert main(["ablate", "--model", "tiny-llama", "--tasks", str(gen), "--basis", str(d / "basis"),
+                 "--controls", "random", "--max-new-tokens", "3", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert {"baseline", "shared", "random"} <= set(res) and 0.0 <= res["shared"]["accuracy"] <= 1.0
+    assert all(c == {"prefill": 0, "decode": 2} for c in res["calls"])  # 3 new tokens: 2 decode passes
+    vec = tmp_path / "v.safetensors"
+    from safetensors.numpy import save_file
+
+    save_file({"v": np.ones(64, np.float32)}, str(vec))
+    assert main(["steer-audit", "--model", "tiny-llama", "--tasks", str(gen), "--basis", str(d / "basis"),
+                 "--vectors", str(vec)]) == 2
+    _one_line_error(capsys, "forced-choice")

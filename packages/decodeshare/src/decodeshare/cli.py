@@ -5,46 +5,29 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
 from icml26_shared import UserError, cli_entry
-from icml26_shared.cli import ArgumentParser, add_reproduce_arguments, reproduce_from_args
+from icml26_shared.cli import (
+    ArgumentParser,
+    add_reproduce_arguments,
+    finite_float,
+    nonneg_int,
+    positive_int,
+    reproduce_from_args,
+)
 
 
 def _fraction(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not math.isfinite(v) or not 0.0 <= v <= 1.0:
+    v = finite_float(text)
+    if not 0.0 <= v <= 1.0:
         raise argparse.ArgumentTypeError(f"must lie in [0, 1], got {text}")
     return v
 
 
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {v}")
-    return v
-
-
-def _nonneg(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
-    return v
-
-
 def _m(text: str) -> int | str:
-    return "all" if text == "all" else _positive(text)
+    return "all" if text == "all" else positive_int(text)
 
 
 def _print(obj, as_json: bool) -> None:
@@ -69,7 +52,15 @@ def _cmd_collect(args) -> int:
 
     refuse_existing(args.out)
     items = by_task(read_tasks(args.tasks))
+    import torch
+    from accelerate import PartialState
+
+    # `accelerate launch [--cpu]` (or torchrun) sets the rank variables; on CPU the processes
+    # talk over gloo. One process: no distributed state at all.
+    state = PartialState(cpu=not torch.cuda.is_available())
     model, tok = _model(args)
+    if args.device_map is None and state.device.type != "cpu":
+        model.to(state.device)
     get_layer(model, args.layer)
     import random
 
@@ -78,9 +69,6 @@ def _cmd_collect(args) -> int:
     for t, its in items.items():
         its = rng.sample(its, args.per_task) if args.per_task and args.per_task < len(its) else its
         prompts[t] = [chat_body(tok, it["prompt"]) + (CUE if "options" in it else "") for it in its]
-    from accelerate import PartialState
-
-    state = PartialState()
     with state.split_between_processes(sorted(prompts)) as mine:
         part = collect_decode_states(model, tok, {t: prompts[t] for t in mine}, args.layer,
                                      args.max_new_tokens, phase=args.phase)
@@ -129,14 +117,16 @@ def _cmd_null(args) -> int:
     return 0
 
 
-def _protocol(args, need_prefill: bool):
+def _protocol(args, need_prefill: bool, forced_only: bool = False):
     import numpy as np
 
     from .io import forced_choice_only, load_basis, load_states, read_tasks
     from .protocol import Protocol
     from .tasks import by_task
 
-    items = forced_choice_only(read_tasks(args.tasks), str(args.tasks))
+    items = read_tasks(args.tasks)
+    if forced_only:
+        items = forced_choice_only(items, str(args.tasks))
     model, tok = _model(args)
     tensors, meta = load_basis(args.basis, model.config.hidden_size)
     layer = meta.get("layer") if args.layer is None else args.layer
@@ -151,12 +141,16 @@ def _protocol(args, need_prefill: bool):
         from .hooks import collect_decode_states
         from .readout import CUE, chat_body
 
-        prompts = {t: [chat_body(tok, it["prompt"]) + CUE for it in its] for t, its in by_task(items).items()}
+        prompts = {t: [chat_body(tok, it["prompt"]) + (CUE if "options" in it else "") for it in its]
+                   for t, its in by_task(items).items()}
         pre = {t: x.numpy().astype(np.float64)
                for t, x in collect_decode_states(model, tok, prompts, layer, 2, phase="prefill").items()}
         pre = {t: pre[t] for t in dec if t in pre}
-    proto = Protocol(model, tok, int(layer), dec, pre or None, by_task(items), args.seed)
-    return proto
+    try:
+        return Protocol(model, tok, int(layer), dec, pre or None, by_task(items), args.seed,
+                        gen_tokens=getattr(args, "max_new_tokens", 16))
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
 
 
 def _cmd_ablate(args) -> int:
@@ -201,7 +195,7 @@ def _cmd_steer(args) -> int:
     from .core import repair, steering_overlap
     from .io import load_basis, load_vectors
 
-    proto = _protocol(args, False)
+    proto = _protocol(args, False, forced_only=True)
     tensors, _ = load_basis(args.basis)
     S = tensors["shared"]
     vecs = load_vectors(args.vectors, S.shape[0])
@@ -244,11 +238,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("collect", help="record decode (or prefill) states of each task")
     _model_args(p)
-    p.add_argument("--layer", type=_nonneg, required=True)
-    p.add_argument("--max-new-tokens", type=_positive, required=True)
+    p.add_argument("--layer", type=nonneg_int, required=True)
+    p.add_argument("--max-new-tokens", type=positive_int, required=True)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--phase", choices=("decode", "prefill"), default="decode")
-    p.add_argument("--per-task", type=_positive, default=None)
+    p.add_argument("--per-task", type=positive_int, default=None)
     p.set_defaults(fn=_cmd_collect)
     p = sub.add_parser("fit", help="pooled PCA and the shared set S(tau, m)")
     p.add_argument("states", type=Path)
@@ -261,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("states", type=Path)
     p.add_argument("--basis", type=Path, required=True)
     p.add_argument("--null", choices=("perm", "scramble"), required=True)
-    p.add_argument("--trials", type=_positive, default=200)
+    p.add_argument("--trials", type=positive_int, default=200)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=_cmd_null)
@@ -271,8 +265,11 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_)
         _model_args(p)
         p.add_argument("--basis", type=Path, required=True)
-        p.add_argument("--layer", type=_nonneg, default=None, help="default: the basis's layer")
+        p.add_argument("--layer", type=nonneg_int, default=None, help="default: the basis's layer")
         p.add_argument("--json", action="store_true")
+        if name != "steer-audit":
+            p.add_argument("--max-new-tokens", type=positive_int, default=16,
+                           help="new tokens generated per generation item (exact match; default 16)")
         if name == "ablate":
             p.add_argument("--controls", default="alpha,k,random,prefill")
             p.add_argument("--loto", action="store_true")

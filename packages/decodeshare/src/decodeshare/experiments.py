@@ -19,7 +19,7 @@ from .registry import CLAIMS, DESCRIPTOR
 CFG = {
     "smoke": dict(model="tiny-llama", per_task=6, calib=3, new_tokens=4, layers=(0, 1), main=1,
                   trials=20, tasks=("parity", "larger", "truefalse"), steer_val=2, vectors=3),
-    "quick": dict(model="smollm2", per_task=32, calib=16, new_tokens=12, layers=(5, 10, 20), main=10,
+    "quick": dict(model="smollm2", per_task=48, calib=24, new_tokens=12, layers=(5, 10, 20), main=10,
                   trials=200, tasks=None, steer_val=6, vectors=8),
 }
 H2_CONDITIONS = ("shared", "alpha", "k", "random", "prefill", "pooled_top")

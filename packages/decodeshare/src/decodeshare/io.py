@@ -160,11 +160,9 @@ class AtomicDir:
 
 
 def write_json_atomic(path: str | Path, obj) -> Path:
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2) + "\n")
-    os.replace(tmp, path)
-    return path
+    from icml26_shared.io import atomic_write_text
+
+    return atomic_write_text(path, json.dumps(obj, indent=2) + "\n")
 
 
 # --- states and bases ------------------------------------------------------------------------

@@ -10,7 +10,15 @@ import torch
 from .baselines import ControlContext, build
 from .core import energy, fit_shared, rank_quality, repair, steering_overlap
 from .hooks import DecodeOnlyIntervention, PhaseIntervention
-from .readout import prepare, score
+from .readout import (
+    GenPrepared,
+    exact_match,
+    generate_cached,
+    generated_texts,
+    prepare,
+    prepare_gen,
+    score,
+)
 
 
 def choice_logprob(scores: np.ndarray, answers: np.ndarray) -> np.ndarray:
@@ -22,13 +30,33 @@ def choice_logprob(scores: np.ndarray, answers: np.ndarray) -> np.ndarray:
 
 class Protocol:
     def __init__(self, model, tok, layer: int, dec_states: dict, pre_states: dict,
-                 eval_by_task: dict, seed: int = 0):
+                 eval_by_task: dict, seed: int = 0, gen_tokens: int = 16):
         self.model, self.tok, self.layer, self.seed = model, tok, layer, seed
         self.dec, self.pre = dec_states, pre_states
         self.tasks = list(eval_by_task)
-        self.batches = {t: prepare(model, tok, its) for t, its in eval_by_task.items()}
-        self.clean = {t: score(model, b) for t, b in self.batches.items()}
+        self.batches = {t: self._prepare(t, its, gen_tokens) for t, its in eval_by_task.items()}
+        self.clean = {t: self.evaluate(t) for t in self.tasks}
         self.all_calls: list[dict] = []
+
+    def _prepare(self, task: str, items: list[dict], gen_tokens: int):
+        """Forced choice (``options`` + ``answer``) or generation exact match (``target``); the
+        prefill runs here, once per task, and its cache serves every condition."""
+        kinds = {"options" in it for it in items}
+        if len(kinds) > 1:
+            from icml26_shared import UserError
+
+            raise UserError(f"task {task!r} mixes forced-choice and generation items")
+        if kinds == {True}:
+            return prepare(self.model, self.tok, items)
+        return prepare_gen(self.model, self.tok, items, gen_tokens)
+
+    def is_generation(self, task: str) -> bool:
+        return isinstance(self.batches[task], GenPrepared)
+
+    def evaluate(self, task: str) -> np.ndarray:
+        """Option log-probs [b, n_options] (forced choice) or generated token ids [b, N]."""
+        b = self.batches[task]
+        return generate_cached(self.model, b).cpu().numpy() if isinstance(b, GenPrepared) else score(self.model, b)
 
     def context(self, exclude: str | None = None) -> ControlContext:
         keep = [t for t in self.dec if t != exclude]
@@ -39,12 +67,15 @@ class Protocol:
     def run(self, task: str, basis, alpha: float = 1.0, mode: str = "remove", **kw) -> np.ndarray:
         with DecodeOnlyIntervention(self.model, self.layer, torch.as_tensor(basis, dtype=torch.float32),
                                     alpha, mode, **kw) as iv:
-            s = score(self.model, self.batches[task])
+            s = self.evaluate(task)
         self.all_calls.append(dict(iv.calls))
         return s
 
     def correct(self, task: str, scores: np.ndarray) -> np.ndarray:
-        return (scores.argmax(1) == self.batches[task].answers).astype(float)
+        b = self.batches[task]
+        if isinstance(b, GenPrepared):
+            return exact_match(generated_texts(self.tok, b, scores), b.targets)
+        return (scores.argmax(1) == b.answers).astype(float)
 
     def ablation(self, conditions, loto: bool = True) -> dict:
         """Accuracy per condition (items of all tasks concatenated); with ``loto`` the basis and
@@ -68,7 +99,8 @@ class Protocol:
 
     def patchback(self) -> dict:
         """Flip set = evaluation items correct clean and wrong under shared removal; rescue rate of
-        each patch over it, and each patch's largest logit deviation from the clean run."""
+        each patch over it, and each patch's largest deviation from the clean run (option
+        log-probs; for generation tasks the fraction of generated tokens that differ)."""
         ctx = self.context()
         S = ctx.fit.shared
         N, _ = build("k", ctx)
@@ -81,7 +113,7 @@ class Protocol:
         rng = np.random.default_rng(self.seed)
         for t in self.tasks:
             with DecodeOnlyIntervention(self.model, self.layer, torch.eye(d), record=True) as rec:
-                score(self.model, self.batches[t])
+                self.evaluate(t)
             hs = [h.double().cpu().numpy() for h in rec.recorded]  # [b, 1, d] clean states per pass
             ablated = self.correct(t, self.run(t, S))
             flip = (self.correct(t, self.clean[t]) == 1) & (ablated == 0)
@@ -102,10 +134,18 @@ class Protocol:
             }
             for name, (basis, donor, window) in plans.items():
                 s = self.run(t, basis, 1.0, "patch", donor=[torch.from_numpy(x) for x in donor], window=window)
-                diff[name] = max(diff[name], float(np.abs(s - self.clean[t]).max()))
+                gap = (s != self.clean[t]).mean() if self.is_generation(t) else np.abs(s - self.clean[t]).max()
+                diff[name] = max(diff[name], float(gap))
                 rescued[name].append(self.correct(t, s)[flip])
         rates = {c: float(np.concatenate(v).mean()) if flips else float("nan") for c, v in rescued.items()}
         return {"flips": flips, "rescue": rates, "diff": diff}
+
+    def require_forced_choice(self, what: str) -> None:
+        gen = [t for t in self.tasks if self.is_generation(t)]
+        if gen:
+            from icml26_shared import UserError
+
+            raise UserError(f"{what} scores option log-probs: task(s) {', '.join(gen)} have no options")
 
     def candidates(self, calib_by_task: dict, n: int, scale: float = 0.5) -> dict:
         """Steering candidates [R]: shared directions (both signs), contrastive (CAA-style) prefill
@@ -134,6 +174,7 @@ class Protocol:
         return {k: scale * norm * v / np.linalg.norm(v) for k, v in vecs.items()}, S
 
     def steer_audit(self, calib_by_task: dict, n_val: int, n_vectors: int, scale: float = 0.5) -> dict:
+        self.require_forced_choice("the steering audit")
         vecs, S = self.candidates(calib_by_task, n_vectors, scale)
         val = {t: prepare(self.model, self.tok, its[:n_val]) for t, its in calib_by_task.items()}
         val_clean = {t: choice_logprob(score(self.model, b), b.answers).mean() for t, b in val.items()}

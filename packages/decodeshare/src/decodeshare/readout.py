@@ -127,3 +127,74 @@ def score_no_cache(model, tok, item: dict, cue: str = CUE) -> np.ndarray:
         lp = torch.log_softmax(model(input_ids=ids).logits[0].float(), -1)
         out.append(sum(float(lp[len(prefix) - 1 + j, t]) for j, t in enumerate(ot)))
     return np.array(out)
+
+
+# --- generation exact match [P: "generation exact match"; normalisation ours, R] ---------------
+
+@dataclass
+class GenPrepared:
+    """A batch of generation items ``{"id", "task", "prompt", "target"}`` with its prefill run
+    once: the cache (cropped back after each use) and the first new token, which the prefill alone
+    decides (so no decode-only edit can change it)."""
+
+    items: list[dict]
+    ids: torch.Tensor
+    mask: torch.Tensor
+    cache: object
+    first: torch.Tensor          # [b] greedy first new token from the prefill's last logits
+    targets: list[str]
+    max_new_tokens: int
+    eos: int | None
+
+
+@torch.no_grad()
+def prepare_gen(model, tok, items: list[dict], max_new_tokens: int = 16) -> GenPrepared:
+    """Tokenise a batch of generation items and run its prefill once."""
+    if max_new_tokens < 2:
+        raise ValueError("generation needs max_new_tokens >= 2 (the first token is the prefill's)")
+    dev = next(model.parameters()).device
+    ids, mask = encode_left(tok, [chat_body(tok, it["prompt"]) for it in items], dev)
+    pos = (mask.cumsum(1) - 1).clamp(min=0)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
+    cache = getattr(out, "cache", None) or out.past_key_values
+    return GenPrepared(items, ids, mask, cache, out.logits[:, -1].argmax(-1), [str(it["target"]) for it in items],
+                       max_new_tokens, tok.eos_token_id)
+
+
+@torch.no_grad()
+def generate_cached(model, p: GenPrepared) -> torch.Tensor:
+    """Greedy continuation [b, max_new_tokens] from the shared prefill cache: new token 0 comes
+    from the prefill, each further one from a decode pass (so N tokens = N - 1 decode passes, as
+    in ``model.generate``); rows that emitted EOS keep emitting it. The cache is restored."""
+    dev = p.ids.device
+    b, L = p.ids.shape
+    last = (p.mask.cumsum(1) - 1)[:, -1]
+    tok, mask = p.first.clone(), p.mask
+    done = tok == p.eos if p.eos is not None else torch.zeros(b, dtype=torch.bool, device=dev)
+    out = [tok]
+    for j in range(1, p.max_new_tokens):
+        mask = torch.cat([mask, torch.ones(b, 1, dtype=mask.dtype, device=dev)], 1)
+        nxt = _step(model, p, tok, mask, last + j).argmax(-1)
+        if p.eos is not None:
+            nxt = torch.where(done, torch.full_like(nxt, p.eos), nxt)
+            done = done | (nxt == p.eos)
+        out.append(nxt)
+        tok = nxt
+    _crop_to(p.cache, L)
+    return torch.stack(out, 1)
+
+
+def normalise(text: str) -> str:
+    """The answer as compared [R]: the first line, stripped, lower-cased, without a trailing
+    full stop."""
+    line = text.strip().split("\n", 1)[0].strip().lower()
+    return line[:-1].rstrip() if line.endswith(".") else line
+
+
+def exact_match(texts: list[str], targets: list[str]) -> np.ndarray:
+    """1.0 where the normalised generation equals the normalised target."""
+    return np.array([float(normalise(t) == normalise(g)) for t, g in zip(texts, targets)])
+
+
+def generated_texts(tok, p: GenPrepared, tokens: torch.Tensor) -> list[str]:
+    return [tok.decode([t for t in row.tolist() if t != p.eos], skip_special_tokens=True) for row in tokens]

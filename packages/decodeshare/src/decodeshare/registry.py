@@ -46,5 +46,8 @@ DESCRIPTOR = MethodDescriptor(
                 "Llama-3.1-8B folder) and DECODESHARE_TASKS (the 13-task pool as JSONL); refuses at "
                 "once naming what is missing",
     },
-    quick_minutes=20,  # an estimate, not measured: the quick run did not finish on the shared machine (>12 CPU-min)
+    # NOT measured, a lower bound: the one quick run of 0.2.0 (48 prompts per task) was stopped
+    # by its 40-minute timeout unfinished, after 835 CPU-seconds (~14 min on a quiet core) on the
+    # shared 2-core machine (load 8-14)
+    quick_minutes=20.0,
 )

@@ -8,7 +8,12 @@ import random
 
 WORDS = ("apple", "river", "candle", "monkey", "garden", "pencil", "tiger", "window", "button",
          "forest", "rocket", "violin", "lemon", "castle", "dragon", "bottle", "jacket", "planet",
-         "silver", "turtle", "cookie", "mirror", "island", "banana", "zebra", "orange", "hammer")
+         "silver", "turtle", "cookie", "mirror", "island", "banana", "zebra", "orange", "hammer",
+         "cat", "dog", "sun", "moon", "star", "tree", "book", "door", "lamp", "ship", "bird", "fish",
+         "horse", "cloud", "stone", "bread", "chair", "table", "glass", "plant", "music", "paper",
+         "spoon", "train", "beach", "clock", "house", "snake", "grape", "piano", "tomato", "pepper",
+         "rabbit", "carrot", "flower", "basket", "blanket", "kitchen", "teacher", "library", "picture",
+         "mountain", "elephant", "umbrella", "computer", "sandwich", "keyboard", "airplane")
 
 
 LETTERS = [" A", " B", " C", " D"]
@@ -67,13 +72,18 @@ def make_tasks(per_task: int, seed: int = 0, tasks=tuple(GENERATORS)) -> list[di
     for t_i, name in enumerate(tasks):
         rng = random.Random(seed * 7919 + t_i)
         seen: set[str] = set()
-        while len([x for x in items if x["task"] == name]) < per_task:
+        for _ in range(100 * per_task):
+            if len(seen) == per_task:
+                break
             prompt, options, answer = GENERATORS[name](rng)
             if prompt in seen:
                 continue
             seen.add(prompt)
             items.append({"id": f"{name}-{len(seen) - 1}", "task": name, "prompt": prompt,
                           "options": options, "answer": answer})
+        else:
+            if len(seen) < per_task:
+                raise ValueError(f"task {name!r} cannot generate {per_task} distinct prompts")
     return items
 
 
