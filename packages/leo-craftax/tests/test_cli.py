@@ -17,7 +17,10 @@ def _err(capsys, argv):
 @pytest.mark.parametrize("argv, text", [
     (["train", "--env", "minecraft"], "unknown env"),
     (["train", "--algo", "dqn"], "unknown algo"),
-    (["train", "--steps", "lots"], "not a number"),
+    (["train", "--steps", "lots"], "positive integer"),
+    (["train", "--norm", "groupnorm"], "invalid choice"),
+    (["train", "--obs", "rgb"], "invalid choice"),
+    (["train", "--obs", "pixels"], "pixel observations"),
     (["train", "--algo", "pqn_her", "--her-mode", "future"], "unknown HER mode"),
     (["goals", "--env", "atari"], "unknown env"),
     (["bench", "--goals", "16,x"], "--goals"),
@@ -56,6 +59,16 @@ def test_checkpoint_errors(capsys, tmp_path):
     existing.write_text("keep")
     assert "exists" in _err(capsys, ["train", "--out", str(existing)])
     assert existing.read_text() == "keep"
+
+
+def test_numbers_accept_scientific_notation():
+    from leo_craftax.cli import _config, build_parser
+
+    args = build_parser().parse_args(["train", "--env", "craftax-classic", "--steps", "1e6",
+                                      "--norm", "layernorm"])
+    cfg = _config(args)
+    assert cfg.total_timesteps == 1_000_000 and cfg.norm == "layernorm"
+    assert _config(build_parser().parse_args(["train", "--env", "craftax"])).norm == "batchrenorm"
 
 
 def test_goals_lists_names(capsys):

@@ -16,6 +16,7 @@ from leo_craftax.core import (
     td_loss,
 )
 from leo_craftax.envs import Gridworld
+from leo_craftax.norm import apply_eval, init_vars
 
 GAMMA = 0.9
 
@@ -30,14 +31,14 @@ def batch():
     action = jax.random.randint(r[1], (48,), 0, 4)
     nxt, _, _ = jax.vmap(env.step)(jax.random.split(r[2], 48), st, action)
     done = jax.random.uniform(r[3], (48,)) < 0.25
-    params = net.init(r[4], obs)["params"]
+    params = init_vars(net, r[4], obs)  # {"params", "batch_stats"} (BatchRenorm on the input)
     return env, net, params, obs, action, nxt, done
 
 
 def test_all_goals_target_equals_per_goal_relabelled_target(batch):
     env, net, params, obs, action, nxt, done = batch
     achieved = jax.vmap(env.goal_set.achieved)(nxt)
-    y_all = all_goals_td_targets(achieved, done, net.apply({"params": params}, nxt), GAMMA)
+    y_all = all_goals_td_targets(achieved, done, apply_eval(net, params, nxt), GAMMA)
 
     @jax.jit
     def relabelled(g):
@@ -54,18 +55,19 @@ def test_all_goals_loss_equals_mean_of_per_goal_losses(batch):
     env, net, params, obs, action, nxt, done = batch
     k = env.goal_set.num_goals
     achieved = jax.vmap(env.goal_set.achieved)(nxt)
-    y_all = all_goals_td_targets(achieved, done, net.apply({"params": params}, nxt), GAMMA)
+    y_all = all_goals_td_targets(achieved, done, apply_eval(net, params, nxt), GAMMA)
 
     def leo(p):
-        return leo_loss(net.apply({"params": p}, obs), action, y_all)
+        return leo_loss(apply_eval(net, {**params, "params": p}, obs), action, y_all)
 
     def goal_by_goal(p):  # K separate relabelled losses, one goal-conditioned pass each
         def one(g):
-            return td_loss(q_for_goal(net, p, obs, jnp.full(obs.shape[0], g)), action, y_all[:, g])
+            return td_loss(q_for_goal(net, {**params, "params": p}, obs, jnp.full(obs.shape[0], g)),
+                           action, y_all[:, g])
         return jax.lax.map(one, jnp.arange(k)).mean()
 
-    l1, g1 = jax.jit(jax.value_and_grad(leo))(params)
-    l2, g2 = jax.jit(jax.value_and_grad(goal_by_goal))(params)
+    l1, g1 = jax.jit(jax.value_and_grad(leo))(params["params"])
+    l2, g2 = jax.jit(jax.value_and_grad(goal_by_goal))(params["params"])
     assert float(l1) == pytest.approx(float(l2), rel=1e-5)
     for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7)
@@ -82,7 +84,7 @@ def test_per_goal_termination_masks_only_achieved_goals():
 
 def test_q_values_lie_in_unit_interval(batch):
     _, net, params, obs, *_ = batch
-    q = net.apply({"params": params}, obs * 100.0)
+    q = apply_eval(net, params, obs * 100.0)
     assert float(q.min()) >= 0.0 and float(q.max()) <= 1.0
 
 

@@ -10,6 +10,7 @@ from leo_craftax.baselines import her_all_q
 from leo_craftax.bench import cost_model
 from leo_craftax.config import EnvConfig, TrainConfig, gridworld_cpu
 from leo_craftax.envs import Gridworld, auto_reset_step, optimistic_reset_step
+from leo_craftax.norm import apply_eval, apply_train, init_vars
 
 
 class _Counter:
@@ -65,20 +66,30 @@ def test_chunked_and_factored_her_all_equal_k_goal_conditioned_passes():
     cfg = gridworld_cpu("pqn_her", her_mode="all", width=32, layers=3)
     net = gc_q_network(cfg, 12, 5)
     obs = jax.random.normal(jax.random.PRNGKey(0), (7, 20))
-    params = net.init(jax.random.PRNGKey(1), obs, jnp.zeros(7, jnp.int32))["params"]
+    v = init_vars(net, jax.random.PRNGKey(1), obs, jnp.zeros(7, jnp.int32))
+    params = v["params"]
 
     @jax.jit
-    def ref(p):  # one goal-conditioned pass per goal
-        return jax.vmap(lambda g: net.apply({"params": p}, obs, jnp.full(7, g)), out_axes=1)(
-            jnp.arange(12))
+    def ref(p):  # one goal-conditioned pass per goal, BatchRenorm in training mode
+        one = lambda g: apply_train(net, {**v, "params": p}, obs, jnp.full(7, g))  # noqa: E731
+        q, stats = jax.vmap(one, out_axes=(1, 0))(jnp.arange(12))
+        return q, jax.tree.map(lambda s: s[0], stats)
 
-    want, g_want = ref(params), jax.grad(lambda p: (ref(p) ** 2).sum())(params)
+    (want, s_want), g_want = ref(params), jax.grad(lambda p: (ref(p)[0] ** 2).sum())(params)
+    assert float(jnp.abs(s_want["encoder"]["input_norm"]["brn"]["mean"]).max()) > 0
     for chunk, factored in [(4, False), (5, True)]:  # chunked naive, chunked factored
-        f = jax.jit(lambda p, c=chunk, fa=factored: her_all_q(net, p, obs, c, fa))
-        np.testing.assert_allclose(f(params), want, rtol=1e-5, atol=1e-6)
+        f = jax.jit(lambda p, c=chunk, fa=factored: her_all_q(net, {**v, "params": p}, obs, c, fa,
+                                                              train=True))
+        got, stats = f(params)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6), stats, s_want)
         # the gradient through it too (chunks are rematerialised in the backward pass)
         jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5),
-                     jax.grad(lambda p, f=f: (f(p) ** 2).sum())(params), g_want)
+                     jax.grad(lambda p, f=f: (f(p)[0] ** 2).sum())(params), g_want)
+        # evaluation mode (targets): the running statistics
+        np.testing.assert_allclose(her_all_q(net, v, obs, chunk, factored)[0],
+                                   jax.vmap(lambda g: apply_eval(net, v, obs, jnp.full(7, g)),
+                                            out_axes=1)(jnp.arange(12)), rtol=1e-5, atol=1e-6)
 
 
 def test_dual_leo_variants_differ_only_by_the_extra_goal():
@@ -91,10 +102,11 @@ def test_dual_leo_variants_differ_only_by_the_extra_goal():
     s1, s2 = build_algo(cmd, k, a), build_algo(both, k, a)
     params = s1.init(jax.random.PRNGKey(1), mb["obs"][:1])
     l1, l2 = jax.jit(s1.loss), jax.jit(s2.loss)
-    assert float(l1(params, mb)[1]["distill"]) != pytest.approx(float(l2(params, mb)[1]["distill"]))
+    assert float(l1(params, mb)[1][0]["distill"]) != pytest.approx(
+        float(l2(params, mb)[1][0]["distill"]))
     same = {**mb, "g_any": mb["goal"]}  # the random goal is the commanded one: identical terms
-    assert float(l1(params, same)[1]["distill"]) == pytest.approx(
-        float(l2(params, same)[1]["distill"]), rel=1e-6)
+    assert float(l1(params, same)[1][0]["distill"]) == pytest.approx(
+        float(l2(params, same)[1][0]["distill"]), rel=1e-6)
 
 
 def test_craftax_defaults_evaluate_512_steps_and_report_their_cost():

@@ -25,7 +25,7 @@ CODE = textwrap.dedent("""
               "y_all": jax.random.uniform(r[2], (n, k)), "y": jax.random.uniform(r[3], (n,)),
               "g": jax.random.randint(r[4], (n,), 0, k)}
         params = spec.init(r[5], mb["obs"][:1])
-        opt = tx.init(params)
+        opt = tx.init(params["params"])
         one = jax.jit(lambda p, o, b: sgd_step(spec, tx, p, o, b))(params, opt, mb)
         mesh = data_mesh(2)
         two = sharded_sgd_step(spec, tx, mesh)(params, opt, mb)

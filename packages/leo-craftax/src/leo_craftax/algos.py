@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 from icml26_shared import UserError
 
-from .config import ALGOS, TrainConfig
+from .config import ALGOS, TrainConfig, image_shape
 from .core import (
     GoalConditionedQ,
     LEONetwork,
@@ -29,16 +29,21 @@ from .core import (
     leo_loss,
     td_loss,
 )
+from .norm import apply_eval, apply_train, init_vars, split_vars
 
 
 @dataclass(frozen=True)
 class AlgoSpec:
+    """``params`` everywhere below is a variables dict ``{"params": trainable, "batch_stats":
+    BatchRenorm's running statistics}`` (composites nest one network per key in each). ``loss``
+    returns ``(value, (aux, new batch_stats))``; only ``"params"`` is differentiated."""
+
     name: str
-    init: Callable[[jax.Array, jax.Array], Any]                  # (rng, obs [1, D]) -> params
-    policy: Callable[..., tuple[jax.Array, dict]]                # (rng, params, obs, goal, eps)
-    greedy: Callable[[Any, jax.Array, jax.Array], jax.Array]     # (params, obs, goal) -> action
-    prepare: Callable[[Any, dict, jax.Array], dict]              # (params, traj [T, E], rng)
-    loss: Callable[[Any, dict], tuple[jax.Array, dict]]          # (params, minibatch)
+    init: Callable[[jax.Array, jax.Array], Any]                  # (rng, obs [1, D]) -> variables
+    policy: Callable[..., tuple[jax.Array, dict]]                # (rng, variables, obs, goal, eps)
+    greedy: Callable[[Any, jax.Array, jax.Array], jax.Array]     # (variables, obs, goal) -> action
+    prepare: Callable[[Any, dict, jax.Array], dict]              # (variables, traj [T, E], rng)
+    loss: Callable[[Any, dict], tuple[jax.Array, tuple[dict, dict]]]  # (variables, minibatch)
     minibatch_size: int
 
 
@@ -61,11 +66,13 @@ def build_algo(cfg: TrainConfig, num_goals: int, num_actions: int) -> AlgoSpec:
 
 
 def leo_network(cfg: TrainConfig, k: int, a: int) -> LEONetwork:
-    return LEONetwork(k, a, cfg.width, cfg.layers, cfg.norm_input, cfg.sigmoid)
+    return LEONetwork(k, a, cfg.width, cfg.layers, cfg.norm, cfg.sigmoid, image_shape(cfg.env),
+                      cfg.norm_opts)
 
 
 def gc_q_network(cfg: TrainConfig, k: int, a: int) -> GoalConditionedQ:
-    return GoalConditionedQ(k, a, cfg.width, cfg.layers, cfg.goal_embed, cfg.norm_input, cfg.sigmoid)
+    return GoalConditionedQ(k, a, cfg.width, cfg.layers, cfg.goal_embed, cfg.norm, cfg.sigmoid,
+                            image_shape(cfg.env), cfg.norm_opts)
 
 
 def _pick(q_all, goal):
@@ -86,32 +93,36 @@ class LEOParts:
     def __init__(self, cfg: TrainConfig, k: int, a: int):
         self.net, self.gamma = leo_network(cfg, k, a), cfg.gamma
 
-    def q(self, params, obs, goal):
-        return _pick(self.net.apply({"params": params}, obs), goal)
+    def init(self, rng, obs):
+        return init_vars(self.net, rng, obs)
 
-    def targets(self, params, traj):
-        q_next = self.net.apply({"params": params}, traj["next_obs"])
+    def q(self, v, obs, goal):
+        return _pick(apply_eval(self.net, v, obs), goal)
+
+    def targets(self, v, traj):
+        q_next = apply_eval(self.net, v, traj["next_obs"])
         return all_goals_td_targets(traj["achieved"], traj["done"], q_next, self.gamma)
 
-    def loss(self, params, mb, y):
-        return leo_loss(self.net.apply({"params": params}, mb["obs"]), mb["action"], y)
+    def loss(self, v, mb, y):
+        """``(loss, q_all [N, K, A] of the training pass, new batch_stats)``."""
+        q_all, stats = apply_train(self.net, v, mb["obs"])
+        return leo_loss(q_all, mb["action"], y), q_all, stats
 
 
 @register("leo")
 def build_leo(cfg: TrainConfig, k: int, a: int) -> AlgoSpec:
     leo = LEOParts(cfg, k, a)
 
-    def policy(rng, params, obs, goal, eps):
-        return eps_greedy(rng, leo.q(params, obs, goal), eps), {}
+    def policy(rng, v, obs, goal, eps):
+        return eps_greedy(rng, leo.q(v, obs, goal), eps), {}
 
-    def loss(params, mb):
-        value = leo.loss(params, mb, mb["y_all"])
-        return value, {"leo_loss": value}
+    def loss(v, mb):
+        value, _, stats = leo.loss(v, mb, mb["y_all"])
+        return value, ({"leo_loss": value}, stats)
 
     return AlgoSpec(
-        "leo", lambda rng, obs: leo.net.init(rng, obs)["params"], policy,
-        lambda params, obs, goal: jnp.argmax(leo.q(params, obs, goal), -1),
-        lambda params, traj, rng: {"y_all": leo.targets(params, traj)}, loss, cfg.minibatch_size)
+        "leo", leo.init, policy, lambda v, obs, goal: jnp.argmax(leo.q(v, obs, goal), -1),
+        lambda v, traj, rng: {"y_all": leo.targets(v, traj)}, loss, cfg.minibatch_size)
 
 
 @register("dual_leo_pqn")
@@ -119,40 +130,43 @@ def build_dual_leo_pqn(cfg: TrainConfig, k: int, a: int) -> AlgoSpec:
     """A PQN actor Q(s, g) acts; a LEO teacher learns every goal from the same data; the actor's
     loss adds ``distill_coef``·CE(softmax(Q_actor(s, g)/τ), argmax_a Q_LEO(s, g, a)) on the
     commanded goal [C] (τ [R]); ``distill_goals="commanded+random"`` averages it with one uniformly
-    drawn goal per transition [R]."""
+    drawn goal per transition [R]. The teacher's targets for the CE come from its training pass
+    (stop-gradient inside ``distill_ce``)."""
     leo, actor = LEOParts(cfg, k, a), gc_q_network(cfg, k, a)
     extra_goal = cfg.distill_goals == "commanded+random"
     temp = 0.05  # [R] temperature turning sigmoid Q-values into distillation logits
 
     def init(rng, obs):
         r1, r2 = jax.random.split(rng)
-        goal = jnp.zeros(obs.shape[:1], jnp.int32)
-        return {"actor": actor.init(r1, obs, goal)["params"], "leo": leo.net.init(r2, obs)["params"]}
+        parts = {"actor": init_vars(actor, r1, obs, jnp.zeros(obs.shape[:1], jnp.int32)),
+                 "leo": leo.init(r2, obs)}
+        return {c: {n: p[c] for n, p in parts.items()} for c in ("params", "batch_stats")}
 
-    def act_q(params, obs, goal):
-        return actor.apply({"params": params["actor"]}, obs, goal)
+    def act_q(v, obs, goal):
+        return apply_eval(actor, split_vars(v, "actor"), obs, goal)
 
-    def prepare(params, traj, rng):
-        q_next = act_q(params, traj["next_obs"], traj["goal"])
+    def prepare(v, traj, rng):
+        q_next = act_q(v, traj["next_obs"], traj["goal"])
         ach_g = jnp.take_along_axis(traj["achieved"], traj["goal"][..., None], -1)[..., 0]
-        return {"y_all": leo.targets(params["leo"], traj), "g_any": _any_goal(rng, traj, k),
+        return {"y_all": leo.targets(split_vars(v, "leo"), traj), "g_any": _any_goal(rng, traj, k),
                 "y": goal_td_target(ach_g, traj["done"], q_next, cfg.gamma)}
 
-    def loss(params, mb):
-        q = act_q(params, mb["obs"], mb["goal"])
+    def loss(v, mb):
+        va = split_vars(v, "actor")
+        q, s_actor = apply_train(actor, va, mb["obs"], mb["goal"])
         l_actor = td_loss(q, mb["action"], mb["y"])
-        l_leo = leo.loss(params["leo"], mb, mb["y_all"])
-        q_any = act_q(params, mb["obs"], mb["g_any"]) if extra_goal else None
-        l_distill = distill_ce(q / temp, leo.q(params["leo"], mb["obs"], mb["goal"]))
-        if extra_goal:
-            l_distill = 0.5 * (l_distill + distill_ce(
-                q_any / temp, leo.q(params["leo"], mb["obs"], mb["g_any"])))
+        l_leo, q_teacher, s_leo = leo.loss(split_vars(v, "leo"), mb, mb["y_all"])
+        l_distill = distill_ce(q / temp, _pick(q_teacher, mb["goal"]))
+        if extra_goal:  # same observations: the batch statistics of the pass above
+            q_any, _ = apply_train(actor, va, mb["obs"], mb["g_any"])
+            l_distill = 0.5 * (l_distill + distill_ce(q_any / temp, _pick(q_teacher, mb["g_any"])))
         total = l_actor + l_leo + cfg.distill_coef * l_distill
-        return total, {"actor_loss": l_actor, "leo_loss": l_leo, "distill": l_distill}
+        return total, ({"actor_loss": l_actor, "leo_loss": l_leo, "distill": l_distill},
+                       {"actor": s_actor, "leo": s_leo})
 
     return AlgoSpec(
-        "dual_leo_pqn", init, lambda rng, p, o, g, eps: (eps_greedy(rng, act_q(p, o, g), eps), {}),
-        lambda p, o, g: jnp.argmax(act_q(p, o, g), -1), prepare, loss, cfg.minibatch_size)
+        "dual_leo_pqn", init, lambda rng, v, o, g, eps: (eps_greedy(rng, act_q(v, o, g), eps), {}),
+        lambda v, o, g: jnp.argmax(act_q(v, o, g), -1), prepare, loss, cfg.minibatch_size)
 
 
 @register("dual_leo_ppo")
@@ -167,24 +181,25 @@ def build_dual_leo_ppo(cfg: TrainConfig, k: int, a: int) -> AlgoSpec:
 
     def init(rng, obs):
         r1, r2 = jax.random.split(rng)
-        return {"actor": ppo.init(r1, obs), "leo": leo.net.init(r2, obs)["params"]}
+        parts = {"actor": ppo.init(r1, obs), "leo": leo.init(r2, obs)}
+        return {c: {n: p[c] for n, p in parts.items()} for c in ("params", "batch_stats")}
 
-    def prepare(params, traj, rng):
-        return {"y_all": leo.targets(params["leo"], traj), "g_any": _any_goal(rng, traj, k),
-                **ppo.prepare(params["actor"], traj)}
+    def prepare(v, traj, rng):
+        return {"y_all": leo.targets(split_vars(v, "leo"), traj), "g_any": _any_goal(rng, traj, k),
+                **ppo.prepare(split_vars(v, "actor"), traj)}
 
-    def loss(params, mb):
-        l_ppo, aux, logits = ppo.loss(params["actor"], mb)
-        l_leo = leo.loss(params["leo"], mb, mb["y_all"])
-        l_distill = distill_ce(logits, leo.q(params["leo"], mb["obs"], mb["goal"]))
+    def loss(v, mb):
+        va = split_vars(v, "actor")
+        l_ppo, aux, logits, s_actor = ppo.loss(va, mb)
+        l_leo, q_teacher, s_leo = leo.loss(split_vars(v, "leo"), mb, mb["y_all"])
+        l_distill = distill_ce(logits, _pick(q_teacher, mb["goal"]))
         if extra_goal:
-            logits_any = ppo.net.apply({"params": params["actor"]}, mb["obs"], mb["g_any"])[0]
-            l_distill = 0.5 * (l_distill + distill_ce(
-                logits_any, leo.q(params["leo"], mb["obs"], mb["g_any"])))
-        return l_ppo + l_leo + cfg.distill_coef * l_distill, {**aux, "leo_loss": l_leo,
-                                                               "distill": l_distill}
+            (logits_any, _), _ = apply_train(ppo.net, va, mb["obs"], mb["g_any"])
+            l_distill = 0.5 * (l_distill + distill_ce(logits_any, _pick(q_teacher, mb["g_any"])))
+        return l_ppo + l_leo + cfg.distill_coef * l_distill, (
+            {**aux, "leo_loss": l_leo, "distill": l_distill}, {"actor": s_actor, "leo": s_leo})
 
     return AlgoSpec("dual_leo_ppo", init,
-                    lambda rng, p, o, g, eps: ppo.policy(rng, p["actor"], o, g),
-                    lambda p, o, g: ppo.greedy(p["actor"], o, g), prepare, loss,
+                    lambda rng, v, o, g, eps: ppo.policy(rng, split_vars(v, "actor"), o, g),
+                    lambda v, o, g: ppo.greedy(split_vars(v, "actor"), o, g), prepare, loss,
                     cfg.ppo_minibatch_size)

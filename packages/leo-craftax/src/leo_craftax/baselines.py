@@ -9,8 +9,9 @@ import jax
 import jax.numpy as jnp
 
 from .algos import AlgoSpec, gc_q_network, register
-from .config import TrainConfig
-from .core import Torso, eps_greedy, goal_td_target, td_loss
+from .config import TrainConfig, image_shape
+from .core import Encoder, Torso, eps_greedy, goal_td_target, td_loss
+from .norm import apply_eval, apply_train, init_vars
 
 
 def _take(x, idx):
@@ -47,14 +48,19 @@ def _chunk_size(k: int, chunk: int) -> int:
     return max(c for c in range(1, chunk + 1) if k % c == 0)
 
 
-def _factored_q(net, params, obs, goals):
+def _factored_q(net, v, obs, goals, train: bool = False):
     """Q(s, g, ·) of a goal-conditioned network for every state and every goal in ``goals [C]``:
-    ``obs [N, D] -> [N, C, A]``, the first layer split as W·(s ‖ e_g) = W_s·s + W_g·e_g so that its
+    ``obs [N, D] -> [N, C, A]``, the first layer split as W·(x ‖ e_g) = W_x·x + W_g·e_g so that its
     observation part (the widest matrix on Craftax) is computed once per state — exactly the
-    C goal-conditioned passes, with fewer multiply-adds [R: our fastest exact HER-all]."""
-    x = obs
-    if net.norm_input:
-        x = nn.LayerNorm(use_scale=False, use_bias=False).apply({}, x)
+    C goal-conditioned passes, with fewer multiply-adds [R: our fastest exact HER-all].
+    Returns ``(q, new batch_stats)``."""
+    enc = Encoder(net.norm, net.image_shape, net.norm_opts)
+    ev = {"params": v["params"].get("encoder", {}), "batch_stats": v["batch_stats"].get("encoder", {})}
+    if train:
+        x, s_enc = apply_train(enc, ev, obs)
+    else:
+        x, s_enc = apply_eval(enc, ev, obs), ev["batch_stats"]
+    params = v["params"]
     torso = params["torso"]
     kernel, bias = torso["dense0"]["kernel"], torso["dense0"]["bias"]
     d = x.shape[-1]
@@ -65,15 +71,18 @@ def _factored_q(net, params, obs, goals):
         h = nn.Dense(net.width).apply({"params": torso[f"dense{i}"]}, h)
         h = nn.relu(nn.LayerNorm().apply({"params": torso[f"ln{i}"]}, h))
     qv = nn.Dense(net.num_actions).apply({"params": params["head"]}, h)
-    return nn.sigmoid(qv) if net.sigmoid else qv
+    stats = {**v["batch_stats"], "encoder": s_enc} if s_enc else v["batch_stats"]
+    return (nn.sigmoid(qv) if net.sigmoid else qv), stats
 
 
-def her_all_q(net, params, obs, chunk: int = 0, factored: bool = False):
-    """Q(s, g, ·) for every state and all K goals, ``obs [N, D] -> [N, K, A]``, as all-goals
-    relabelling computes it: one goal-conditioned pass per (state, goal) pair. Goals are taken
-    ``chunk`` at a time (``lax.map``, each chunk rematerialised in the backward pass) so that
-    the N·K rows fit in memory at Craftax sizes; ``factored`` shares the first layer's
-    observation part across goals (``_factored_q``). Same values either way."""
+def her_all_q(net, v, obs, chunk: int = 0, factored: bool = False, train: bool = False):
+    """Q(s, g, ·) for every state and all K goals, ``obs [N, D] -> ([N, K, A], batch_stats)``, as
+    all-goals relabelling computes it: one goal-conditioned pass per (state, goal) pair. Goals are
+    taken ``chunk`` at a time (``lax.map``, each chunk rematerialised in the backward pass) so
+    that the N·K rows fit in memory at Craftax sizes; ``factored`` shares the first layer's
+    observation part across goals (``_factored_q``). Same values either way. ``train``: the
+    loss pass (BatchRenorm on batch statistics — those of the N observations, whichever chunk);
+    the new statistics are the first chunk's."""
     n, k = obs.shape[0], net.num_goals
     c = _chunk_size(k, chunk)
 
@@ -81,34 +90,38 @@ def her_all_q(net, params, obs, chunk: int = 0, factored: bool = False):
     def one(start):
         goals = start + jnp.arange(c)
         if factored:
-            return _factored_q(net, params, obs, goals)
+            return _factored_q(net, v, obs, goals, train)
         rows = jnp.repeat(obs, c, axis=0)                                 # [N·C, D]
-        return net.apply({"params": params}, rows, jnp.tile(goals, n)).reshape(n, c, -1)
+        if train:
+            q, stats = apply_train(net, v, rows, jnp.tile(goals, n))
+        else:
+            q, stats = apply_eval(net, v, rows, jnp.tile(goals, n)), v["batch_stats"]
+        return q.reshape(n, c, -1), stats
 
     if c == k:
         return one(0)
-    out = jax.lax.map(one, jnp.arange(0, k, c))                           # [K/C, N, C, A]
-    return jnp.moveaxis(out, 0, 1).reshape(n, k, -1)
+    out, stats = jax.lax.map(one, jnp.arange(0, k, c))                    # [K/C, N, C, A]
+    return jnp.moveaxis(out, 0, 1).reshape(n, k, -1), jax.tree.map(lambda s: s[0], stats)
 
 
 def _build_pqn(cfg: TrainConfig, k: int, a: int, mode: str) -> AlgoSpec:
     net = gc_q_network(cfg, k, a)
 
-    def q(params, obs, goal):
-        return net.apply({"params": params}, obs, goal)
+    def q(v, obs, goal):
+        return apply_eval(net, v, obs, goal)
 
     def init(rng, obs):
-        return net.init(rng, obs, jnp.zeros(obs.shape[:1], jnp.int32))["params"]
+        return init_vars(net, rng, obs, jnp.zeros(obs.shape[:1], jnp.int32))
 
-    def q_all(params, obs):
-        return her_all_q(net, params, obs, cfg.her_all_chunk, cfg.her_all_factored)
+    def q_all(v, obs, train=False):
+        return her_all_q(net, v, obs, cfg.her_all_chunk, cfg.her_all_factored, train)
 
-    def prepare(params, traj, rng):
+    def prepare(v, traj, rng):
         t, e = traj["goal"].shape
         if mode == "all":
             # every transition relabelled with every goal: K goal-conditioned passes per state
             nxt = traj["next_obs"].reshape(t * e, -1)
-            q_next = q_all(params, nxt).reshape(t, e, k, a)
+            q_next = q_all(v, nxt)[0].reshape(t, e, k, a)
             y = goal_td_target(traj["achieved"], traj["done"][..., None], q_next, cfg.gamma)
             return {"y_all": y}
         goal = traj["goal"]
@@ -116,23 +129,25 @@ def _build_pqn(cfg: TrainConfig, k: int, a: int, mode: str) -> AlgoSpec:
             flat = relabel(rng, goal.reshape(-1), traj["achieved"].reshape(t * e, k), mode,
                            cfg.her_ratio)
             goal = flat.reshape(t, e)
-        y = goal_td_target(_take(traj["achieved"], goal), traj["done"], q(params, traj["next_obs"], goal),
+        y = goal_td_target(_take(traj["achieved"], goal), traj["done"], q(v, traj["next_obs"], goal),
                            cfg.gamma)
         return {"g": goal, "y": y}
 
-    def loss(params, mb):
+    def loss(v, mb):
         if mode == "all":
             n = mb["obs"].shape[0]
-            qv = q_all(params, mb["obs"]).reshape(n * k, a)
-            value = td_loss(qv, jnp.repeat(mb["action"], k), mb["y_all"].reshape(n * k))
+            qv, stats = q_all(v, mb["obs"], train=True)
+            value = td_loss(qv.reshape(n * k, a), jnp.repeat(mb["action"], k),
+                            mb["y_all"].reshape(n * k))
         else:
-            value = td_loss(q(params, mb["obs"], mb["g"]), mb["action"], mb["y"])
-        return value, {"td_loss": value}
+            qv, stats = apply_train(net, v, mb["obs"], mb["g"])
+            value = td_loss(qv, mb["action"], mb["y"])
+        return value, ({"td_loss": value}, stats)
 
     return AlgoSpec(
         "pqn" if mode == "none" else f"pqn_her_{mode}", init,
-        lambda rng, p, o, g, eps: (eps_greedy(rng, q(p, o, g), eps), {}),
-        lambda p, o, g: jnp.argmax(q(p, o, g), -1), prepare, loss, cfg.minibatch_size)
+        lambda rng, v, o, g, eps: (eps_greedy(rng, q(v, o, g), eps), {}),
+        lambda v, o, g: jnp.argmax(q(v, o, g), -1), prepare, loss, cfg.minibatch_size)
 
 
 @register("pqn")
@@ -148,19 +163,26 @@ def build_pqn_her(cfg: TrainConfig, k: int, a: int) -> AlgoSpec:
 # --- goal-conditioned PPO -------------------------------------------------------------------------
 
 class GCActorCritic(nn.Module):
+    """Separate actor and critic MLPs on (encoded observation ‖ goal embedding) [C:
+    actor_critic_gc, which has no input normalisation: ``ppo_norm`` "none" by default]."""
+
     num_goals: int
     num_actions: int
     width: int = 512
     layers: int = 2
     embed: int = 64
+    norm: str = "none"
+    image_shape: tuple[int, ...] | None = None
+    norm_opts: tuple = ()
 
     @nn.compact
-    def __call__(self, obs, goal):
+    def __call__(self, obs, goal, train: bool = False):
+        obs = Encoder(self.norm, self.image_shape, self.norm_opts, name="encoder")(obs, train)
         x = jnp.concatenate([obs, nn.Embed(self.num_goals, self.embed)(goal)], -1)
         pi = nn.Dense(self.num_actions, kernel_init=nn.initializers.orthogonal(0.01))(
-            Torso(self.width, self.layers, False, name="actor")(x))
+            Torso(self.width, self.layers, name="actor")(x))
         v = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0))(
-            Torso(self.width, self.layers, False, name="critic")(x))
+            Torso(self.width, self.layers, name="critic")(x))
         return pi, v[..., 0]
 
 
@@ -170,23 +192,24 @@ class PPOParts:
 
     def __init__(self, cfg: TrainConfig, k: int, a: int):
         self.cfg = cfg
-        self.net = GCActorCritic(k, a, cfg.width, cfg.layers, cfg.goal_embed)
+        self.net = GCActorCritic(k, a, cfg.width, cfg.layers, cfg.goal_embed, cfg.ppo_norm,
+                                 image_shape(cfg.env), cfg.norm_opts)
 
     def init(self, rng, obs):
-        return self.net.init(rng, obs, jnp.zeros(obs.shape[:1], jnp.int32))["params"]
+        return init_vars(self.net, rng, obs, jnp.zeros(obs.shape[:1], jnp.int32))
 
-    def policy(self, rng, params, obs, goal):
-        logits, v = self.net.apply({"params": params}, obs, goal)
+    def policy(self, rng, v, obs, goal):
+        logits, value = apply_eval(self.net, v, obs, goal)
         action = jax.random.categorical(rng, logits)
         logp = _take(jax.nn.log_softmax(logits), action)
-        return action, {"logp": logp, "value": v}
+        return action, {"logp": logp, "value": value}
 
-    def greedy(self, params, obs, goal):
-        return jnp.argmax(self.net.apply({"params": params}, obs, goal)[0], -1)
+    def greedy(self, v, obs, goal):
+        return jnp.argmax(apply_eval(self.net, v, obs, goal)[0], -1)
 
-    def prepare(self, params, traj):
+    def prepare(self, v, traj):
         c = self.cfg
-        _, v_next = self.net.apply({"params": params}, traj["next_obs"], traj["goal"])
+        _, v_next = apply_eval(self.net, v, traj["next_obs"], traj["goal"])
         r = _take(traj["achieved"], traj["goal"]).astype(jnp.float32)
         term = jnp.logical_or(r > 0, traj["done"]).astype(jnp.float32)
         delta = r + c.ppo_gamma * v_next * (1 - term) - traj["value"]
@@ -199,28 +222,29 @@ class PPOParts:
         _, adv = jax.lax.scan(back, jnp.zeros_like(delta[0]), (delta, term), reverse=True)
         return {"adv": adv, "ret": adv + traj["value"]}
 
-    def loss(self, params, mb):
+    def loss(self, v, mb):
+        """``(loss, aux, logits, new batch_stats)``."""
         c = self.cfg
-        logits, v = self.net.apply({"params": params}, mb["obs"], mb["goal"])
+        (logits, value), stats = apply_train(self.net, v, mb["obs"], mb["goal"])
         logp_all = jax.nn.log_softmax(logits)
         logp = _take(logp_all, mb["action"])
         adv = (mb["adv"] - mb["adv"].mean()) / (mb["adv"].std() + 1e-8)
         ratio = jnp.exp(logp - mb["logp"])
         l_pi = -jnp.mean(jnp.minimum(ratio * adv, jnp.clip(ratio, 1 - c.clip_eps, 1 + c.clip_eps) * adv))
-        l_v = 0.5 * jnp.mean(jnp.square(v - mb["ret"]))
+        l_v = 0.5 * jnp.mean(jnp.square(value - mb["ret"]))
         ent = -jnp.mean(jnp.sum(jnp.exp(logp_all) * logp_all, -1))
         total = l_pi + c.vf_coef * l_v - c.ent_coef * ent
-        return total, {"pi_loss": l_pi, "v_loss": l_v, "entropy": ent}, logits
+        return total, {"pi_loss": l_pi, "v_loss": l_v, "entropy": ent}, logits, stats
 
 
 @register("ppo_gc")
 def build_ppo(cfg: TrainConfig, k: int, a: int) -> AlgoSpec:
     ppo = PPOParts(cfg, k, a)
 
-    def loss(params, mb):
-        total, aux, _ = ppo.loss(params, mb)
-        return total, aux
+    def loss(v, mb):
+        total, aux, _, stats = ppo.loss(v, mb)
+        return total, (aux, stats)
 
-    return AlgoSpec("ppo_gc", ppo.init, lambda rng, p, o, g, eps: ppo.policy(rng, p, o, g),
-                    ppo.greedy, lambda p, traj, rng: ppo.prepare(p, traj), loss,
+    return AlgoSpec("ppo_gc", ppo.init, lambda rng, v, o, g, eps: ppo.policy(rng, v, o, g),
+                    ppo.greedy, lambda v, traj, rng: ppo.prepare(v, traj), loss,
                     cfg.ppo_minibatch_size)

@@ -56,7 +56,7 @@ def make_update(algo: str, k: int, *, batch: int = 64, obs_dim: int = 64, num_ac
     r1, r2 = jax.random.split(jax.random.PRNGKey(seed))
     traj = _batch(r1, k, batch, obs_dim, num_actions)
     params = spec.init(r2, traj["obs"][0, :1])
-    state = {"params": params, "opt": tx.init(params)}
+    state = {"params": params, "opt": tx.init(params["params"])}
 
     @jax.jit
     def step(params, opt, traj, rng):

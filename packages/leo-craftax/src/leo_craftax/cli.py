@@ -4,30 +4,27 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
 from icml26_shared import UserError, cli_entry
-from icml26_shared.cli import ArgumentParser, add_reproduce_arguments, reproduce_from_args
+from icml26_shared.cli import (
+    ArgumentParser,
+    add_reproduce_arguments,
+    positive_int,
+    reproduce_from_args,
+)
+from icml26_shared.io import atomic_write_text
 
 NAME = "leo-craftax"
 ALGOS = ("leo", "pqn", "pqn_her", "ppo_gc", "dual_leo_pqn", "dual_leo_ppo")
 ENVS = ("gridworld", "craftax-classic", "craftax")
-
-
-def _num(text: str) -> int:
-    try:
-        value = float(text)
-    except ValueError:
-        raise UserError(f"not a number: {text!r}") from None
-    if not math.isfinite(value) or value <= 0 or value != int(value):
-        raise UserError(f"expected a positive integer, got {text!r}")
-    return int(value)
+NORMS = ("batchrenorm", "layernorm", "none")
 
 
 def _test_steps(text: str) -> int | None:
-    return None if text == "full" else _num(text)
+    """``full`` (whole episodes) or a positive number of steps."""
+    return None if text == "full" else positive_int(text)
 
 
 def _check(name: str, value: str, choices: tuple[str, ...]) -> str:
@@ -41,19 +38,21 @@ def _config(args):
 
     _check("algo", args.algo, ALGOS)
     _check("env", args.env, ENVS)
-    kw = {"total_timesteps": _num(args.steps), "num_evals": _num(args.evals),
-          "her_mode": args.her_mode, "distill_goals": args.distill_goals}
+    kw = {"total_timesteps": args.steps, "num_evals": args.evals, "her_mode": args.her_mode,
+          "distill_goals": args.distill_goals, "norm": args.norm}
     for flag, field in (("num_envs", "num_envs"), ("eval_repeats", "test_repeats"),
                         ("reset_ratio", "reset_ratio"), ("width", "width"), ("layers", "layers")):
         if getattr(args, flag) is not None:
-            kw[field] = _num(getattr(args, flag))
+            kw[field] = getattr(args, flag)
     if args.test_steps is not None:
-        kw["test_steps"] = _test_steps(args.test_steps)
-    if _num(args.devices) > 1:
-        kw["num_devices"] = _num(args.devices)
+        kw["test_steps"] = args.test_steps
+    if args.devices > 1:
+        kw["num_devices"] = args.devices
     if args.env == "gridworld":
+        if args.obs != "symbolic":
+            raise UserError("pixel observations exist for craftax-classic and craftax only")
         return gridworld_cpu(args.algo, env_size=args.size, **kw).validate()
-    return TrainConfig(algo=args.algo, env=EnvConfig(args.env), **kw).validate()
+    return TrainConfig(algo=args.algo, env=EnvConfig(args.env, obs=args.obs), **kw).validate()
 
 
 def _cmd_train(args) -> int:
@@ -77,7 +76,7 @@ def _cmd_train(args) -> int:
           f"{per_segment:,} env steps between points (evaluation/training = "
           f"{per_point / per_segment:.2f}; --test-steps, --eval-repeats, --evals set it)",
           flush=True)
-    seeds = [args.seed + i for i in range(_num(args.seeds))]
+    seeds = [args.seed + i for i in range(args.seeds)]
     result = train_seeds(cfg, seeds, env)
     success = np.asarray(result["success"])
     save_checkpoint(out, cfg, result["params"], env.goal_set.names,
@@ -105,8 +104,9 @@ def _cmd_eval(args) -> int:
     check_head(params, env.goal_set.num_goals, env.num_actions)
     spec = build_algo(cfg, env.goal_set.num_goals, env.num_actions)
     steps = cfg.eval_steps(env.max_steps) if args.test_steps is None else (
-        env.max_steps if args.test_steps == "full" else min(_num(args.test_steps), env.max_steps))
-    success = jax.jit(lambda p, r: evaluate(spec, p, env, r, _num(args.repeats), steps))(
+        env.max_steps if args.test_steps == "full" else min(positive_int(args.test_steps),
+                                                            env.max_steps))
+    success = jax.jit(lambda p, r: evaluate(spec, p, env, r, args.repeats, steps))(
         params, jax.random.PRNGKey(args.seed))
     if args.per_goal:
         for name, s in zip(env.goal_set.names, success.tolist(), strict=True):
@@ -114,7 +114,8 @@ def _cmd_eval(args) -> int:
     print(f"success over {env.goal_set.num_goals} goals (trained seed {meta['seed']}, "
           f"{steps} steps): {float(success.mean()):.4f}")
     if args.json:
-        Path(args.json).write_text(json.dumps(dict(zip(env.goal_set.names, success.tolist(), strict=True))))
+        atomic_write_text(args.json, json.dumps(dict(zip(env.goal_set.names, success.tolist(),
+                                                          strict=True))))
     return 0
 
 
@@ -140,7 +141,7 @@ def _cmd_bench(args) -> int:
             raise UserError(f"--goals must be comma-separated integers, got {args.goals!r}") from None
         if not ks or min(ks) < 1:
             raise UserError("--goals must list positive numbers of goals")
-    over = {} if args.batch is None else {"batch": _num(args.batch)}
+    over = {} if args.batch is None else {"batch": args.batch}
     from .bench import speed_table
 
     p = {**PRESETS[args.preset], **over}
@@ -149,17 +150,14 @@ def _cmd_bench(args) -> int:
           f"first layer's observation part shared", flush=True)
     print(f"{'K':>6} {'LEO ms':>9} {'HER-all ms':>11} {'ratio':>7} {'FLOP ceil':>9} "
           f"{'bytes ceil':>10} {'factored ms':>11} {'ratio':>7} {'FLOP ceil':>9}")
-    rows = speed_table(ks, preset=args.preset, repeats=_num(args.repeats), arms=ARMS, **over)
+    rows = speed_table(ks, preset=args.preset, repeats=args.repeats, arms=ARMS, **over)
     for r in rows:
         print(f"{r['K']:>6} {1e3 * r['leo_s']:>9.2f} {1e3 * r['her_all_s']:>11.2f} "
               f"{r['speedup_her_all']:>6.1f}x {r['flop_ceiling_her_all']:>8.1f}x "
               f"{r['bytes_ceiling_her_all']:>9.1f}x {1e3 * r['her_all_factored_s']:>11.2f} "
               f"{r['speedup_her_all_factored']:>6.1f}x {r['flop_ceiling_her_all_factored']:>8.1f}x")
     if args.json:
-        text = json.dumps(rows, indent=1)
-        tmp = Path(args.json + ".tmp")
-        tmp.write_text(text)
-        tmp.replace(args.json)
+        atomic_write_text(args.json, json.dumps(rows, indent=1))
     return 0
 
 
@@ -170,34 +168,38 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train one algorithm (several seeds at once) and checkpoint it")
     t.add_argument("--algo", default="leo", help=f"one of {', '.join(ALGOS)}")
     t.add_argument("--env", default="gridworld", help=f"one of {', '.join(ENVS)}")
-    t.add_argument("--steps", default="2e5", help="environment steps per seed (default %(default)s)")
-    t.add_argument("--seeds", default="1", help="number of seeds, trained with vmap; every "
+    t.add_argument("--steps", type=positive_int, default="2e5", help="environment steps per seed (default %(default)s)")
+    t.add_argument("--seeds", type=positive_int, default="1", help="number of seeds, trained with vmap; every "
                    "seed's parameters are saved")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--size", type=int, default=10, help="gridworld side (default %(default)s)")
-    t.add_argument("--num-envs", default=None, help="parallel environments")
-    t.add_argument("--devices", default="1",
+    t.add_argument("--num-envs", type=positive_int, default=None, help="parallel environments")
+    t.add_argument("--devices", type=positive_int, default="1",
                    help="split the environments over this many devices (jax.sharding)")
     t.add_argument("--her-mode", default="mixed", help="pqn_her: random|positive|mixed|all")
-    t.add_argument("--evals", default="1", help="evaluation points during training (plus one "
+    t.add_argument("--evals", type=positive_int, default="1", help="evaluation points during training (plus one "
                    "before)")
-    t.add_argument("--test-steps", default=None, help="steps per evaluation episode, or 'full' "
+    t.add_argument("--test-steps", type=_test_steps, default=None, help="steps per evaluation episode, or 'full' "
                    "(default 512 capped by the episode length: Craftax episodes last 10k / 100k)")
-    t.add_argument("--eval-repeats", default=None, help="evaluation episodes per goal (default "
+    t.add_argument("--eval-repeats", type=positive_int, default=None, help="evaluation episodes per goal (default "
                    "16 on Craftax, 2 on the gridworld)")
     t.add_argument("--distill-goals", default="commanded", help="Dual LEO: commanded (the "
                    "paper's) or commanded+random (ours)")
-    t.add_argument("--reset-ratio", default=None, help="optimistic resets: envs per fresh start "
+    t.add_argument("--reset-ratio", type=positive_int, default=None, help="optimistic resets: envs per fresh start "
                    "state (default 16 on Craftax, 1 on the gridworld)")
-    t.add_argument("--width", default=None, help="MLP width (default 1024 on Craftax)")
-    t.add_argument("--layers", default=None, help="MLP layers (default 4 on Craftax)")
+    t.add_argument("--width", type=positive_int, default=None, help="MLP width (default 1024 on Craftax)")
+    t.add_argument("--layers", type=positive_int, default=None, help="MLP layers (default 4 on Craftax)")
+    t.add_argument("--norm", default="batchrenorm", choices=NORMS, help="input normalisation of "
+                   "the Q networks: batchrenorm (the paper's), layernorm or none")
+    t.add_argument("--obs", default="symbolic", choices=("symbolic", "pixels"), help="Craftax "
+                   "observations: symbolic (the paper's) or pixels (a conv encoder)")
     t.add_argument("--out", default="leo-checkpoint.msgpack", help="checkpoint file")
     t.add_argument("--force", action="store_true", help="overwrite --out")
     t.set_defaults(fn=_cmd_train)
     e = sub.add_parser("eval", help="success over all goals of a checkpoint")
     e.add_argument("checkpoint")
     e.add_argument("--env", default=None, help="must match the checkpoint's environment")
-    e.add_argument("--repeats", default="4", help="episodes per goal")
+    e.add_argument("--repeats", type=positive_int, default="4", help="episodes per goal")
     e.add_argument("--test-steps", default=None, help="steps per episode or 'full' (default: the "
                    "checkpoint's)")
     e.add_argument("--run-seed", type=int, default=None, help="which trained seed to evaluate "
@@ -214,8 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--preset", default="cpu", help="cpu (width 128, seconds) or paper (Craftax "
                    "sizes: obs 8268, 4x1024, 43 actions, minibatch 512; for a GPU)")
     b.add_argument("--goals", default=None, help="comma-separated K (default: the preset's)")
-    b.add_argument("--batch", default=None, help="minibatch (default: the preset's)")
-    b.add_argument("--repeats", default="5")
+    b.add_argument("--batch", type=positive_int, default=None, help="minibatch (default: the preset's)")
+    b.add_argument("--repeats", type=positive_int, default="5")
     b.add_argument("--json", default=None, help="write the rows as JSON")
     b.set_defaults(fn=_cmd_bench)
     r = sub.add_parser("reproduce", help="the registered reproduction")

@@ -9,22 +9,46 @@ with r_g(s') = [achieved_g(s')], and the loss ½·mean_{batch, goals} (Q(s, g, a
 
 from __future__ import annotations
 
+import math
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from .norm import InputNorm, apply_eval
+
+
+class Encoder(nn.Module):
+    """The observation's input layers: ``norm`` on the input (BatchRenorm, the paper's [C];
+    ``layernorm`` / ``none`` as options), then, for ``image_shape`` (pixels, flat in the
+    observation), a small conv stack [R: 2 × (Conv 32, 3×3, stride 2 → LayerNorm → ReLU),
+    as PQN's pixel torsos; the authors' conv reads Craftax's symbolic map], flattened."""
+
+    norm: str = "batchrenorm"
+    image_shape: tuple[int, ...] | None = None
+    norm_opts: tuple = ()  # BatchRenorm's momentum / warm-up (``TrainConfig.norm_opts``)
+
+    @nn.compact
+    def __call__(self, obs, train: bool = False):
+        if self.image_shape is None:
+            return InputNorm(self.norm, self.norm_opts, name="input_norm")(obs, train)
+        lead, n_pix = obs.shape[:-1], math.prod(self.image_shape)
+        x = obs[..., :n_pix].reshape(-1, *self.image_shape)  # the image; the rest is not seen
+        x = InputNorm(self.norm, self.norm_opts, name="input_norm")(x, train)
+        for i in range(2):
+            x = nn.Conv(32, (3, 3), strides=(2, 2), padding="VALID", name=f"conv{i}")(x)
+            x = nn.relu(nn.LayerNorm(name=f"conv_ln{i}")(x))
+        return x.reshape(*lead, -1)
+
 
 class Torso(nn.Module):
-    """(LayerNorm on the input) → ``layers`` × [Dense(width) → LayerNorm → ReLU] [C: pqn_models_gc]."""
+    """``layers`` × [Dense(width) → LayerNorm → ReLU] [C: pqn_models_gc, ``--norm_type layer_norm``]."""
 
     width: int = 1024
     layers: int = 4
-    norm_input: bool = True
 
     @nn.compact
     def __call__(self, x):
-        if self.norm_input:
-            x = nn.LayerNorm(use_scale=False, use_bias=False, name="input_norm")(x)
         for i in range(self.layers):
             x = nn.relu(nn.LayerNorm(name=f"ln{i}")(nn.Dense(self.width, name=f"dense{i}")(x)))
         return x
@@ -45,47 +69,59 @@ class AllGoalsQHead(nn.Module):
 
 
 class LEONetwork(nn.Module):
-    """Q(s) for every goal at once: ``obs [..., D] -> [..., K, |A|]``."""
+    """Q(s) for every goal at once: ``obs [..., D] -> [..., K, |A|]`` (``train``: BatchRenorm
+    uses and updates batch statistics; otherwise its running statistics)."""
 
     num_goals: int
     num_actions: int
     width: int = 1024
     layers: int = 4
-    norm_input: bool = True
+    norm: str = "batchrenorm"
     sigmoid: bool = True
+    image_shape: tuple[int, ...] | None = None
+    norm_opts: tuple = ()
 
-    @nn.compact
-    def __call__(self, obs):
-        h = Torso(self.width, self.layers, self.norm_input, name="torso")(obs)
-        return AllGoalsQHead(self.num_goals, self.num_actions, self.sigmoid, name="head")(h)
+    def setup(self):
+        self.encoder = Encoder(self.norm, self.image_shape, self.norm_opts)
+        self.torso = Torso(self.width, self.layers)
+        self.head = AllGoalsQHead(self.num_goals, self.num_actions, self.sigmoid)
+
+    def features(self, obs, train: bool = False):
+        return self.torso(self.encoder(obs, train))
+
+    def __call__(self, obs, train: bool = False):
+        return self.head(self.features(obs, train))
 
 
 class GoalConditionedQ(nn.Module):
     """Q(s, g) for one commanded goal per row (PQN, PQN + HER): ``obs [N, D], goal [N] -> [N, |A|]``.
-    The goal enters as a learned embedding concatenated to the observation [R]."""
+    The goal enters as a learned embedding concatenated to the encoded observation [R]."""
 
     num_goals: int
     num_actions: int
     width: int = 1024
     layers: int = 4
     embed: int = 64
-    norm_input: bool = True
+    norm: str = "batchrenorm"
     sigmoid: bool = True
+    image_shape: tuple[int, ...] | None = None
+    norm_opts: tuple = ()
 
     @nn.compact
-    def __call__(self, obs, goal):
+    def __call__(self, obs, goal, train: bool = False):
         g = nn.Embed(self.num_goals, self.embed, name="goal_embed")(goal)
-        if self.norm_input:
-            obs = nn.LayerNorm(use_scale=False, use_bias=False, name="input_norm")(obs)
-        h = Torso(self.width, self.layers, False, name="torso")(jnp.concatenate([obs, g], -1))
+        x = Encoder(self.norm, self.image_shape, self.norm_opts, name="encoder")(obs, train)
+        h = Torso(self.width, self.layers, name="torso")(jnp.concatenate([x, g], -1))
         q = nn.Dense(self.num_actions, name="head")(h)
         return nn.sigmoid(q) if self.sigmoid else q
 
 
-def q_for_goal(net: LEONetwork, params, obs, goal):
+def q_for_goal(net: LEONetwork, variables, obs, goal):
     """Q(s, g, ·) of a LEO network for one goal per row, reading only goal g's slice of the head's
-    weights (what a goal-conditioned head sharing those weights computes): ``[N, |A|]``."""
-    h = Torso(net.width, net.layers, net.norm_input).apply({"params": params["torso"]}, obs)
+    weights (what a goal-conditioned head sharing those weights computes): ``[N, |A|]``.
+    ``variables``: ``{"params", "batch_stats"}`` (running statistics are used)."""
+    h = apply_eval(net, variables, obs, method=LEONetwork.features)
+    params = variables["params"]
     kernel = params["head"]["dense"]["kernel"].reshape(h.shape[-1], net.num_goals, net.num_actions)
     bias = params["head"]["dense"]["bias"].reshape(net.num_goals, net.num_actions)
     q = jnp.einsum("nh,hna->na", h, kernel[:, goal]) + bias[goal]

@@ -172,21 +172,52 @@ class GymnaxGC:
 
 
 class CraftaxGC(GymnaxGC):
-    """A Craftax environment (PyPI ``craftax``, symbolic observations) with its goal set:
-    Craftax-Classic (136 goals) or Craftax (512 goals) [C: envs/craftax/craftax_goals.py]."""
+    """A Craftax environment (PyPI ``craftax``) with its goal set: Craftax-Classic (136 goals) or
+    Craftax (512 goals) [C: envs/craftax/craftax_goals.py]. ``obs="symbolic"`` (the paper's) or
+    ``"pixels"`` (``Craftax-Classic-Pixels-v1`` / ``Craftax-Pixels-v1``): then the observation
+    is the flat RGB image followed by the symbolic observation of the same state, which only the
+    goal set reads (the conv encoder sees the image part alone) [R]."""
 
-    def __init__(self, classic: bool = True, max_steps: int | None = None):
+    def __init__(self, classic: bool = True, max_steps: int | None = None, obs: str = "symbolic"):
         from craftax.craftax_env import make_craftax_env_from_name
 
         from .craftax_goals import craftax_classic_goal_set, craftax_goal_set
 
-        self.name = "Craftax-Classic-Symbolic-v1" if classic else "Craftax-Symbolic-v1"
+        self.pixels = obs == "pixels"
+        kind = "Pixels" if self.pixels else "Symbolic"
+        self.name = f"Craftax-Classic-{kind}-v1" if classic else f"Craftax-{kind}-v1"
         env = make_craftax_env_from_name(self.name, auto_reset=False)
         params = env.default_params
         if max_steps is not None:
             params = params.replace(max_timesteps=int(max_steps))
         gs = craftax_classic_goal_set() if classic else craftax_goal_set()
+        if self.pixels:
+            if classic:
+                from craftax.craftax_classic.renderer import render_craftax_symbolic
+            else:
+                from craftax.craftax.renderer import render_craftax_symbolic
+            self._symbolic = render_craftax_symbolic
+            n_pix = int(np.prod(env.observation_space(params).shape))
+            gs = GoalSet(gs.names, lambda o, a=gs.achieved, n=n_pix: a(o[n:]))
         super().__init__(env, gs, params, int(params.max_timesteps))
+        if self.pixels:
+            self.image_shape = tuple(env.observation_space(params).shape)
+            sym = jax.eval_shape(lambda: self._symbolic(self.env.reset_env(
+                jax.random.PRNGKey(0), self.params)[1]))
+            self.obs_dim += int(np.prod(sym.shape))
+
+    def _with_symbolic(self, obs, state):
+        if not self.pixels:
+            return obs
+        return jnp.concatenate([obs, jnp.ravel(self._symbolic(state)).astype(jnp.float32)])
+
+    def reset(self, rng, start_time: bool | None = None):
+        obs, state = super().reset(rng, start_time)
+        return self._with_symbolic(obs, state), state
+
+    def step(self, rng, state, action):
+        obs, state, done = super().step(rng, state, action)
+        return self._with_symbolic(obs, state), state, done
 
 
 def auto_reset_step(env: Any, rng, state, action):
@@ -229,12 +260,12 @@ def optimistic_reset_step(env: Any, rng, states, actions, reset_ratio: int):
 
 
 def make_env(name: str, *, size: int = 10, wall_prob: float = 0.3, map_seed: int = 0,
-             max_steps: int | None = None) -> Any:
-    """``gridworld`` | ``craftax-classic`` | ``craftax``."""
+             max_steps: int | None = None, obs: str = "symbolic") -> Any:
+    """``gridworld`` | ``craftax-classic`` | ``craftax`` (``obs``: symbolic | pixels on Craftax)."""
     if name == "gridworld":
         return Gridworld(size, wall_prob, map_seed, max_steps or 200)
     if name == "craftax-classic":
-        return CraftaxGC(classic=True, max_steps=max_steps)
+        return CraftaxGC(classic=True, max_steps=max_steps, obs=obs)
     if name == "craftax":
-        return CraftaxGC(classic=False, max_steps=max_steps)
+        return CraftaxGC(classic=False, max_steps=max_steps, obs=obs)
     raise UserError(f"unknown env {name!r} (choose one of {', '.join(ENV_NAMES)})")

@@ -206,9 +206,10 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
         "no replay buffer / target network, ε 0.2→0.01 over 20% of updates, goals sampled among "
         "those seen, RAdam + clipping + annealed lr, Craftax goal sets (136 / 512).",
         "Reconstructed [R]: CPU sizes (gridworld 10x10, 64 envs, width-128 MLP, lr 3e-3, γ 0.9, "
-        "per-env resets), LayerNorm instead of BatchRenorm on the input, no conv layer on Craftax "
-        "maps, HER ratio, Dual LEO (PQN) distillation temperature, the variant distilling on an "
-        "extra random goal, the factored HER-all, the throughput benchmark and its cost model.",
+        "per-env resets, BatchRenorm momentum 0.9 / 20 warm-up steps), no conv layer on Craftax's "
+        "symbolic maps (the pixel conv encoder is ours), HER ratio, Dual LEO (PQN) distillation "
+        "temperature, the variant distilling on an extra random goal, the factored HER-all, the "
+        "throughput benchmark and its cost model. BatchRenorm on the input is the authors' [C].",
         "Speed ratios are measured on this machine's CPU and depend on width, batch and K.",
     ]
     return res

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -17,11 +16,18 @@ import jax
 import numpy as np
 
 from icml26_shared import UserError
+from icml26_shared.io import atomic_write_bytes
 
 from .config import TrainConfig
 
-FORMAT = "leo-craftax-checkpoint/2"
+FORMAT = "leo-craftax-checkpoint/3"     # {"params", "batch_stats"} per seed, stacked
+FORMAT_2 = "leo-craftax-checkpoint/2"   # 0.2: bare parameters, stacked; still read
 OLD_FORMAT = "leo-craftax-checkpoint/1"  # one seed's parameters, no checksum: still read
+
+
+def _as_vars(params: Any) -> dict:
+    """0.1 / 0.2 files hold bare parameters (no BatchRenorm then): the variables dict of today."""
+    return {"params": params, "batch_stats": {}}
 
 
 def _digest(meta_json: str, blob: bytes) -> str:
@@ -30,11 +36,13 @@ def _digest(meta_json: str, blob: bytes) -> str:
 
 def save_checkpoint(path: str | Path, cfg: TrainConfig, params: Any, goal_names: tuple[str, ...],
                     extra: dict | None = None, seeds: Sequence[int] | None = None) -> Path:
-    """``params``: one seed's parameters, or (with ``seeds``) every seed's, stacked on axis 0."""
+    """``params``: one seed's variables ``{"params", "batch_stats"}`` (bare parameters are
+    wrapped), or (with ``seeds``) every seed's, stacked on axis 0."""
     from flax import serialization
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if not (isinstance(params, dict) and "params" in params):
+        params = _as_vars(params)
     extra = dict(extra or {})
     if seeds is None:
         seeds = [int(extra.get("seed", 0))]
@@ -45,9 +53,7 @@ def save_checkpoint(path: str | Path, cfg: TrainConfig, params: Any, goal_names:
     blob = serialization.msgpack_serialize(jax.tree.map(np.asarray, params))
     data = serialization.msgpack_serialize(
         {"meta": meta_json, "params": blob, "sha256": _digest(meta_json, blob)})
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    atomic_write_bytes(path, data)
     return path
 
 
@@ -61,15 +67,19 @@ def _read(path: Path) -> tuple[dict, Any]:
         fmt = meta.get("format")
         if fmt == OLD_FORMAT:
             params = jax.tree.map(lambda x: np.asarray(x)[None], raw["params"])
-            return {**meta, "seeds": [int(meta.get("extra", {}).get("seed", 0))]}, params
-        if fmt != FORMAT:
+            return {**meta, "seeds": [int(meta.get("extra", {}).get("seed", 0))]}, _as_vars(params)
+        if fmt not in (FORMAT, FORMAT_2):
             raise ValueError(fmt)
         intact = raw["sha256"] == _digest(raw["meta"], raw["params"])
     except Exception:  # noqa: BLE001 - any decoding failure is the user's file
         raise UserError(f"{path} is not a leo-craftax checkpoint") from None
     if not intact:
         raise UserError(f"{path} is corrupt: its checksum does not match its contents")
-    return meta, serialization.msgpack_restore(raw["params"])
+    params = serialization.msgpack_restore(raw["params"])
+    if fmt == FORMAT_2:
+        return meta, _as_vars(params)
+    params.setdefault("batch_stats", {})  # msgpack keeps no empty collections
+    return meta, params
 
 
 def load_checkpoint(path: str | Path, expect: TrainConfig | None = None,
@@ -103,7 +113,8 @@ def load_checkpoint(path: str | Path, expect: TrainConfig | None = None,
 
 def check_head(params: Any, num_goals: int, num_actions: int) -> None:
     """Raise ``UserError`` when an all-goals head (LEO or a Dual LEO teacher) was built for another
-    number of goals than the environment's."""
+    number of goals than the environment's. ``params``: the variables dict (or bare params)."""
+    params = params.get("params", params) if isinstance(params, dict) else params
     leo = params.get("leo", params) if isinstance(params, dict) else params
     try:
         width = int(np.shape(leo["head"]["dense"]["kernel"])[-1])

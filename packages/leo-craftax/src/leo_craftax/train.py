@@ -26,7 +26,7 @@ from .envs import make_env, optimistic_reset_step
 def env_from_config(cfg: TrainConfig) -> Any:
     e = cfg.env
     return make_env(e.name, size=e.size, wall_prob=e.wall_prob, map_seed=e.map_seed,
-                    max_steps=e.max_steps)
+                    max_steps=e.max_steps, obs=e.obs)
 
 
 def make_optimizer(cfg: TrainConfig, minibatch_size: int) -> optax.GradientTransformation:
@@ -36,11 +36,17 @@ def make_optimizer(cfg: TrainConfig, minibatch_size: int) -> optax.GradientTrans
     return optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.radam(lr))
 
 
-def sgd_step(spec: AlgoSpec, tx: optax.GradientTransformation, params, opt_state, minibatch):
-    """One gradient step on one minibatch: ``(params, opt_state, loss, aux)``."""
-    (loss, aux), grads = jax.value_and_grad(spec.loss, has_aux=True)(params, minibatch)
-    updates, opt_state = tx.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state, loss, aux
+def sgd_step(spec: AlgoSpec, tx: optax.GradientTransformation, variables, opt_state, minibatch):
+    """One gradient step on one minibatch: ``(variables, opt_state, loss, aux)``. ``variables`` =
+    ``{"params", "batch_stats"}``: the gradient is taken with respect to ``params`` only, and
+    ``batch_stats`` (BatchRenorm's running statistics) become those of the loss's training pass."""
+    def f(p):
+        return spec.loss({**variables, "params": p}, minibatch)
+
+    (loss, (aux, stats)), grads = jax.value_and_grad(f, has_aux=True)(variables["params"])
+    updates, opt_state = tx.update(grads, opt_state, variables["params"])
+    return ({"params": optax.apply_updates(variables["params"], updates), "batch_stats": stats},
+            opt_state, loss, aux)
 
 
 def evaluate(spec: AlgoSpec, params, env, rng, repeats: int, steps: int):
@@ -142,7 +148,7 @@ def make_train(cfg: TrainConfig, env: Any = None, mesh: Any = None):
         obs, env_state = jax.vmap(env.reset)(jax.random.split(r_env, e))
         obs, env_state = shard(obs), shard(env_state)
         params = spec.init(r_init, obs[:1])
-        opt_state = tx.init(params)
+        opt_state = tx.init(params["params"])
         seen = achieved(obs).any(0)
         goal = sample_goals(r_goal, seen, e, cfg.only_seen_goals)
         carry = (params, opt_state, obs, env_state, goal, seen, jnp.int32(0), rng)
