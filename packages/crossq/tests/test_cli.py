@@ -123,10 +123,10 @@ def test_qrels_queries_missing_from_the_run(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["search", "IDX", "Q", "--out", "R", "--k", "0"], "--k must be >= 1"),
-    (["search", "IDX", "Q", "--out", "R", "--batch", "nan"], "--batch must be an integer"),
-    (["search", "IDX", "Q", "--out", "R", "--nprobe", "-1"], "--nprobe must be >= 0"),
-    (["index", "C", "--out", "O", "--bytes-per-token", "0"], "--bytes-per-token must be >= 1"),
+    (["search", "IDX", "Q", "--out", "R", "--k", "0"], "argument --k: must be a positive integer"),
+    (["search", "IDX", "Q", "--out", "R", "--batch", "nan"], "argument --batch: must be a positive integer"),
+    (["search", "IDX", "Q", "--out", "R", "--nprobe", "-1"], "argument --nprobe: must be an integer >= 0"),
+    (["index", "C", "--out", "O", "--bytes-per-token", "0"], "argument --bytes-per-token: must be a positive integer"),
     (["index", "C", "--out", "O", "--codec", "binary"], "invalid choice"),
     (["eval", "R"], "required"),
 ])
@@ -181,3 +181,16 @@ def test_train_then_index_with_the_codec_model(files, tiny_model, tmp_path, caps
     mf = json.loads((idx / "manifest.json").read_text())
     assert mf["codec"]["codec"] == "crossq" and mf["codec"]["bytes_per_token"] == 2
     assert np.load(idx / "codec.books.npy").shape == (2, 256, 16)
+
+
+def test_bench_reports_latency_and_memory(capsys, tmp_path):
+    assert main(["bench", "--tokens", "3000", "1500", "--dim", "16", "--queries", "2",
+                 "--query-len", "4", "--repeats", "1", "--batch", "512"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["tokens"] >= n for r, n in zip(rows, (1500, 3000), strict=True)] == [True, True]
+    for r in rows:
+        assert 0 < r["mean_candidates"] <= r["docs"]
+        assert r["candidates_ms_p50"] > 0 and r["exhaustive_ms_p50"] > 0
+    assert rows[1]["peak_rss_mb"] >= rows[0]["peak_rss_mb"] > 0
+    assert main(["bench", "--index", str(tmp_path / "nothing")]) == 2
+    assert "not a crossq index" in _err(capsys)

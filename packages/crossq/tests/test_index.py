@@ -118,6 +118,12 @@ def test_block_wise_search_equals_one_block(crossq_index, corpus16):
         torch.testing.assert_close(idx.scores(Q, batch=batch), whole)
         sub = np.array([4, 1, 9, 30])
         torch.testing.assert_close(idx.scores(Q, sub, batch=batch), whole[sub])
+    # candidate scoring is bounded by --batch too: groups of whole candidates of <= batch tokens
+    sizes, real = [], idx.codec.scorer
+    idx.codec.scorer = lambda Q: (lambda f: lambda c: (sizes.append(len(c)), f(c))[1])(real(Q))
+    everything = np.arange(idx.n_docs)[::-1].copy()
+    torch.testing.assert_close(idx.scores(Q, everything, batch=40), whole[everything])
+    assert len(sizes) > 1 and max(sizes) <= max(40, int(np.diff(idx.offsets).max()))
 
 
 def test_reopened_index_scores_like_the_codec(crossq_index, corpus16):

@@ -1,7 +1,7 @@
 """TREC run / qrels I/O and evaluation."""
 
 import pytest
-from crossq.io import evaluate, read_corpus, read_qrels, read_run, write_run
+from crossq.io import evaluate, read_corpus, read_qrels, read_run, read_scored_run, write_run
 
 from icml26_shared import UserError
 
@@ -39,16 +39,29 @@ def test_ties_and_missing_queries_follow_trec_eval(tmp_path):
     (tmp_path / "qrels").write_text("q1 0 d1 1\nq2 0 d5 2\nq2 0 d4 1\nq2 0 d9 0\nq3 0 d1 1\n")
     run = read_run(tmp_path / "r")
     assert run == {"q1": ["d2", "d1", "d3"], "q2": ["d9", "d5", "d4"]}
-    m = evaluate(run, read_qrels(tmp_path / "qrels"), recall_k=(1, 3))
     l2 = math.log2
     ndcg1 = 1 / l2(3)
     ndcg2 = (2 / l2(3) + 1 / l2(4)) / (2 + 1 / l2(3))
-    assert m["mrr@10"] == pytest.approx((0.5 + 0.5 + 0) / 3)
-    assert m["ndcg@10"] == pytest.approx((ndcg1 + ndcg2 + 0) / 3)
-    assert m["recall@1"] == 0.0 and m["recall@3"] == pytest.approx((1 + 1 + 0) / 3)
-    assert m["queries"] == 3 and m["missing_queries"] == 1
+    # the scored run: ir-measures (pytrec_eval, i.e. trec_eval) breaks the ties itself
+    for given in (read_scored_run(tmp_path / "r"), run):
+        m = evaluate(given, read_qrels(tmp_path / "qrels"), recall_k=(1, 3))
+        assert m["mrr@10"] == pytest.approx((0.5 + 0.5 + 0) / 3)
+        assert m["ndcg@10"] == pytest.approx((ndcg1 + ndcg2 + 0) / 3)
+        assert m["recall@1"] == 0.0 and m["recall@3"] == pytest.approx((1 + 1 + 0) / 3)
+        assert m["queries"] == 3 and m["missing_queries"] == 1
     with pytest.raises(UserError, match="not in the run"):
         evaluate(run, read_qrels(tmp_path / "qrels"), strict=True)
+
+
+def test_reciprocal_rank_is_cut_at_k():
+    """trec_eval's recip_rank has no cutoff: RR@10 must still be 0 for a first hit at rank 11,
+    and a tie straddling the cutoff is resolved as trec_eval orders it."""
+    scores = {f"d{i:02d}": 100.0 - i for i in range(1, 12)}  # d11 is 11th
+    m = evaluate({"q": scores}, {"q": {"d11": 1}}, recall_k=(11,))
+    assert m["mrr@10"] == 0.0 and m["recall@11"] == 1.0 and m["ndcg@10"] == 0.0
+    tie = {**scores, "d10": 0.0, "d11": 0.0}  # tied 10th/11th: d11 > d10 in strcmp, so d11 is 10th
+    assert evaluate({"q": tie}, {"q": {"d11": 1}})["mrr@10"] == pytest.approx(0.1)
+    assert evaluate({"q": tie}, {"q": {"d10": 1}})["mrr@10"] == 0.0
 
 
 def test_bad_run_line_names_the_line(tmp_path):

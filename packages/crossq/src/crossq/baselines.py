@@ -116,9 +116,9 @@ class PQ(Codec):
 class OPQ(PQ):
     """faiss OPQ: a learned rotation ``A`` (stored, d x d) before PQ; decoding rotates back."""
 
-    def __init__(self, dim, bytes_per_token=None, niter: int = 25, **params):
+    def __init__(self, dim, bytes_per_token=None, niter: int = 25, train_tokens: int = 65536, **params):
         self.niter = int(niter)
-        super().__init__(dim, bytes_per_token, niter=self.niter, **params)
+        super().__init__(dim, bytes_per_token, niter=self.niter, train_tokens=int(train_tokens), **params)
 
     def fit(self, X, offsets, seed=0, training=None):
         Codec.fit(self, X, offsets, seed)
@@ -129,6 +129,7 @@ class OPQ(PQ):
         X = np.ascontiguousarray(X, np.float32)
         opq = faiss.OPQMatrix(self.dim, self.bytes_per_token)
         opq.niter = self.niter
+        opq.max_train_points = self.params["train_tokens"]  # faiss samples that many (default 65536)
         inner = faiss.ProductQuantizer(self.dim, self.bytes_per_token, 8)
         inner.cp.min_points_per_centroid = 1  # no faiss warnings on small corpora
         inner.cp.seed = seed

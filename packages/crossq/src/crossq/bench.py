@@ -129,7 +129,7 @@ def figure(out_dir: Path, per, fp_mrr: float, rc: ReproConfig) -> str:
     from .experiments import METHODS
 
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
-    for method in METHODS:
+    for method in (*METHODS, "crossq+ft"):
         xs = [B for B in rc.budgets if (B, method) in per]
         ys = [np.mean([r["mrr@10"].mean() for r in per[(B, method)]["test"]]) for B in xs]
         ax.plot(xs, ys, marker="o", label=method)
@@ -142,3 +142,60 @@ def figure(out_dir: Path, per, fp_mrr: float, rc: ReproConfig) -> str:
     fig.savefig(out_dir / "mrr_vs_bytes.png", dpi=120)
     plt.close(fig)
     return "mrr_vs_bytes.png"
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far (MB; Linux reports KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_bench(sizes, bytes_per_token: int = 4, dim: int = 128, n_queries: int = 8,
+              query_len: int = 32, nprobe: int = 4, batch: int = DEFAULT_BATCH, repeats: int = 3,
+              index: Index | None = None, seed: int = 0) -> list[dict]:
+    """Query latency (p50 / p90 over ``n_queries`` x ``repeats`` timed queries, ms) of the
+    block-wise exhaustive and the candidate search on indexes of each of ``sizes`` token vectors,
+    and the process's peak memory after each (sizes ascending, so each figure includes the
+    index of that size). ``index`` (a built index) is tiled to each size; without it, a CrossQ
+    codec without training (residual k-means) is fitted on random unit vectors and documents
+    of 64 tokens get random codes (latency does not depend on code values)."""
+    import time
+
+    rng = np.random.default_rng(seed)
+    if index is None:
+        X = rng.standard_normal((20_000, dim)).astype(np.float32)
+        X /= np.linalg.norm(X, axis=1, keepdims=True)
+        codec = get_codec("crossq")(dim, bytes_per_token, steps=0)
+        codec.fit(X, np.array([0, len(X)]), seed=seed)
+        lengths = np.full(max(1, max(sizes) // 64 + 1), 64)
+        codes = rng.integers(0, 256, size=(int(lengths.sum()), bytes_per_token), dtype=np.uint8)
+        off = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    else:
+        codec, codes, off = index.codec, np.asarray(index.codes), index.offsets
+        dim = codec.dim
+    Q = rng.standard_normal((n_queries, query_len, dim)).astype(np.float32)
+    Q /= np.linalg.norm(Q, axis=2, keepdims=True)
+    rows = []
+    for n in sorted(sizes):
+        c, o = _tile(codes, off, n)
+        idx = Index(codec, c, o, [str(i) for i in range(len(o) - 1)])
+        t0 = time.perf_counter()
+        idx.search(Q[0], 10, nprobe=nprobe, batch=batch)  # builds the cell lists once
+        build_s = time.perf_counter() - t0
+        row = {"tokens": int(len(c)), "docs": int(len(o) - 1), "bytes_per_token": codec.bytes_per_token,
+               "nprobe": nprobe, "batch": batch, "cell_lists_s": build_s}
+        for mode, p in (("exhaustive", 0), ("candidates", nprobe)):
+            times = []
+            for _ in range(repeats):
+                for q in Q:
+                    t = time.perf_counter()
+                    idx.search(q, 10, nprobe=p, batch=batch)
+                    times.append((time.perf_counter() - t) * 1000)
+            row[f"{mode}_ms_p50"] = float(np.percentile(times, 50))
+            row[f"{mode}_ms_p90"] = float(np.percentile(times, 90))
+        row["mean_candidates"] = float(np.mean([len(idx.candidates(torch.from_numpy(q), nprobe)) for q in Q]))
+        row["peak_rss_mb"] = peak_rss_mb()
+        rows.append(row)
+        del idx, c, o
+    return rows

@@ -12,24 +12,16 @@ import sys
 from pathlib import Path
 
 from icml26_shared import UserError, cli_entry
-from icml26_shared.cli import ArgumentParser, add_reproduce_arguments, reproduce_from_args
+from icml26_shared.cli import (
+    ArgumentParser,
+    add_reproduce_arguments,
+    nonneg_int,
+    positive_int,
+    reproduce_from_args,
+)
 
 CODEC_NAMES = ("pq", "opq", "rq", "lsq", "tokenwise", "residual", "crossq", "fp16", "int8")
 TRAINED = ("crossq", "tokenwise")  # codecs with CrossQ's training (--steps applies)
-
-
-def _positive(name: str, minimum: int = 1):
-    """argparse type: an integer >= ``minimum`` (a clear one-line error otherwise)."""
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer, not {text!r}") from None
-        if v < minimum:
-            raise argparse.ArgumentTypeError(f"{name} must be >= {minimum}, not {v}")
-        return v
-    parse.__name__ = name
-    return parse
 
 
 def _encoder(args):
@@ -80,8 +72,6 @@ def _cmd_search(args) -> int:
     from .indexer import search_texts
     from .io import read_jsonl, write_run
 
-    if args.k < 1:
-        raise UserError("--k must be at least 1")
     if args.out.exists() and not args.overwrite:
         raise UserError(f"{args.out} exists (pass --overwrite to replace it)")
     from .index import read_manifest
@@ -96,9 +86,9 @@ def _cmd_search(args) -> int:
 
 
 def _cmd_eval(args) -> int:
-    from .io import evaluate, read_qrels, read_run
+    from .io import evaluate, read_qrels, read_scored_run
 
-    metrics = evaluate(read_run(args.run), read_qrels(args.qrels), k=10, recall_k=args.recall_k,
+    metrics = evaluate(read_scored_run(args.run), read_qrels(args.qrels), k=10, recall_k=args.recall_k,
                        strict=args.strict)
     if args.json:
         print(json.dumps(metrics, indent=2))
@@ -109,10 +99,8 @@ def _cmd_eval(args) -> int:
 
 
 def _cmd_train(args) -> int:
-    import numpy as np
-
     from .codecs import get_codec
-    from .indexer import offsets_of, save_codec_model
+    from .indexer import save_codec_model, stream_training_data
     from .io import read_corpus, read_jsonl, read_qrels
 
     if (args.queries is None) != (args.qrels is None):
@@ -131,20 +119,13 @@ def _cmd_train(args) -> int:
         if not pairs:
             raise UserError("no (query, relevant document) pair matches the corpus ids")
     enc = _encoder(args)
-    if enc.projection is None and args.dim < enc.dim:
-        enc.fit_projection(texts[: args.fit_docs], args.seed)
-    docs = enc.encode(texts, is_query=False)
-    X, off = np.concatenate(docs), offsets_of(docs)
-    codec = get_codec("crossq")(enc.dim, args.bytes_per_token, **_crossq_params(args))
-    training = None
-    if pairs is not None:
-        import torch
-
-        from .train import build_training_set
-
-        Qs = [torch.from_numpy(q) for q in enc.encode([p[0] for p in pairs], is_query=True)]
-        training = build_training_set(Qs, torch.from_numpy(X), torch.from_numpy(off),
-                                      codec.cfg.candidates, [p[1] for p in pairs])
+    codec = get_codec("crossq")(enc.dim if enc.projection is not None else min(args.dim, enc.dim),
+                                args.bytes_per_token, **_crossq_params(args))
+    qh = None if pairs is None else enc.hidden([p[0] for p in pairs], is_query=True)
+    # streamed: one chunk of the corpus, the fit sample and the candidates' vectors in memory
+    X, off, training = stream_training_data(enc, texts, qh, None if pairs is None else [p[1] for p in pairs],
+                                            codec.cfg.candidates, args.chunk_docs, args.fit_docs,
+                                            args.seed)
     codec.fit(X, off, seed=args.seed, training=training)
     save_codec_model(args.out, codec, enc)
     print(f"codec model: {args.out} (use: crossq index CORPUS --codec crossq --codec-model {args.out})")
@@ -162,16 +143,31 @@ def _cmd_info(args) -> int:
     return 0
 
 
+def _cmd_bench(args) -> int:
+    import torch
+
+    from .bench import run_bench
+    from .index import Index
+
+    torch.set_num_threads(args.threads)
+    index = Index.open(args.index) if args.index is not None else None
+    rows = run_bench(args.tokens, args.bytes_per_token, args.dim, args.queries, args.query_len,
+                     args.nprobe, args.batch, args.repeats, index)
+    for r in rows:
+        print(json.dumps(r))
+    return 0
+
+
 def _encoder_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="minilm",
                    help="'minilm' (all-MiniLM-L6-v2, offline) or a local HF / ColBERT / PyLate folder")
-    p.add_argument("--dim", type=_positive("--dim"), default=128,
+    p.add_argument("--dim", type=positive_int, default=128,
                    help="token dim (PCA-fitted when the model has no projection head)")
-    p.add_argument("--doc-maxlen", type=_positive("--doc-maxlen"), default=128)
-    p.add_argument("--fit-docs", type=_positive("--fit-docs"), default=2000,
+    p.add_argument("--doc-maxlen", type=positive_int, default=128)
+    p.add_argument("--fit-docs", type=positive_int, default=2000,
                    help="documents used to fit the codec")
-    p.add_argument("--seed", type=_positive("--seed", 0), default=0)
-    p.add_argument("--steps", type=_positive("--steps", 0), default=None,
+    p.add_argument("--seed", type=nonneg_int, default=0)
+    p.add_argument("--steps", type=nonneg_int, default=None,
                    help="CrossQ / token-wise training steps")
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -186,18 +182,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("corpus", type=Path, help='JSONL of {"id", "text"} or a local datasets folder')
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--codec", choices=CODEC_NAMES, default="crossq")
-    p.add_argument("--bytes-per-token", type=_positive("--bytes-per-token"), default=None)
+    p.add_argument("--bytes-per-token", type=positive_int, default=None)
     p.add_argument("--codec-model", type=Path, default=None, help="a folder from `crossq train`")
-    p.add_argument("--chunk-docs", type=_positive("--chunk-docs"), default=256)
+    p.add_argument("--chunk-docs", type=positive_int, default=256)
     _encoder_args(p)
     p.set_defaults(fn=_cmd_index)
     p = sub.add_parser("search", help="top-k MaxSim on the compressed codes, as a TREC run")
     p.add_argument("index", type=Path)
     p.add_argument("queries", type=Path, help='JSONL of {"id", "text"}')
-    p.add_argument("--k", type=_positive("--k"), default=10)
-    p.add_argument("--nprobe", type=_positive("--nprobe", 0), default=0,
+    p.add_argument("--k", type=positive_int, default=10)
+    p.add_argument("--nprobe", type=nonneg_int, default=0,
                    help="candidate search: coarse cells per query token (0 = exhaustive)")
-    p.add_argument("--batch", type=_positive("--batch"), default=65536,
+    p.add_argument("--batch", type=positive_int, default=65536,
                    help="token vectors scored at once (memory ~ query tokens x batch x 4 bytes)")
     p.add_argument("--out", type=Path, required=True, help="TREC run file")
     p.add_argument("--overwrite", action="store_true")
@@ -206,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("eval", help="MRR@10, nDCG@10 and recall@k of a TREC run")
     p.add_argument("run", type=Path)
     p.add_argument("qrels", type=Path)
-    p.add_argument("--recall-k", type=_positive("--recall-k"), nargs="+", default=[10, 100])
+    p.add_argument("--recall-k", type=positive_int, nargs="+", default=[10, 100])
     p.add_argument("--json", action="store_true")
     p.add_argument("--strict", action="store_true",
                    help="refuse a run that lacks judged queries (default: they score 0, as trec_eval -c)")
@@ -214,10 +210,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="fit a CrossQ codec on a corpus (pseudo-queries or given pairs)")
     p.add_argument("corpus", type=Path)
     p.add_argument("--out", type=Path, required=True, help="codec model folder")
-    p.add_argument("--bytes-per-token", type=_positive("--bytes-per-token"), default=4)
+    p.add_argument("--bytes-per-token", type=positive_int, default=4)
     p.add_argument("--queries", type=Path, default=None, help="training queries JSONL")
     p.add_argument("--qrels", type=Path, default=None, help="their TREC qrels")
-    p.add_argument("--max-pairs", type=_positive("--max-pairs"), default=5000)
+    p.add_argument("--max-pairs", type=positive_int, default=5000)
+    p.add_argument("--chunk-docs", type=positive_int, default=256,
+                   help="documents read at a time (the corpus is streamed)")
     _encoder_args(p)
     p.set_defaults(fn=_cmd_train)
     p = sub.add_parser("info", help="an index's size and bytes per token")
@@ -225,6 +223,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true",
                    help="bytes per token split into codes, codebooks, offsets, ids, other")
     p.set_defaults(fn=_cmd_info)
+    p = sub.add_parser("bench", help="query latency and peak memory at given index sizes")
+    p.add_argument("--index", type=Path, default=None, help="an index to tile (default: synthetic)")
+    p.add_argument("--tokens", type=positive_int, nargs="+", default=[100_000, 3_000_000])
+    p.add_argument("--bytes-per-token", type=positive_int, default=4)
+    p.add_argument("--dim", type=positive_int, default=128)
+    p.add_argument("--queries", type=positive_int, default=8)
+    p.add_argument("--query-len", type=positive_int, default=32)
+    p.add_argument("--nprobe", type=positive_int, default=4)
+    p.add_argument("--batch", type=positive_int, default=65536)
+    p.add_argument("--repeats", type=positive_int, default=3)
+    p.add_argument("--threads", type=positive_int, default=1, help="torch threads")
+    p.set_defaults(fn=_cmd_bench)
     p = sub.add_parser("reproduce", help="the paper's claims at laptop scale (see README)")
     add_reproduce_arguments(p)
     p.set_defaults(fn=lambda a: reproduce_from_args(["crossq"], a))

@@ -82,10 +82,17 @@ class ReproConfig:
     latency_repeats: int = 3
     queries_per_step: int = 4  # CrossQ training batch [R]
     n_candidates: int = 8  # teacher top-N per training query [R]
-    opq_niter: int = 10  # faiss OPQ alternations (faiss default 50) [R]
+    opq_niter: int = 4  # faiss OPQ alternations (faiss default 50) [R: compute]
     rq_beam: int = 4  # faiss ResidualQuantizer max_beam_size (faiss default 5) [R]
     lsq_iters: int = 6  # LSQ train_iters and encode_ils_iters (faiss defaults 25 / 16) [R]
-    faiss_train_tokens: int = 8192  # training sample of faiss RQ / LSQ [R]
+    faiss_train_tokens: int = 16384  # training sample of faiss OPQ / RQ / LSQ [R: compute]
+    kmeans_points_per_centroid: int = 128  # residual k-means init: 32k-token sample per stage [R]
+    proj_steps: int = 300  # MaxSim-trained encoder head: Adam steps (contrastive, in-batch) [R]
+    proj_batch: int = 32  # training queries per step (and in-batch negatives) [R]
+    proj_lr: float = 1e-3  # [R]
+    ft_budgets: tuple[int, ...] = (4, 8)  # where "CrossQ + light fine-tuning" runs [P: 8 B/token]
+    ft_steps: tuple[int, ...] = (25, 100)  # query-head fine-tuning snapshots; best on dev (or 0) [R]
+    ft_lr: float = 5e-4  # [R]
     log: bool = True  # one line per fitted codec on stderr
 
 
@@ -95,7 +102,7 @@ SCALES = {
                          latency_tokens=5_000, big_tokens=50_000, latency_queries=2,
                          latency_repeats=1, opq_niter=2, lsq_iters=2, rq_beam=1,
                          faiss_train_tokens=1024, ablation_budgets=(2, 4),
-                         log=False),
+                         proj_steps=10, proj_batch=8, ft_budgets=(4,), ft_steps=(3,), log=False),
     "quick": ReproConfig(n_docs=1200, n_tuned=150, n_train_queries=300, n_dev=250, n_test=400,
                          seeds=(0, 1, 2), steps=80),
 }

@@ -195,8 +195,11 @@ class CrossQuantizer(nn.Module):
         return additive_decode(codes, self.codebooks)
 
 
-def residual_kmeans(X: np.ndarray, M: int, K: int, iters: int, seed: int) -> np.ndarray:
-    """Residual k-means initialisation of ``M`` codebooks ``[M, K, d]`` (faiss k-means)."""
+def residual_kmeans(X: np.ndarray, M: int, K: int, iters: int, seed: int,
+                    points_per_centroid: int = 256) -> np.ndarray:
+    """Residual k-means initialisation of ``M`` codebooks ``[M, K, d]`` (faiss k-means, each
+    stage trained on a sample of at most ``points_per_centroid * K`` residuals, then applied to
+    all)."""
     from ._faiss import load_faiss
 
     faiss = load_faiss()
@@ -205,7 +208,7 @@ def residual_kmeans(X: np.ndarray, M: int, K: int, iters: int, seed: int) -> np.
     books = []
     for m in range(M):
         km = faiss.Kmeans(R.shape[1], K, niter=iters, seed=seed + m, verbose=False,
-                          max_points_per_centroid=256, min_points_per_centroid=1)
+                          max_points_per_centroid=points_per_centroid, min_points_per_centroid=1)
         km.train(R)
         _, assign = km.index.search(R, 1)
         C = km.centroids.astype(np.float32)

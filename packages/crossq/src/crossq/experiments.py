@@ -29,6 +29,7 @@ from .config import SCALES, EncoderConfig, ReproConfig
 from .core import maxsim_many, residual_kmeans
 from .corpus import build_task
 from .indexer import offsets_of
+from .projection import project
 from .train import build_training_set
 
 #: footprint-matched baselines the claim is against (the strongest on dev wins the row)
@@ -63,7 +64,7 @@ def make_codec(method: str, dim: int, budget: int, rc: ReproConfig) -> Codec:
     if method in ("tokenwise", "crossq"):
         return get_codec(method)(dim, budget, **crossq)
     if method == "opq":
-        return get_codec("opq")(dim, budget, niter=rc.opq_niter)
+        return get_codec("opq")(dim, budget, niter=rc.opq_niter, train_tokens=rc.faiss_train_tokens)
     if method == "rq":
         return get_codec("rq")(dim, budget, beam=rc.rq_beam, train_tokens=rc.faiss_train_tokens)
     if method == "lsq":
@@ -84,24 +85,24 @@ def toy_embed(texts: list[str], dim: int = 32, maxlen: int = 48) -> list[np.ndar
     return out
 
 
-def _embed(task, rc: ReproConfig, out_dir: Path):
-    """Token embeddings of documents and queries, cached (``$ICML26_CACHE/crossq``, keyed by
-    the texts and the encoder settings) so that a rerun skips the MiniLM encoding."""
+def _embed(task, rc: ReproConfig):
+    """Encoder token states (before the projection head) of documents and queries and the PCA
+    head ``[H, 128]``, cached (``$ICML26_CACHE/crossq``, keyed by the texts and the encoder
+    settings, stored in fp16) so that a rerun skips the MiniLM encoding."""
     if rc.tiny_encoder:
-        docs, queries = toy_embed(task.doc_texts), toy_embed(task.query_texts)
-        return np.concatenate(docs), offsets_of(docs), queries, np.eye(32, dtype=np.float32), 0.0
+        return toy_embed(task.doc_texts), toy_embed(task.query_texts), np.eye(32, dtype=np.float32), 0.0
     from icml26_shared.data import cache_dir
 
     from .encoder import LateInteractionEncoder
 
     cfg = EncoderConfig(model="minilm", dim=128, doc_maxlen=rc.doc_maxlen)
-    key = hashlib.sha256(json.dumps([task.doc_texts, task.query_texts, repr(cfg)]).encode()).hexdigest()
-    cache = cache_dir("crossq") / f"embeddings-{key[:16]}.npz"
+    key = hashlib.sha256(json.dumps([task.doc_texts, task.query_texts, repr(cfg), "hidden"]).encode()).hexdigest()
+    cache = cache_dir("crossq") / f"hidden-{key[:16]}.npz"
     if cache.is_file():
         with np.load(cache, allow_pickle=False) as z:
             if str(z["key"]) == key:
-                return (z["X"], z["offsets"], np.split(z["Q"], z["q_offsets"][1:-1]),
-                        z["projection"], 0.0)
+                return (np.split(z["H"].astype(np.float32), z["offsets"][1:-1]),
+                        np.split(z["Hq"].astype(np.float32), z["q_offsets"][1:-1]), z["pca"], 0.0)
     enc = LateInteractionEncoder.load(cfg)
     t0 = time.perf_counter()
     if rc.log:
@@ -109,15 +110,59 @@ def _embed(task, rc: ReproConfig, out_dir: Path):
               file=sys.stderr, flush=True)
     hidden = enc.hidden_states(task.doc_texts, is_query=False)
     enc.fit_projection_from(hidden, seed=0)
-    docs = enc.project(hidden)
-    queries = enc.encode(task.query_texts, is_query=True)
+    qhidden = enc.hidden(task.query_texts, is_query=True)
     seconds = time.perf_counter() - t0
-    X, off = np.concatenate(docs), offsets_of(docs)
     tmp = cache.with_name(cache.name + ".tmp.npz")
-    np.savez(tmp, key=key, X=X, offsets=off, Q=np.concatenate(queries),
-             q_offsets=offsets_of(queries), projection=enc.projection)
+    np.savez(tmp, key=key, H=np.concatenate(hidden).astype(np.float16), offsets=offsets_of(hidden),
+             Hq=np.concatenate(qhidden).astype(np.float16), q_offsets=offsets_of(qhidden),
+             pca=enc.projection)
     tmp.replace(cache)
-    return X, off, queries, enc.projection, seconds
+    return ([h.astype(np.float16).astype(np.float32) for h in hidden],
+            [h.astype(np.float16).astype(np.float32) for h in qhidden], enc.projection, seconds)
+
+
+def choose_projection(res: Results, Hd, Hq, W_pca, split, positives, rc: ReproConfig):
+    """The PCA head or the MaxSim-trained one (contrastive, in-batch negatives, on the training
+    queries, initialised by PCA), whichever has the higher full-precision MRR@10 on **dev**;
+    both are reported on dev and test."""
+    from .projection import train_projection
+
+    tr = split["train"]
+    W_ms = train_projection(Hd, [Hq[i] for i in tr], positives[tr].tolist(), W_pca,
+                            steps=rc.proj_steps, batch=rc.proj_batch, lr=rc.proj_lr, seed=0)
+    dev = {}
+    for name, W in (("pca", W_pca), ("maxsim", W_ms)):
+        docs = project(Hd, W)
+        X, off = torch.from_numpy(np.concatenate(docs)), torch.from_numpy(offsets_of(docs))
+        for sp in ("dev", "test"):
+            qs = [torch.from_numpy(q) for q in project([Hq[i] for i in split[sp]], W)]
+            m = per_query(maxsim_many(qs, X, off), positives[split[sp]].tolist(), None)["mrr@10"]
+            res.add("encoder head (full precision, fp32)", name, f"{sp} mrr@10", float(m.mean()), split=sp)
+            if sp == "dev":
+                dev[name] = float(m.mean())
+    best = max(dev, key=dev.get)
+    res.add("encoder head (full precision, fp32)", best, "chosen on dev", 1.0, dev_mrr=dev)
+    return (W_ms if best == "maxsim" else W_pca), best
+
+
+def query_finetune(Hq, split, positives, training, Xhat, off, projection, ev, evaluate, n_dev,
+                   rc: ReproConfig, seed: int):
+    """"CrossQ + light fine-tuning" [P]: the query head fine-tuned on the training queries
+    against the compressed documents; the number of steps (0 included) chosen on dev MRR@10."""
+    from .projection import finetune_query_projection
+
+    tr = split["train"]
+    doc_hat = np.split(Xhat.numpy(), off[1:-1])
+    snaps = finetune_query_projection([Hq[i] for i in tr], positives[tr].tolist(),
+                                      training.candidates.numpy(), doc_hat, projection,
+                                      snapshots=(0, *rc.ft_steps), batch=rc.proj_batch // 2,
+                                      lr=rc.ft_lr, seed=seed)
+    best = None
+    for step, Wq in sorted(snaps.items()):
+        m = evaluate(Xhat, [torch.from_numpy(q) for q in project([Hq[i] for i in ev], Wq)])
+        if best is None or m["mrr@10"][:n_dev].mean() > best[1]["mrr@10"][:n_dev].mean():
+            best = (step, m)
+    return best
 
 
 def split_queries(n: int, rc: ReproConfig) -> dict[str, np.ndarray]:
@@ -193,11 +238,14 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
     torch.manual_seed(seed)
     res = Results(package="crossq", version=package_version("crossq"), scale=scale, seed=seed)
     task = build_task(rc.n_docs, rc.n_docs, seed=0)  # every query; split below
-    X, off, queries, projection, enc_s = _embed(task, rc, out_dir)
-    dim = X.shape[1]
+    Hd, Hq, W_pca, enc_s = _embed(task, rc)
     pos_of = {d: i for i, d in enumerate(task.doc_ids)}
     positives = np.array([pos_of[next(iter(task.qrels[q]))] for q in task.query_ids])
-    split = split_queries(len(queries), rc)
+    split = split_queries(len(Hq), rc)
+    projection, head = choose_projection(res, Hd, Hq, W_pca, split, positives, rc)
+    docs = project(Hd, projection)
+    X, off, queries = np.concatenate(docs), offsets_of(docs), project(Hq, projection)
+    dim = X.shape[1]
     Qt = [torch.from_numpy(q) for q in queries]
     ev = np.r_[split["dev"], split["test"]]  # one scoring pass for dev and test
     n_dev = len(split["dev"])
@@ -213,8 +261,8 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
     res.add("full precision", "fp32", f"recall@{pools.shape[1]} (candidate pool)", fp_pool_recall,
             split="test")
 
-    def evaluate(Xh: torch.Tensor) -> dict[str, np.ndarray]:
-        return pooled_metrics(pool_scores(Qev, Xh, off, pools), pools, pos_ev, fp_top)
+    def evaluate(Xh: torch.Tensor, Qs: list[torch.Tensor] | None = None) -> dict[str, np.ndarray]:
+        return pooled_metrics(pool_scores(Qev if Qs is None else Qs, Xh, off, pools), pools, pos_ev, fp_top)
 
     training = build_training_set([Qt[i] for i in split["train"]], Xt, offt, rc.n_candidates,
                                   positives[split["train"]].tolist())
@@ -234,7 +282,8 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
     for s in seeds:
         for B in rc.budgets:
             methods = methods_at(B, rc)
-            init = residual_kmeans(X, B, 256, 20, s)  # one residual k-means per (seed, budget)
+            # one residual k-means per (seed, budget), shared by the CrossQ family
+            init = residual_kmeans(X, B, 256, 20, s, points_per_centroid=rc.kmeans_points_per_centroid)
             for method in methods:
                 codec = make_codec(method, dim, B, rc)
                 t0 = time.perf_counter()
@@ -257,6 +306,21 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
                           f"MRR@10 {m['mrr@10'][:n_dev].mean():.4f}  test {m['mrr@10'][n_dev:].mean():.4f}",
                           file=sys.stderr, flush=True)
                 last[(B, method)] = (codec, codes)
+                if method == "crossq" and B in rc.ft_budgets:
+                    rec = per.setdefault((B, "crossq+ft"), {"dev": [], "test": [], "index_time_s": [],
+                                                            "recon_mse": [], "ft_steps": []})
+                    step, mf = query_finetune(Hq, split, positives, training, Xhat, off, projection,
+                                              ev, evaluate, n_dev, rc, s)
+                    rec["dev"].append({k: v[:n_dev] for k, v in mf.items()})
+                    rec["test"].append({k: v[n_dev:] for k, v in mf.items()})
+                    rec["index_time_s"].append(t_index)
+                    rec["recon_mse"].append(rec_mse := float(((Xhat - Xt) ** 2).sum(1).mean()))
+                    rec["ft_steps"].append(step)
+                    if rc.log:
+                        print(f"  seed {s} {B} B/token {'crossq+ft':<12} query head {step:>3} steps "
+                              f"(dev)  dev MRR@10 {mf['mrr@10'][:n_dev].mean():.4f}  test "
+                              f"{mf['mrr@10'][n_dev:].mean():.4f}  (mse {rec_mse:.3f})",
+                              file=sys.stderr, flush=True)
     for (B, method), rec in per.items():
         for sp in ("test", "dev"):
             for k in rec[sp][0]:
@@ -264,7 +328,10 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
                         [float(r[k].mean()) for r in rec[sp]], seeds=seeds, split=sp)
         res.add(f"{B} B/token", method, "index_time_s", rec["index_time_s"], seeds=seeds, unit="s")
         res.add(f"{B} B/token", method, "recon_mse", rec["recon_mse"], seeds=seeds)
-    sizes = bench.bytes_rows(res, last, off, task.doc_ids, projection, out_dir, rc, dim)
+        if "ft_steps" in rec:
+            res.add(f"{B} B/token", method, "query_head_steps (chosen on dev)",
+                    [float(v) for v in rec["ft_steps"]], seeds=seeds)
+    sizes = bench.bytes_rows(res, last, off, task.doc_ids, projection, out_dir, rc, dim)  # head stored
     lat = bench.latency(res, last, off, [Qt[i] for i in split["test"]], X, rc, dim)
     claims.check(res, per, fp["mrr@10"][n_dev:], sizes, lat, rc)
     res.figures.append(bench.figure(out_dir, per, fp["mrr@10"][n_dev:].mean(), rc))
@@ -273,15 +340,18 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
         f"split train {len(split['train'])} / dev {n_dev} / test {len(split['test'])} (fixed "
         f"positions; dev holds the {rc.n_tuned} queries that chose CrossQ's defaults in 0.1.x); "
         "the strongest baseline per budget is chosen on dev, every claim is computed on test.",
-        f"encoder {'toy hashed word vectors (smoke)' if rc.tiny_encoder else 'all-MiniLM-L6-v2 + PCA to 128 d'}"
-        + (f" (encoding took {enc_s:.0f} s)" if enc_s else " (embeddings from cache or toy)"),
+        f"encoder {'toy hashed word vectors (smoke)' if rc.tiny_encoder else 'all-MiniLM-L6-v2 token states'}"
+        f" + a linear head to {dim} d: {head} (PCA or MaxSim-trained on the training queries, chosen "
+        "on dev full-precision MRR@10)"
+        + (f" (encoding took {enc_s:.0f} s)" if enc_s else " (token states from cache or toy)"),
         "faithful [P/S]: budgets in bytes per token with 256-entry codebooks; context computed at "
         "indexing and never stored; additive codes scored by lookup tables; listwise KL + "
         "hard-negative margin + soft-to-hard annealing; baselines PQ, OPQ, RQ, LSQ, token-wise "
         "conditional quantization, ColBERTv2-style residual.",
         "reconstructed [R]: the conditional encoder (context as a bias on code logits), loss forms "
         "and weights, the residual baseline's budget matching, the docstring task and the MiniLM "
-        "'mini-ColBERT' (PCA projection, no MaxSim training, no query fine-tuning).",
+        "'mini-ColBERT' (frozen MiniLM + a linear head), the query-side fine-tuning recipe (the "
+        "query head only, contrastive against the compressed documents, steps chosen on dev).",
         "rq-greedy = CrossQ's residual k-means initialisation (no training); rq = faiss "
         "ResidualQuantizer with beam search; tokenwise = CrossQ without document context; "
         "crossq-recon = CrossQ without its ranking losses (reconstruction only).",

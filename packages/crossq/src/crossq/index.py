@@ -227,7 +227,8 @@ class Index:
             if f.stat().st_size != info["bytes"] or (verify and _crc(f) != info["crc32"]):
                 raise UserError(f"{path}: {name} does not match its manifest (corrupt index)")
         try:
-            codes = np.load(path / "codes.npy", allow_pickle=False)
+            # memory-mapped (copy-on-write): pages are read as search touches them
+            codes = np.load(path / "codes.npy", allow_pickle=False, mmap_mode="c")
             lengths = np.load(path / "doc_lengths.npy", allow_pickle=False)
             offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
             state = {n[len("codec."):-len(".npy")]: np.load(path / n, allow_pickle=False)
@@ -270,7 +271,8 @@ class Index:
     def scores(self, Q: torch.Tensor, docs: np.ndarray | None = None,
                batch: int = DEFAULT_BATCH) -> torch.Tensor:
         """MaxSim of query ``Q [Lq, d]`` on the compressed codes, for ``docs`` (default: all),
-        scoring at most ``batch`` token vectors at a time (memory ~ ``Lq x batch`` floats)."""
+        scoring at most ``batch`` token vectors at a time (memory ~ ``Lq x batch`` floats; with
+        ``docs``, groups of whole candidates of at most ``batch`` tokens)."""
         score = self.codec.scorer(Q)
         if docs is None:
             out = []
@@ -280,10 +282,15 @@ class Index:
                 out.append(segment_max(S, self._off_t[lo:hi + 1] - a).sum(0))
             return torch.cat(out) if out else torch.zeros(0)
         out = []
-        for i in range(0, len(docs), max(1, batch // 64)):
-            rows, off = gather_docs(self.offsets, docs[i:i + max(1, batch // 64)])
+        docs = np.asarray(docs, np.int64)
+        ends = np.cumsum(self.offsets[docs + 1] - self.offsets[docs])  # tokens up to each candidate
+        i = 0
+        while i < len(docs):  # groups of candidates with at most `batch` tokens (>= 1 document)
+            j = max(i + 1, int(np.searchsorted(ends, (ends[i - 1] if i else 0) + batch, side="right")))
+            rows, off = gather_docs(self.offsets, docs[i:j])
             S = score(self._codes_t[torch.from_numpy(rows)])
             out.append(segment_max(S, torch.from_numpy(off)).sum(0))
+            i = j
         return torch.cat(out) if out else torch.zeros(0)
 
     def candidates(self, Q: torch.Tensor, nprobe: int) -> np.ndarray:

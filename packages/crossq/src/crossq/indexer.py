@@ -9,8 +9,8 @@ when complete (atomic rename), so an interrupted run leaves no half-written inde
 from __future__ import annotations
 
 import hashlib
+import io
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from icml26_shared import UserError
+from icml26_shared.io import atomic_write_bytes
 
 from .codecs import Codec, get_codec
 from .encoder import LateInteractionEncoder
@@ -27,10 +28,9 @@ PARTIAL_VERSION = 1
 
 
 def _atomic_save_npz(path: Path, **arrays: np.ndarray) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as f:
-        np.savez(f, **arrays)
-    os.replace(tmp, path)
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    atomic_write_bytes(path, buf.getvalue(), mkdir=False)
 
 
 def _load_npz(path: Path) -> dict[str, np.ndarray]:
@@ -198,3 +198,70 @@ def search_texts(index_dir: Path, qids: list[str], qtexts: list[str], k: int = 1
         docs, scores = index.search(torch.from_numpy(Q), k, nprobe, batch)
         run[qid] = [(index.doc_ids[d], float(s)) for d, s in zip(docs, scores, strict=True)]
     return run
+
+
+# --- streaming training data (crossq train) --------------------------------------------------------
+
+
+def stream_training_data(encoder: LateInteractionEncoder, texts: list[str],
+                         query_hidden: list[np.ndarray] | None,
+                         positives: list[int] | None, n_candidates: int, chunk_docs: int = 256,
+                         fit_docs: int = 2000, seed: int = 0):
+    """What ``crossq train`` fits on, reading the corpus in chunks of ``chunk_docs`` texts:
+    memory holds one chunk, the fit sample (the first ``fit_docs`` documents, rounded up to whole
+    chunks; it also fits a PCA head when the encoder has none) and, with training queries (their
+    token states ``query_hidden``, projected once the head is known),
+    only the documents currently in some query's teacher top-``n_candidates`` or relevant to it.
+    Returns ``(X, offsets, training)`` with ``training`` a ``TrainingSet`` over those documents
+    (None without queries) -- the same candidates and teacher scores as ``build_training_set``
+    on the whole corpus."""
+    import torch
+
+    from .core import maxsim_many
+    from .train import TrainingSet
+
+    n_fit = min(len(texts), -(-fit_docs // chunk_docs) * chunk_docs)
+    hidden = [h for lo in range(0, n_fit, chunk_docs)
+              for h in encoder.hidden(texts[lo:lo + chunk_docs], is_query=False)]
+    if encoder.projection is None and encoder.cfg.dim < encoder.dim:
+        encoder.fit_projection_from(hidden, seed)
+    sample = encoder.project(hidden)
+    del hidden
+    if not query_hidden:
+        return np.concatenate(sample), offsets_of(sample), None
+    Qs = [torch.from_numpy(q) for q in encoder.project(query_hidden)]
+    want = set(positives or ())
+    N = min(n_candidates, len(texts))
+    top_s = torch.full((len(Qs), 0), float("-inf"))
+    top_d = torch.zeros((len(Qs), 0), dtype=torch.long)
+    kept: dict[int, np.ndarray] = {}
+    pos_score = torch.zeros(len(Qs))
+    for lo in range(0, len(texts), chunk_docs):
+        hi = min(len(texts), lo + chunk_docs)
+        vecs = sample[lo:hi] if hi <= len(sample) else encoder.encode(texts[lo:hi], is_query=False)
+        S = maxsim_many(Qs, torch.from_numpy(np.concatenate(vecs)), torch.from_numpy(offsets_of(vecs)))
+        ids = torch.arange(lo, hi).expand(len(Qs), -1)
+        both_s, both_d = torch.cat([top_s, S], 1), torch.cat([top_d, ids], 1)
+        order = both_s.topk(min(N, both_s.shape[1]), dim=1).indices
+        top_s, top_d = both_s.gather(1, order), both_d.gather(1, order)
+        for i, p in enumerate(positives or ()):
+            if lo <= p < hi:
+                pos_score[i] = S[i, p - lo]
+        live = set(top_d.flatten().tolist()) | want
+        for d in range(lo, hi):
+            if d in live:
+                kept[d] = vecs[d - lo]
+        kept = {d: v for d, v in kept.items() if d in live}
+    cand, teacher = top_d.clone(), top_s.clone()
+    pos_col = torch.zeros(len(Qs), dtype=torch.long)
+    for i, p in enumerate(positives or ()):  # the given positive is forced in (build_training_set)
+        hit = (cand[i] == p).nonzero()
+        if len(hit):
+            pos_col[i] = hit[0, 0]
+        else:
+            cand[i, -1], teacher[i, -1], pos_col[i] = p, pos_score[i], N - 1
+    docs = sorted(set(range(len(sample))) | set(kept))
+    local = {d: j for j, d in enumerate(docs)}
+    vecs = [sample[d] if d < len(sample) else kept[d] for d in docs]
+    cand_local = cand.apply_(lambda d: local[d])
+    return np.concatenate(vecs), offsets_of(vecs), TrainingSet(Qs, cand_local, pos_col, teacher)

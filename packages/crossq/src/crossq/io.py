@@ -6,11 +6,12 @@ Every reader raises ``UserError`` with the file and line for bad input; writers 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from icml26_shared import UserError
-from icml26_shared.eval import mrr_at_k, ndcg_at_k, recall_at_k
+from icml26_shared.io import atomic_write_text
 
 
 def _check_records(ids: list[str], texts: list[str], where: str) -> tuple[list[str], list[str]]:
@@ -80,10 +81,7 @@ def write_run(path: str | Path, run: Mapping[str, Sequence[tuple[str, float]]], 
     path = Path(path)
     lines = [f"{q} Q0 {d} {r} {s:.6f} {tag}" for q, hits in run.items()
              for r, (d, s) in enumerate(hits, 1)]
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("\n".join(lines) + ("\n" if lines else ""))
-    tmp.replace(path)
-    return path
+    return atomic_write_text(path, "\n".join(lines) + ("\n" if lines else ""), mkdir=False)
 
 
 def _lines(path: Path):
@@ -98,27 +96,37 @@ def _lines(path: Path):
             yield n, line.split()
 
 
-def read_run(path: str | Path) -> dict[str, list[str]]:
-    """Document ids per query, best first, ordered as trec_eval orders them: by score, ties by
-    document id in *decreasing* string order (the file's rank column is ignored)."""
+def read_scored_run(path: str | Path) -> dict[str, dict[str, float]]:
+    """``{qid: {docid: score}}`` of a TREC run (the rank column is ignored, as trec_eval does; a
+    document listed twice for a query keeps its best score)."""
     path = Path(path)
-    rows: dict[str, list[tuple[float, int, str]]] = {}
+    rows: dict[str, dict[str, float]] = {}
     for n, f in _lines(path):
         if len(f) != 6:
             raise UserError(f"{path}:{n}: a TREC run line has 6 fields (qid Q0 docid rank score tag)")
         try:
-            rank, score = int(f[3]), float(f[4])
+            int(f[3])
+            score = float(f[4])
         except ValueError:
             raise UserError(f"{path}:{n}: rank must be an integer and score a number") from None
-        rows.setdefault(f[0], []).append((-score, rank, f[2]))
+        if not math.isfinite(score):
+            raise UserError(f"{path}:{n}: score must be a finite number")
+        hits = rows.setdefault(f[0], {})
+        hits[f[2]] = max(score, hits.get(f[2], -math.inf))
     if not rows:
         raise UserError(f"{path} is empty")
-    out = {}
-    for q, hits in rows.items():
-        hits.sort(key=lambda h: h[2], reverse=True)  # trec_eval: strcmp(b, a) on equal scores
-        hits.sort(key=lambda h: h[0])  # stable: by score, best first
-        out[q] = list(dict.fromkeys(d for *_, d in hits))
-    return out
+    return rows
+
+
+def trec_order(scores: Mapping[str, float]) -> list[str]:
+    """Document ids best first as trec_eval orders them: by score, ties by document id in
+    *decreasing* string order (trec_eval's ``strcmp(b, a)``)."""
+    return sorted(sorted(scores, reverse=True), key=lambda d: -scores[d])
+
+
+def read_run(path: str | Path) -> dict[str, list[str]]:
+    """Document ids per query, best first, in trec_eval's order (see ``trec_order``)."""
+    return {q: trec_order(hits) for q, hits in read_scored_run(path).items()}
 
 
 def read_qrels(path: str | Path) -> dict[str, dict[str, int]]:
@@ -138,12 +146,32 @@ def read_qrels(path: str | Path) -> dict[str, dict[str, int]]:
     return qrels
 
 
-def evaluate(run: Mapping[str, Sequence[str]], qrels: Mapping[str, Mapping[str, int]],
-             k: int = 10, recall_k: Sequence[int] = (10, 100), strict: bool = False) -> dict[str, float]:
-    """Mean MRR@k, nDCG@k (linear gains, log2 discount, as trec_eval's ``ndcg_cut``) and
-    recall@k over the qrels' queries that have a relevant document (relevance >= 1). As
-    ``trec_eval -c``: a judged query the run lacks scores 0 and counts in the mean;
-    ``strict=True`` refuses such a run instead. Run queries without judgments are ignored."""
+def _as_scores(hits: Mapping[str, float] | Sequence[str]) -> dict[str, float]:
+    """A query's run as ``{docid: score}``: scores as given, or a ranked list (best first) as
+    strictly decreasing scores (no ties)."""
+    if isinstance(hits, Mapping):
+        return {str(d): float(v) for d, v in hits.items()}
+    out: dict[str, float] = {}
+    for i, d in enumerate(hits):
+        out.setdefault(str(d), float(len(hits) - i))
+    return out
+
+
+def evaluate(run: Mapping[str, Mapping[str, float] | Sequence[str]],
+             qrels: Mapping[str, Mapping[str, int]], k: int = 10,
+             recall_k: Sequence[int] = (10, 100), strict: bool = False) -> dict[str, float]:
+    """Mean MRR@k, nDCG@k and recall@k computed by ``ir-measures`` with its ``pytrec_eval``
+    provider (trec_eval itself: ties on score ordered by decreasing document id, linear gains,
+    log2 discount), over the qrels' queries that have a relevant document (relevance >= 1).
+
+    ``run`` maps each query to ``{docid: score}`` (``read_scored_run``) or to a ranked list of
+    ids. trec_eval's ``recip_rank`` has no cutoff, so RR@k is ``recip_rank`` on each query's
+    top ``k`` in trec_eval's own order. As ``trec_eval -c``: a judged query the run lacks scores
+    0 and counts in the mean; ``strict=True`` refuses such a run instead. Run queries without
+    judgments are ignored."""
+    import ir_measures
+    from ir_measures import RR, R, nDCG
+
     judged = [q for q, rels in qrels.items() if any(g > 0 for g in rels.values())]
     if not judged:
         raise UserError("the qrels have no relevant documents")
@@ -153,14 +181,22 @@ def evaluate(run: Mapping[str, Sequence[str]], qrels: Mapping[str, Mapping[str, 
                         f"(e.g. {missing[0]!r}); without --strict they score 0")
     if len(missing) == len(judged):
         raise UserError(f"none of the {len(judged)} qrels queries is in the run: wrong qrels?")
-    out = {f"mrr@{k}": 0.0, f"ndcg@{k}": 0.0, **{f"recall@{r}": 0.0 for r in recall_k}}
-    for q in judged:
-        ranking = run.get(q, ())
-        out[f"mrr@{k}"] += mrr_at_k(ranking, qrels[q], k)
-        out[f"ndcg@{k}"] += ndcg_at_k(ranking, qrels[q], k)
-        for r in recall_k:
-            out[f"recall@{r}"] += recall_at_k(ranking, qrels[q], r)
-    out = {m: v / len(judged) for m, v in out.items()}
+    present = [q for q in judged if q in run]
+    qr = [ir_measures.Qrel(q, str(d), int(g)) for q in present for d, g in qrels[q].items()]
+    scores = {q: _as_scores(run[q]) for q in present}
+    full = [ir_measures.ScoredDoc(q, d, s) for q in present for d, s in scores[q].items()]
+    top = [ir_measures.ScoredDoc(q, d, scores[q][d]) for q in present
+           for d in trec_order(scores[q])[:k]]
+    names = {nDCG @ k: f"ndcg@{k}", **{R @ r: f"recall@{r}" for r in recall_k}}
+    sums = {f"mrr@{k}": 0.0, **{v: 0.0 for v in names.values()}}
+    provider = ir_measures.pytrec_eval
+    for m in provider.iter_calc(list(names), qr, full):
+        sums[names[m.measure]] += m.value
+    for m in provider.iter_calc([RR], qr, top):
+        sums[f"mrr@{k}"] += m.value
+    out = {m: v / len(judged) for m, v in sums.items()}
+    out = {f"mrr@{k}": out[f"mrr@{k}"], f"ndcg@{k}": out[f"ndcg@{k}"],
+           **{f"recall@{r}": out[f"recall@{r}"] for r in recall_k}}
     out["queries"] = float(len(judged))
     out["missing_queries"] = float(len(missing))
     return out
