@@ -56,8 +56,10 @@ def _as_tensor(x, like: torch.Tensor) -> torch.Tensor:
 class PhaseIntervention:
     """Context manager that edits one layer's output during one phase only.
 
-    ``mode="remove"``: h <- h - alpha Q Q^T h (``basis`` = Q [d, k], orthonormal columns);
-    ``mode="add"``:    h <- h + alpha v (``basis`` = v [d]);
+    ``mode="remove"``: h <- h - alpha Q Q^T h (``basis`` = Q [d, k], orthonormal columns; or a
+    stack [K, d, k] of K bases, zero-padded, alpha folded in: row r * K + j of the batch uses
+    basis j, so one batch runs K conditions);
+    ``mode="add"``:    h <- h + alpha v (``basis`` = v [d], or [b, d]: row r of the batch gets v[r]);
     ``mode="patch"``:  h <- h - alpha Q Q^T h + donor[s], with ``donor[s]`` [b, d] the component
     recorded at decode pass s of a clean run (``record=True``); patched only at the passes in
     ``window`` (None = every pass; ``(0,)`` = step 0), removed at every pass.
@@ -79,13 +81,13 @@ class PhaseIntervention:
         self.module = get_layer(model, layer)
         self.basis = torch.as_tensor(basis)
         width = model.config.hidden_size if hasattr(model, "config") else self.basis.shape[0]
-        if self.basis.shape[0] != width:
-            raise UserError(f"the basis has width {self.basis.shape[0]} but the model's hidden size "
-                            f"is {width}")
-        if mode == "add" and self.basis.dim() != 1:
-            raise UserError("mode 'add' needs a vector [d]")
-        if mode != "add" and self.basis.dim() != 2:
-            raise UserError(f"mode {mode!r} needs a basis [d, k]")
+        if mode == "add" and self.basis.dim() not in (1, 2):
+            raise UserError("mode 'add' needs a vector [d] (or one per batch row, [b, d])")
+        if mode != "add" and self.basis.dim() not in (2, 3):
+            raise UserError(f"mode {mode!r} needs a basis [d, k] (or a stack [K, d, k])")
+        have = self.basis.shape[-1] if mode == "add" else self.basis.shape[-2]
+        if have != width:
+            raise UserError(f"the basis has width {have} but the model's hidden size is {width}")
         if mode == "patch" and donor is None:
             raise UserError("mode 'patch' needs the donor recorded from a clean run")
         self.alpha, self.mode, self.window, self.donor, self.record = float(alpha), mode, window, donor, record
@@ -97,6 +99,11 @@ class PhaseIntervention:
 
     def _project(self, h: torch.Tensor) -> torch.Tensor:
         Q = _as_tensor(self.basis, h)
+        if Q.dim() == 3:  # [K, d, k] one basis per condition; row r * K + j of the batch uses Q[j]
+            K = Q.shape[0]
+            x = h.reshape(-1, K, *h.shape[1:])
+            z = torch.einsum("bksd,kdq->bksq", x, Q)
+            return torch.einsum("bksq,keq->bkse", z, Q).reshape(h.shape)
         return (h @ Q) @ Q.T
 
     def _hook(self, module, args, output):
@@ -112,8 +119,9 @@ class PhaseIntervention:
             return None
         if self.window is not None and self.mode != "patch" and step not in self.window:
             return None
-        if self.mode == "add":
-            h = h + self.alpha * _as_tensor(self.basis, h)
+        if self.mode == "add":  # [d] to every row, or [b, d] one vector per row (every position)
+            v = _as_tensor(self.basis, h)
+            h = h + self.alpha * (v if v.dim() == 1 else v[:, None, :])
         else:
             h = h - self.alpha * self._project(h)
             if self.mode == "patch" and (self.window is None or step in self.window):

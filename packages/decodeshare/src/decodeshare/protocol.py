@@ -17,6 +17,7 @@ from .readout import (
     generated_texts,
     prepare,
     prepare_gen,
+    replicate,
     score,
 )
 
@@ -71,6 +72,25 @@ class Protocol:
         self.all_calls.append(dict(iv.calls))
         return s
 
+    def run_many(self, task: str, conditions: list[tuple[np.ndarray, float]]) -> list[np.ndarray]:
+        """``run(task, Q, alpha)`` for each condition, all in one replicated batch (row r * K + j
+        is row r under condition j): each decode pass reads the weights once for all K."""
+        b = self.batches[task]
+        K = len(conditions)
+        if isinstance(b, GenPrepared) or K < 2:
+            return [self.run(task, Q, a) for Q, a in conditions]
+        d, width = conditions[0][0].shape[0], max(Q.shape[1] for Q, _ in conditions)
+        stack = np.zeros((K, d, width))
+        for j, (Q, a) in enumerate(conditions):  # zero columns remove nothing; alpha folded in
+            stack[j, :, : Q.shape[1]] = np.sqrt(a) * Q
+        rb = replicate(b, K)
+        with DecodeOnlyIntervention(self.model, self.layer, torch.as_tensor(stack, dtype=torch.float32),
+                                    1.0, "remove") as iv:
+            s = score(self.model, rb)
+        self.all_calls += [dict(iv.calls)] * K
+        s = s.reshape(len(b.items), K, -1)
+        return [s[:, j] for j in range(K)]
+
     def correct(self, task: str, scores: np.ndarray) -> np.ndarray:
         b = self.batches[task]
         if isinstance(b, GenPrepared):
@@ -85,9 +105,9 @@ class Protocol:
         shared_ctx = None if loto else self.context()
         for t in self.tasks:
             ctx = self.context(t) if loto else shared_ctx
-            for c in conditions:
-                Qc, a = build(c, ctx)
-                out[c]["correct"].append(self.correct(t, self.run(t, Qc, a)))
+            built = [build(c, ctx) for c in conditions]
+            for c, (Qc, a), s in zip(conditions, built, self.run_many(t, built)):
+                out[c]["correct"].append(self.correct(t, s))
                 out[c]["energy_ratio"].append(a * a * energy(ctx.states, Qc) / ctx.target)
                 out[c]["dim"].append(Qc.shape[1])
                 out[c]["alpha"].append(a)
@@ -132,13 +152,38 @@ class Protocol:
                 "other_donor": (S, [np.roll(c, 1, axis=0) for c in comp], None),
                 "time_shuffled": (S, comp[::-1], None),
             }
-            for name, (basis, donor, window) in plans.items():
-                s = self.run(t, basis, 1.0, "patch", donor=[torch.from_numpy(x) for x in donor], window=window)
+            for name, s in zip(plans, self._patch_many(t, list(plans.values()))):
                 gap = (s != self.clean[t]).mean() if self.is_generation(t) else np.abs(s - self.clean[t]).max()
                 diff[name] = max(diff[name], float(gap))
                 rescued[name].append(self.correct(t, s)[flip])
         rates = {c: float(np.concatenate(v).mean()) if flips else float("nan") for c, v in rescued.items()}
         return {"flips": flips, "rescue": rates, "diff": diff}
+
+    def _patch_many(self, task: str, plans: list) -> list[np.ndarray]:
+        """Each ``(basis, donor, window)`` patch run, all in one replicated batch (forced choice):
+        bases zero-padded into one stack, and a donor of zeros outside a plan's window (h - P h + 0
+        is what the unbatched hook does there)."""
+        b = self.batches[task]
+        if isinstance(b, GenPrepared):
+            return [self.run(task, Q, 1.0, "patch", donor=[torch.from_numpy(x) for x in dn], window=w)
+                    for Q, dn, w in plans]
+        K, d = len(plans), plans[0][0].shape[0]
+        stack = np.zeros((K, d, max(Q.shape[1] for Q, _, _ in plans)))
+        for j, (Q, _, _) in enumerate(plans):
+            stack[j, :, : Q.shape[1]] = Q
+        steps = len(plans[0][1])
+        donor = []
+        for s in range(steps):
+            per = [dn[s] if w is None or s in w else np.zeros_like(dn[s]) for _, dn, w in plans]
+            x = np.stack(per, 1)  # [b, K, 1, d]
+            donor.append(torch.from_numpy(x.reshape(-1, *x.shape[2:])))
+        rb = replicate(b, K)
+        with DecodeOnlyIntervention(self.model, self.layer, torch.as_tensor(stack, dtype=torch.float32),
+                                    1.0, "patch", donor=donor) as iv:
+            out = score(self.model, rb)
+        self.all_calls += [dict(iv.calls)] * K
+        out = out.reshape(len(b.items), K, -1)
+        return [out[:, j] for j in range(K)]
 
     def require_forced_choice(self, what: str) -> None:
         gen = [t for t in self.tasks if self.is_generation(t)]
@@ -178,20 +223,30 @@ class Protocol:
         vecs, S = self.candidates(calib_by_task, n_vectors, scale)
         val = {t: prepare(self.model, self.tok, its[:n_val]) for t, its in calib_by_task.items()}
         val_clean = {t: choice_logprob(score(self.model, b), b.answers).mean() for t, b in val.items()}
-        dec_proxy, pre_proxy, util = ({t: [] for t in self.tasks} for _ in range(3))
-        for v in vecs.values():
-            vt = torch.as_tensor(v, dtype=torch.float32)
-            for t in self.tasks:
-                b = val[t]
-                with DecodeOnlyIntervention(self.model, self.layer, vt, 1.0, "add") as iv:
-                    dec_proxy[t].append(choice_logprob(score(self.model, b), b.answers).mean() - val_clean[t])
-                self.all_calls.append(dict(iv.calls))
-                with PhaseIntervention(self.model, self.layer, vt, 1.0, "add", phase="prefill"):
-                    pb = prepare(self.model, self.tok, b.items)
-                pre_proxy[t].append(choice_logprob(score(self.model, pb), pb.answers).mean() - val_clean[t])
-                e = self.batches[t]
-                held = choice_logprob(self.run(t, vt, 1.0, "add"), e.answers).mean()
-                util[t].append(held - choice_logprob(self.clean[t], e.answers).mean())
+        # every vector in one batch: row r * K + j of a replicated batch carries vector j, so each
+        # pass reads the weights once for all K vectors (the same passes and log-probs per vector)
+        V = torch.stack([torch.as_tensor(v, dtype=torch.float32) for v in vecs.values()])
+        K = len(V)
+        dec_proxy, pre_proxy, util = {}, {}, {}
+
+        def per_vector(p, scores, n):
+            return choice_logprob(scores, p.answers).reshape(n, K).mean(0)
+
+        for t in self.tasks:
+            b, e = val[t], self.batches[t]
+            nb, ne = len(b.items), len(e.items)
+            rb = replicate(b, K)
+            with DecodeOnlyIntervention(self.model, self.layer, V.repeat(nb, 1), 1.0, "add") as iv:
+                dec_proxy[t] = list(per_vector(rb, score(self.model, rb), nb) - val_clean[t])
+            self.all_calls += [dict(iv.calls)] * K
+            with PhaseIntervention(self.model, self.layer, V.repeat(nb, 1), 1.0, "add", phase="prefill"):
+                pb = prepare(self.model, self.tok, rb.items)
+            pre_proxy[t] = list(per_vector(pb, score(self.model, pb), nb) - val_clean[t])
+            re = replicate(e, K)
+            with DecodeOnlyIntervention(self.model, self.layer, V.repeat(ne, 1), 1.0, "add") as iv:
+                held = per_vector(re, score(self.model, re), ne)
+            self.all_calls += [dict(iv.calls)] * K
+            util[t] = list(held - choice_logprob(self.clean[t], e.answers).mean())
         out = {"vectors": {}, "rho_decode": [], "rho_prefill": []}
         for m in ("regret1", "flip"):
             out[f"{m}_decode"], out[f"{m}_prefill"] = [], []

@@ -49,11 +49,31 @@ def prepare(model, tok, items: list[dict], cue: str = CUE) -> Prepared:
     dev = next(model.parameters()).device
     ids, mask = encode_left(tok, [chat_body(tok, it["prompt"]) for it in items], dev)
     pos = (mask.cumsum(1) - 1).clamp(min=0)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **_last_logits(model))
     cache = getattr(out, "cache", None) or out.past_key_values
     opts = [[tok(o, add_special_tokens=False).input_ids for o in it["options"]] for it in items]
     return Prepared(items, ids, mask, cache, tok(cue, add_special_tokens=False).input_ids,
                     opts, np.array([it["answer"] for it in items]))
+
+
+def _last_logits(model) -> dict:
+    """Only the last position's logits are read after a prefill: skip the LM head elsewhere."""
+    import inspect
+
+    return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+
+
+def replicate(p: Prepared, copies: int) -> Prepared:
+    """``p`` with every row repeated ``copies`` times in a row (row r * copies + j is copy j of
+    row r), the prefill cache copied likewise: one batch scores ``copies`` conditions at once,
+    each decode pass reading the weights once for all of them (same passes, same log-probs)."""
+    import copy
+
+    cache = copy.deepcopy(p.cache)
+    cache.batch_repeat_interleave(copies)
+    return Prepared([it for it in p.items for _ in range(copies)], p.ids.repeat_interleave(copies, 0),
+                    p.mask.repeat_interleave(copies, 0), cache, p.cue,
+                    [o for o in p.options for _ in range(copies)], np.repeat(p.answers, copies))
 
 
 def _cache_kw(model) -> str:
@@ -155,7 +175,7 @@ def prepare_gen(model, tok, items: list[dict], max_new_tokens: int = 16) -> GenP
     dev = next(model.parameters()).device
     ids, mask = encode_left(tok, [chat_body(tok, it["prompt"]) for it in items], dev)
     pos = (mask.cumsum(1) - 1).clamp(min=0)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **_last_logits(model))
     cache = getattr(out, "cache", None) or out.past_key_values
     return GenPrepared(items, ids, mask, cache, out.logits[:, -1].argmax(-1), [str(it["target"]) for it in items],
                        max_new_tokens, tok.eos_token_id)

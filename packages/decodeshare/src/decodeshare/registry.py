@@ -46,8 +46,8 @@ DESCRIPTOR = MethodDescriptor(
                 "Llama-3.1-8B folder) and DECODESHARE_TASKS (the 13-task pool as JSONL); refuses at "
                 "once naming what is missing",
     },
-    # NOT measured, a lower bound: the one quick run of 0.2.0 (48 prompts per task) was stopped
-    # by its 40-minute timeout unfinished, after 835 CPU-seconds (~14 min on a quiet core) on the
-    # shared 2-core machine (load 8-14)
-    quick_minutes=20.0,
+    # measured: CPU-minutes of the quick run of 0.2.0 with batched conditions, 274.9 CPU-seconds
+    # (user 263.6 + system 11.2, /usr/bin/time -v; one torch thread) for 4 min 38 s wall on the
+    # shared 2-core machine (load ~2), 2026-12-01
+    quick_minutes=4.6,
 )
