@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
 from icml26_shared import UserError, cli_entry
-from icml26_shared.cli import ArgumentParser, add_reproduce_arguments, reproduce_from_args
+from icml26_shared.cli import (
+    ArgumentParser,
+    add_reproduce_arguments,
+    finite_float,
+    float_in,
+    reproduce_from_args,
+)
 
 MODES = ("single", "base_text", "base_image", "icc")
 ANSWER_MODES = ("letter", "letter-logprob", "option-logprob")
@@ -21,25 +26,8 @@ POSITIONS = ("all", "generated", "image_tokens", "text_tokens")
 DIRECTIONS = ("diffmean", "pca", "probe", "random")
 
 
-def _finite(text: str) -> float:
-    try:
-        x = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(x):
-        raise argparse.ArgumentTypeError(f"must be finite, got {text!r}")
-    return x
-
-
-def _unit_float(text: str) -> float:
-    x = _finite(text)
-    if not 0.0 <= x <= 1.0:
-        raise argparse.ArgumentTypeError(f"must lie in [0, 1], got {text!r}")
-    return x
-
-
 def _alphas(text: str) -> tuple[float, ...]:
-    vals = tuple(_finite(t) for t in text.split(",") if t.strip())
+    vals = tuple(finite_float(t) for t in text.split(",") if t.strip())
     if not vals:
         raise argparse.ArgumentTypeError("give at least one alpha, e.g. -1,0,1")
     return vals
@@ -264,7 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     _data_args(p)
     p.set_defaults(fn=_cmd_probe)
     p = sub.add_parser("toy", help="train the in-process toy VLM with a set vision preference")
-    p.add_argument("--vision-preference", type=_unit_float, required=True)
+    p.add_argument("--vision-preference", type=float_in(0, 1), required=True)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--steps", type=int, default=600)

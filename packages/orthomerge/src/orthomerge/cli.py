@@ -9,19 +9,9 @@ import sys
 from pathlib import Path
 
 from icml26_shared import UserError, cli_entry
-from icml26_shared.cli import add_reproduce_arguments, reproduce_from_args
+from icml26_shared.cli import add_reproduce_arguments, finite_float, reproduce_from_args
 
 OFT_METHODS = ("orthomerge", "avg", "ta", "ties", "dare", "tsv")
-
-
-def _number(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be finite, got {text!r}")
-    return value
 
 
 def _weights(text: str) -> tuple[float, ...]:
@@ -150,8 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--magnitude", choices=("mean", "median", "max"), default="mean")
     o.add_argument("--granularity", choices=("module", "block"), default="module")
     o.add_argument("--weights", type=_weights, default=None, help="per-adapter weights, e.g. 1,0.5,0.5")
-    o.add_argument("--scale", type=_number, default=1.0, help="strength λ (default 1: the paper's)")
-    o.add_argument("--density", type=_number, default=0.2, help="TIES/DARE kept fraction (default 0.2)")
+    o.add_argument("--scale", type=finite_float, default=1.0, help="strength λ (default 1: the paper's)")
+    o.add_argument("--density", type=finite_float, default=0.2, help="TIES/DARE kept fraction (default 0.2)")
     o.add_argument("--base", type=Path, default=None, help="base model (safetensors folder) for --dense")
     o.add_argument("--dense", action="store_true", help="write a merged Hugging Face checkpoint instead")
     o.add_argument("--seed", type=int, default=0)
@@ -166,8 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--out", type=Path, required=True)
     f.add_argument("--residual", choices=("ta", "ties", "dare", "tsv"), default="ta")
     f.add_argument("--ortho", choices=("none", "general", "conflict"), default="general")
-    f.add_argument("--residual-scale", type=_number, default=0.2, help="λ on the merged residual (default 0.2)")
-    f.add_argument("--density", type=_number, default=0.2)
+    f.add_argument("--residual-scale", type=finite_float, default=0.2, help="λ on the merged residual (default 0.2)")
+    f.add_argument("--density", type=finite_float, default=0.2)
     f.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the SVDs run")
     f.add_argument("--seed", type=int, default=0)
     f.add_argument("--force", action="store_true")
