@@ -13,7 +13,7 @@ from icml26_shared.cli import (
     positive_float,
     positive_int,
 )
-from icml26_shared.io import atomic_write_bytes, atomic_write_text
+from icml26_shared.io import atomic_dir, atomic_write_bytes, atomic_write_text
 
 
 @pytest.mark.parametrize("conv,good,want", [
@@ -69,3 +69,37 @@ def test_float_in_bounds():
     assert float_in(0, 1)("0") == 0.0
     with pytest.raises(argparse.ArgumentTypeError):
         float_in(0, 1, high_open=True)("1")
+
+
+def test_atomic_dir_builds_aside_and_swaps_in(tmp_path):
+    out = tmp_path / "run"
+    with atomic_dir(out) as tmp:
+        assert tmp.parent == tmp_path and tmp != out and not out.exists()
+        (tmp / "a.txt").write_text("1")
+    assert (out / "a.txt").read_text() == "1"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    with pytest.raises(UserError, match="run already exists"):
+        with atomic_dir(out):
+            raise AssertionError("the block must not run")
+    with atomic_dir(out, replace=True) as tmp:
+        (tmp / "b.txt").write_text("2")
+    assert sorted(p.name for p in out.iterdir()) == ["b.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_atomic_dir_error_leaves_old_folder_and_no_temporaries(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "keep.txt").write_text("old")
+    with pytest.raises(KeyboardInterrupt):
+        with atomic_dir(out, replace=True) as tmp:
+            (tmp / "half.txt").write_text("x")
+            raise KeyboardInterrupt
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    fresh = tmp_path / "fresh"
+    with pytest.raises(UserError, match="appeared"):
+        with atomic_dir(fresh, exists_error="{path} appeared meanwhile") as tmp:
+            (tmp / "x").write_text("new")
+            fresh.mkdir()
+    assert list(fresh.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["fresh", "run"]

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["atomic_write_bytes", "atomic_write_text"]
+__all__ = ["atomic_dir", "atomic_write_bytes", "atomic_write_text"]
 
 
 def atomic_write_bytes(path: str | Path, data: bytes, *, mkdir: bool = True) -> Path:
@@ -32,3 +35,36 @@ def atomic_write_bytes(path: str | Path, data: bytes, *, mkdir: bool = True) -> 
 def atomic_write_text(path: str | Path, text: str, *, mkdir: bool = True) -> Path:
     """``atomic_write_bytes`` for text (UTF-8)."""
     return atomic_write_bytes(path, text.encode("utf-8"), mkdir=mkdir)
+
+
+@contextmanager
+def atomic_dir(path: str | Path, *, replace: bool = False,
+               exists_error: str = "{path} already exists") -> Iterator[Path]:
+    """``with atomic_dir(out) as tmp:`` fill ``tmp``; it becomes ``out`` only if the block succeeds.
+
+    ``tmp`` is a fresh sibling of ``out`` (same file system, so the final rename is atomic). On any
+    error (Ctrl-C included) ``tmp`` is removed and ``out`` is left exactly as it was. An existing
+    ``out`` raises ``UserError(exists_error)`` (before the block and again if it appears meanwhile)
+    unless ``replace=True``; then the old folder is swapped out and removed only after the new one
+    is in place.
+    """
+    from .errors import UserError
+
+    path = Path(path)
+    if path.exists() and not replace:
+        raise UserError(exists_error.format(path=path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield tmp
+        if path.exists():
+            if not replace:
+                raise UserError(exists_error.format(path=path))
+            old = tmp.with_suffix(".old")
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from icml26_shared import UserError
+from icml26_shared.io import atomic_dir
 
 TASK_KEYS = ("id", "task", "prompt")
 
@@ -140,23 +138,7 @@ def refuse_existing(path: str | Path) -> Path:
     return path
 
 
-class AtomicDir:
-    """``with AtomicDir(out) as tmp:`` write into ``tmp``; renamed to ``out`` only on success."""
-
-    def __init__(self, out: str | Path):
-        self.out = refuse_existing(out)
-
-    def __enter__(self) -> Path:
-        self.out.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.", dir=self.out.parent))
-        return self.tmp
-
-    def __exit__(self, exc_type, *exc):
-        if exc_type is None:
-            os.replace(self.tmp, self.out)
-        else:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-        return False
+_EXISTS = "{path} already exists (nothing was written)"
 
 
 def write_json_atomic(path: str | Path, obj) -> Path:
@@ -171,7 +153,7 @@ def save_states(out: str | Path, states: dict, manifest: dict) -> Path:
     """``out/<task>.safetensors`` (tensor ``states`` [n, d]) and ``out/manifest.json``."""
     from safetensors.torch import save_file
 
-    with AtomicDir(out) as tmp:
+    with atomic_dir(out, exists_error=_EXISTS) as tmp:
         for task, x in states.items():
             save_file({"states": x.contiguous().float()}, str(tmp / f"{task}.safetensors"))
         write_json_atomic(tmp / "manifest.json", {**manifest, "counts": {t: int(len(x)) for t, x in states.items()}})
@@ -211,7 +193,7 @@ def save_basis(out: str | Path, fit, meta: dict) -> Path:
     import torch
     from safetensors.torch import save_file
 
-    with AtomicDir(out) as tmp:
+    with atomic_dir(out, exists_error=_EXISTS) as tmp:
         save_file({"Q": torch.from_numpy(fit.Q.copy()).float(),
                    "shared": torch.from_numpy(fit.shared.copy()).float()}, str(tmp / "basis.safetensors"))
         write_json_atomic(tmp / "basis.json", {

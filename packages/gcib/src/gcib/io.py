@@ -231,15 +231,14 @@ def save_run(out: Path, model, split, result, force: bool = False) -> None:
     mode), ``split.npz`` (training graphs, noise flags, valid and test items), written into a
     temporary folder and renamed into place."""
     import json
-    import shutil
-    import tempfile
     from dataclasses import asdict
 
     import torch
 
-    out = Path(out)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    from icml26_shared.io import atomic_dir
+
+    with atomic_dir(out, replace=force,
+                    exists_error="{path} already exists (pass --force to replace it)") as tmp:
         d = split.data
         torch.save(model.state_dict(), tmp / "model.pt")
         arrays = {"valid_u": split.valid[0], "valid_i": split.valid[1], "test_u": split.test[0], "test_i": split.test[1]}
@@ -251,18 +250,6 @@ def save_run(out: Path, model, split, result, force: bool = False) -> None:
                 "valid": result.valid, "behaviours": list(d.edges), "target": d.target,
                 "n_users": d.n_users, "n_items": d.n_items, "user_ids": d.user_ids, "item_ids": d.item_ids}
         (tmp / "config.json").write_text(json.dumps(meta) + "\n")
-        if out.exists():
-            if not force:
-                raise UserError(f"{out} already exists (pass --force to replace it)")
-            old = out.with_name(f".{out.name}.old")
-            out.replace(old)
-            tmp.replace(out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.replace(out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def load_run(path: Path, device: str | None = None):

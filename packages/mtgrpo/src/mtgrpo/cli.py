@@ -116,14 +116,12 @@ def cmd_train(args) -> int:
 def _write_run(out: Path, tr, pol, tasks, acc: dict, cfg, replace: bool) -> None:
     """Everything into a sibling temp folder, then renamed into place: an error leaves neither
     a partial run nor a half-replaced old one."""
-    import shutil
+    from icml26_shared.io import atomic_dir
 
     from .io import save_policy
 
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        tmp.mkdir(parents=True)
+    with atomic_dir(out, replace=replace,
+                    exists_error="--out {path} appeared while training; pass --overwrite") as tmp:
         tr.save(tmp / "checkpoint.pt")
         save_policy(pol, tmp / "model")
         with open(tmp / "history.jsonl", "w") as f:
@@ -135,17 +133,6 @@ def _write_run(out: Path, tr, pol, tasks, acc: dict, cfg, replace: bool) -> None
                    "config": cfg.to_dict()}
         (tmp / "summary.json").write_text(json.dumps(_nan_to_null(summary), indent=2) + "\n")
         _plots(tr.history, [t.name for t in tasks], tmp)
-        if out.exists():
-            if not replace:
-                raise UserError(f"--out {out} appeared while training; pass --overwrite")
-            old = out.with_name(f".{out.name}.{os.getpid()}.old")
-            out.rename(old)
-            tmp.rename(out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _nan_to_null(obj):
