@@ -152,7 +152,9 @@ def test_candidates_probing_every_cell_equal_exhaustive(crossq_index, corpus16):
     # cells are the first code byte (CrossQ is residual-style): a document is a candidate iff
     # one of its tokens has a first code among each query token's best first-stage centroids
     books = idx.codec.codebooks()[0]
-    best = set((Q @ torch.from_numpy(books).T).argmax(1).tolist())
+    live = torch.zeros(256, dtype=torch.bool)
+    live[torch.from_numpy(np.unique(idx.codes[:, 0]).astype(np.int64))] = True
+    best = set((Q @ torch.from_numpy(books).T).masked_fill(~live, -np.inf).argmax(1).tolist())
     want = [j for j in range(idx.n_docs)
             if set(idx.codes[idx.offsets[j]:idx.offsets[j + 1], 0].tolist()) & best]
     np.testing.assert_array_equal(few, want)
@@ -206,3 +208,40 @@ def test_write_refuses_to_overwrite(crossq_index, corpus16):
     X, off = corpus16
     with pytest.raises(UserError, match="exists"):
         write_index(out, codec.encode(X, off), off, [str(i) for i in range(len(off) - 1)], codec)
+
+
+def test_two_byte_cells_are_the_first_two_stages_and_prune(corpus16):
+    """On a large index the coarse cell is a code's first two bytes: a document is a candidate iff
+    one of its tokens has (a, b) among a query token's best non-empty q.C_0[a] + q.C_1[b]; on a
+    clustered index the cells keep the exhaustive top 10 while scoring a small share of it."""
+    from crossq.bench import clustered_codes
+    from crossq.codecs import get_codec
+
+    X, off = corpus16
+    codec = get_codec("crossq")(16, 3, steps=0)
+    codec.fit(X, off, seed=0)
+    codes, offs, _ = clustered_codes(40_000, 3, docs_per_topic=16, seed=1)
+    idx = Index(codec, codes, offs, [str(i) for i in range(len(offs) - 1)])
+    assert idx.cell_bytes() == 1  # below TWO_BYTE_CELLS_FROM tokens
+    rng = np.random.default_rng(0)
+    j = 7
+    Q = codec.decode(codes[offs[j]:offs[j + 1]])[rng.integers(0, 64, 6)]
+    Q = torch.from_numpy(Q / np.linalg.norm(Q, axis=1, keepdims=True))
+    few = idx.candidates(Q, nprobe=2, cell_bytes=2)
+    books = torch.from_numpy(codec.codebooks()[:2].astype(np.float32))
+    books[0] = torch.from_numpy(codec.coarse_cells())
+    comp = ((Q @ books[0].T)[:, :, None] + (Q @ books[1].T)[:, None, :]).reshape(len(Q), -1)
+    pair = codes[:, 0].astype(np.int64) * 256 + codes[:, 1]
+    live = torch.zeros(65536, dtype=torch.bool)
+    live[torch.from_numpy(np.unique(pair))] = True
+    best = set(comp.masked_fill(~live, -np.inf).topk(2, dim=1).indices.flatten().tolist())
+    want = [d for d in range(idx.n_docs) if set(pair[offs[d]:offs[d + 1]].tolist()) & best]
+    np.testing.assert_array_equal(few, want)
+    assert j in few and len(few) < 0.2 * idx.n_docs
+    top, _ = idx.search(Q, k=10)
+    probed, _ = idx.search(Q, k=10, nprobe=2, cell_bytes=2)
+    assert len(set(top) & set(probed)) >= 8 and probed[0] == top[0]
+    everything, _ = idx.search(Q, k=10, nprobe=65536, cell_bytes=2)
+    np.testing.assert_array_equal(everything, top)
+    with pytest.raises(UserError, match="cell_bytes"):
+        idx.candidates(Q, 2, cell_bytes=3)

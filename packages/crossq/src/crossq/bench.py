@@ -151,15 +151,37 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def clustered_codes(n_tokens: int, bytes_per_token: int, doc_len: int = 64, docs_per_topic: int = 64,
+                    seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A synthetic index with the structure real corpora have [R]: documents of ``doc_len`` tokens
+    belong to topics of about ``docs_per_topic`` documents; a topic's tokens draw their first
+    code byte from 4 values and their second from 8 (the topic's region of the first two
+    additive stages), the other bytes uniformly. Returns ``(codes, offsets, topic of each doc)``."""
+    rng = np.random.default_rng(seed)
+    n_docs = max(1, -(-n_tokens // doc_len))
+    n_topics = max(1, n_docs // docs_per_topic)
+    topic = rng.integers(0, n_topics, n_docs)
+    first, second = rng.integers(0, 256, (n_topics, 4)), rng.integers(0, 256, (n_topics, 8))
+    n = n_docs * doc_len
+    tok = np.repeat(topic, doc_len)
+    codes = rng.integers(0, 256, size=(n, bytes_per_token), dtype=np.uint8)
+    codes[:, 0] = first[tok, rng.integers(0, 4, n)]
+    if bytes_per_token > 1:
+        codes[:, 1] = second[tok, rng.integers(0, 8, n)]
+    return codes, np.arange(0, n + 1, doc_len, dtype=np.int64), topic
+
+
 def run_bench(sizes, bytes_per_token: int = 4, dim: int = 128, n_queries: int = 8,
               query_len: int = 32, nprobe: int = 4, batch: int = DEFAULT_BATCH, repeats: int = 3,
-              index: Index | None = None, seed: int = 0) -> list[dict]:
+              index: Index | None = None, seed: int = 0, cell_bytes: int | None = None) -> list[dict]:
     """Query latency (p50 / p90 over ``n_queries`` x ``repeats`` timed queries, ms) of the
     block-wise exhaustive and the candidate search on indexes of each of ``sizes`` token vectors,
-    and the process's peak memory after each (sizes ascending, so each figure includes the
-    index of that size). ``index`` (a built index) is tiled to each size; without it, a CrossQ
-    codec without training (residual k-means) is fitted on random unit vectors and documents
-    of 64 tokens get random codes (latency does not depend on code values)."""
+    the candidates' share of the documents, the candidate search's recall of the exhaustive
+    top 10, and the process's peak memory after each (sizes ascending, so each figure includes
+    the index of that size). ``index`` (a built index) is tiled to each size, with queries drawn
+    from its own decoded documents; without it, a CrossQ codec without training (residual
+    k-means on random unit vectors) scores ``clustered_codes`` (prefixes of one synthetic index
+    of the largest size), each query being 32 noisy decoded tokens of a random document."""
     import time
 
     rng = np.random.default_rng(seed)
@@ -168,33 +190,47 @@ def run_bench(sizes, bytes_per_token: int = 4, dim: int = 128, n_queries: int = 
         X /= np.linalg.norm(X, axis=1, keepdims=True)
         codec = get_codec("crossq")(dim, bytes_per_token, steps=0)
         codec.fit(X, np.array([0, len(X)]), seed=seed)
-        lengths = np.full(max(1, max(sizes) // 64 + 1), 64)
-        codes = rng.integers(0, 256, size=(int(lengths.sum()), bytes_per_token), dtype=np.uint8)
-        off = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        codes, off, _ = clustered_codes(max(sizes), bytes_per_token, seed=seed)
+        tiled = False
     else:
         codec, codes, off = index.codec, np.asarray(index.codes), index.offsets
-        dim = codec.dim
-    Q = rng.standard_normal((n_queries, query_len, dim)).astype(np.float32)
-    Q /= np.linalg.norm(Q, axis=2, keepdims=True)
+        dim, tiled = codec.dim, True
     rows = []
     for n in sorted(sizes):
-        c, o = _tile(codes, off, n)
+        if tiled:
+            c, o = _tile(codes, off, n)
+        else:
+            n_d = min(len(off) - 1, int(np.searchsorted(off, n)))
+            c, o = codes[:off[n_d]], off[:n_d + 1]
         idx = Index(codec, c, o, [str(i) for i in range(len(o) - 1)])
+        Q = []
+        for j in rng.integers(0, idx.n_docs, n_queries):
+            toks = codec.decode(c[o[j]:o[j + 1]])[rng.integers(0, o[j + 1] - o[j], query_len)]
+            toks = toks + 0.05 * rng.standard_normal(toks.shape).astype(np.float32)
+            Q.append(toks / np.linalg.norm(toks, axis=1, keepdims=True))
         t0 = time.perf_counter()
-        idx.search(Q[0], 10, nprobe=nprobe, batch=batch)  # builds the cell lists once
+        idx.search(Q[0], 10, nprobe=nprobe, batch=batch, cell_bytes=cell_bytes)  # cell lists, once
         build_s = time.perf_counter() - t0
-        row = {"tokens": int(len(c)), "docs": int(len(o) - 1), "bytes_per_token": codec.bytes_per_token,
-               "nprobe": nprobe, "batch": batch, "cell_lists_s": build_s}
+        row = {"tokens": int(len(c)), "docs": int(idx.n_docs), "bytes_per_token": codec.bytes_per_token,
+               "nprobe": nprobe, "batch": batch, "cell_lists_s": build_s,
+               "cell_bytes": idx.cell_bytes() if cell_bytes is None else cell_bytes,
+               "corpus": "tiled index" if tiled else "clustered synthetic"}
+        tops = {}
         for mode, p in (("exhaustive", 0), ("candidates", nprobe)):
             times = []
             for _ in range(repeats):
-                for q in Q:
+                for i, q in enumerate(Q):
                     t = time.perf_counter()
-                    idx.search(q, 10, nprobe=p, batch=batch)
+                    tops[(mode, i)] = idx.search(q, 10, nprobe=p, batch=batch, cell_bytes=cell_bytes)[0]
                     times.append((time.perf_counter() - t) * 1000)
             row[f"{mode}_ms_p50"] = float(np.percentile(times, 50))
             row[f"{mode}_ms_p90"] = float(np.percentile(times, 90))
-        row["mean_candidates"] = float(np.mean([len(idx.candidates(torch.from_numpy(q), nprobe)) for q in Q]))
+        cand = [len(idx.candidates(torch.from_numpy(q), nprobe, cell_bytes)) for q in Q]
+        row["mean_candidates"] = float(np.mean(cand))
+        row["candidate_share"] = float(np.mean(cand) / idx.n_docs)
+        row["recall_of_exhaustive_top10"] = float(np.mean([
+            len(set(tops[("candidates", i)]) & set(tops[("exhaustive", i)])) / len(tops[("exhaustive", i)])
+            for i in range(len(Q))]))
         row["peak_rss_mb"] = peak_rss_mb()
         rows.append(row)
         del idx, c, o

@@ -79,7 +79,7 @@ def _cmd_search(args) -> int:
     read_manifest(args.index)  # a clear error before loading the encoder
     qids, qtexts = read_jsonl(args.queries)
     run = search_texts(args.index, qids, qtexts, args.k, args.nprobe, progress=not args.quiet,
-                       batch=args.batch)
+                       batch=args.batch, cell_bytes=args.cell_bytes)
     write_run(args.out, run)
     print(f"run: {args.out} ({len(run)} queries, top {args.k})")
     return 0
@@ -152,7 +152,7 @@ def _cmd_bench(args) -> int:
     torch.set_num_threads(args.threads)
     index = Index.open(args.index) if args.index is not None else None
     rows = run_bench(args.tokens, args.bytes_per_token, args.dim, args.queries, args.query_len,
-                     args.nprobe, args.batch, args.repeats, index)
+                     args.nprobe, args.batch, args.repeats, index, cell_bytes=args.cell_bytes)
     for r in rows:
         print(json.dumps(r))
     return 0
@@ -193,6 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=positive_int, default=10)
     p.add_argument("--nprobe", type=nonneg_int, default=0,
                    help="candidate search: coarse cells per query token (0 = exhaustive)")
+    p.add_argument("--cell-bytes", type=int, choices=(1, 2), default=None,
+                   help="code bytes naming a coarse cell (default: 2 from 2^20 tokens, else 1)")
     p.add_argument("--batch", type=positive_int, default=65536,
                    help="token vectors scored at once (memory ~ query tokens x batch x 4 bytes)")
     p.add_argument("--out", type=Path, required=True, help="TREC run file")
@@ -234,6 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=positive_int, default=65536)
     p.add_argument("--repeats", type=positive_int, default=3)
     p.add_argument("--threads", type=positive_int, default=1, help="torch threads")
+    p.add_argument("--cell-bytes", type=int, choices=(1, 2), default=None,
+                   help="code bytes naming a coarse cell (default: 2 from 2^20 tokens, else 1)")
     p.set_defaults(fn=_cmd_bench)
     p = sub.add_parser("reproduce", help="the paper's claims at laptop scale (see README)")
     add_reproduce_arguments(p)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ import numpy as np
 import torch
 
 from icml26_shared import UserError
+from icml26_shared.io import atomic_dir
 
 from .codecs import Codec, get_codec
 from .config import INDEX_FORMAT, INDEX_VERSION
@@ -36,6 +36,7 @@ from .train import gather_docs
 
 FP32_BYTES = 4
 DEFAULT_BATCH = 65536  # token vectors scored at once: memory ~ Lq x batch x 4 bytes [R]
+TWO_BYTE_CELLS_FROM = 1 << 20  # tokens from which the coarse cell is a code's first two bytes [R]
 KIND_OF = {"codes.npy": "codes", "doc_lengths.npy": "offsets", "doc_ids.npy": "ids",
            "doc_ids.json": "ids"}
 
@@ -126,10 +127,8 @@ def write_index(out: Path, codes: np.ndarray, offsets: np.ndarray, doc_ids: list
         raise ValueError("codes, offsets and doc_ids disagree")
     doc_ids = [str(d) for d in doc_ids]
     lengths = np.diff(np.asarray(offsets, np.int64))
-    tmp = out.with_name(f".{out.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        tmp.mkdir(parents=True)
+    with atomic_dir(out, replace=overwrite,
+                    exists_error="{path} exists (pass --overwrite to replace it)") as tmp:
         arrays = {"codes.npy": codes,
                   "doc_lengths.npy": lengths.astype(length_dtype(int(lengths.max(initial=0))))}
         int_ids = integer_ids(doc_ids)
@@ -156,17 +155,6 @@ def write_index(out: Path, codes: np.ndarray, offsets: np.ndarray, doc_ids: list
         }
         manifest["checksum"] = _manifest_checksum(manifest)
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if out.exists():
-        old = out.with_name(f".{out.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        out.replace(old)
-        tmp.replace(out)
-        shutil.rmtree(old)
-    else:
-        tmp.replace(out)
     return manifest
 
 
@@ -249,7 +237,7 @@ class Index:
         self._codes_t = torch.from_numpy(np.ascontiguousarray(self.codes))
         self._off_t = torch.from_numpy(np.asarray(self.offsets, np.int64))
         self._blocks: dict[int, list[tuple[int, int]]] = {}
-        self._coarse: tuple[Any, list[np.ndarray], bool] | None = None
+        self._coarse: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
     @property
     def n_docs(self) -> int:
@@ -293,26 +281,56 @@ class Index:
             i = j
         return torch.cat(out) if out else torch.zeros(0)
 
-    def candidates(self, Q: torch.Tensor, nprobe: int) -> np.ndarray:
-        """Candidate documents (PLAID-style [R]): each query token's ``nprobe`` best coarse cells;
-        candidates are the documents with a token in those cells. For residual-style codecs
-        (CrossQ, token-wise, RQ, ColBERTv2 residual) a token's cell is its first code byte, so
-        nothing extra is stored and nothing is trained at open; other codecs fall back to a
-        k-means over decoded vectors computed when first needed (not persisted)."""
-        if self._coarse is None:
-            self._coarse = self._build_coarse()
-        cent, lists, _ = self._coarse
-        sims = torch.as_tensor(np.asarray(Q, np.float32)) @ torch.from_numpy(cent).T
-        cells = sims.topk(min(nprobe, cent.shape[0]), dim=1).indices.numpy()
-        hit = [lists[c] for c in np.unique(cells)]
+    def cell_bytes(self) -> int:
+        """How many leading code bytes name a token's coarse cell: 2 (65,536 cells, the first two
+        additive stages) from ``TWO_BYTE_CELLS_FROM`` tokens on for residual-style codecs with at
+        least 2 bytes, else 1 (256 cells); 0 for codecs without first-stage cells."""
+        if self.codec.coarse_cells() is None:
+            return 0
+        two = self.codec.bytes_per_token >= 2 and len(self.codes) >= TWO_BYTE_CELLS_FROM
+        return 2 if two else 1
+
+    def candidates(self, Q: torch.Tensor, nprobe: int, cell_bytes: int | None = None) -> np.ndarray:
+        """Candidate documents (PLAID-style [R]): each query token's ``nprobe`` best non-empty
+        coarse cells; candidates are the documents with a token in those cells.
+
+        For residual-style codecs (CrossQ, token-wise, RQ, ColBERTv2 residual) a token's cell is
+        its first code byte (256 cells) or, on large indexes, its first two bytes (65,536 cells
+        whose centroids are ``C_0[a] + C_1[b]``, scored as ``q.C_0[a] + q.C_1[b]``): the cells are
+        part of the codes, so nothing extra is stored and nothing is trained at open; the
+        cell -> documents lists are derived from the codes on first use (one sort). Other codecs
+        fall back to a k-means over decoded vectors computed when first needed (not persisted)."""
+        cb = self.cell_bytes() if cell_bytes is None else int(cell_bytes)
+        if cb not in (0, 1, 2) or (cb == 2 and self.codec.bytes_per_token < 2):
+            raise UserError(f"cell_bytes {cb}: must be 1 or 2 (and at most the bytes per token)")
+        if cb and self.codec.coarse_cells() is None:
+            raise UserError(f"codec {self.codec.name!r} has no first-stage cells (cell_bytes 0)")
+        if cb not in self._coarse:
+            self._coarse[cb] = self._build_coarse(cb)
+        books, ptr = self._coarse[cb][0], self._coarse[cb][2]
+        Q = torch.as_tensor(np.asarray(Q, np.float32))
+        sims = Q @ torch.from_numpy(books[0]).T  # [Lq, cells of stage 0]
+        if cb == 2:
+            sims = (sims[:, :, None] + (Q @ torch.from_numpy(books[1]).T)[:, None, :]).reshape(len(Q), -1)
+        empty = torch.from_numpy(ptr[1:] == ptr[:-1])
+        sims = sims.masked_fill(empty[None, :], float("-inf"))
+        n_live = int((~empty).sum())
+        cells = np.unique(sims.topk(min(nprobe, n_live), dim=1).indices.numpy())
+        docs = self._coarse[cb][1]
+        hit = [docs[ptr[c]:ptr[c + 1]] for c in cells]
         return np.unique(np.concatenate(hit)) if hit else np.zeros(0, np.int64)
 
-    def _build_coarse(self):
+    def _build_coarse(self, cb: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(books [levels, cells, d], docs, ptr)``: the documents of cell ``c`` are
+        ``docs[ptr[c]:ptr[c + 1]]`` (sorted, unique)."""
         n = len(self.codes)
-        cent = self.codec.coarse_cells()
-        if cent is not None:
-            assign, persisted = self.codes[:, 0].astype(np.int64), True
-            cent = np.ascontiguousarray(cent, np.float32)
+        if cb:
+            books = np.ascontiguousarray(self.codec.codebooks()[:cb], np.float32)
+            books[0] = self.codec.coarse_cells()
+            assign = self.codes[:, 0].astype(np.int64)
+            if cb == 2:
+                assign = assign * books.shape[1] + self.codes[:, 1]
+            n_cells = books.shape[1] ** cb
         else:
             from ._faiss import load_faiss
 
@@ -322,24 +340,23 @@ class Index:
             km = faiss.Kmeans(decoded.shape[1], n_list, niter=10, seed=1, spherical=True,
                               max_points_per_centroid=64, min_points_per_centroid=1)
             km.train(decoded)
-            cent = km.centroids
             index = faiss.IndexFlatIP(decoded.shape[1])
-            index.add(cent)
-            assign, persisted = index.search(decoded, 1)[1][:, 0], False
-        doc_of = np.repeat(np.arange(self.n_docs), np.diff(self.offsets))
-        order = np.argsort(assign, kind="stable")
-        bounds = np.searchsorted(assign[order], np.arange(len(cent) + 1))
-        lists = [np.unique(doc_of[order[bounds[c]:bounds[c + 1]]]) for c in range(len(cent))]
-        return cent, lists, persisted
+            index.add(km.centroids)
+            assign, books, n_cells = index.search(decoded, 1)[1][:, 0], km.centroids[None], n_list
+        doc_of = np.repeat(np.arange(self.n_docs, dtype=np.int64), np.diff(self.offsets))
+        pairs = np.unique(assign * self.n_docs + doc_of)  # (cell, document), sorted by cell
+        cell = pairs // self.n_docs
+        ptr = np.searchsorted(cell, np.arange(n_cells + 1)).astype(np.int64)
+        return books, pairs % self.n_docs, ptr
 
     def search(self, Q: torch.Tensor, k: int = 10, nprobe: int = 0,
-               batch: int = DEFAULT_BATCH) -> tuple[np.ndarray, np.ndarray]:
+               batch: int = DEFAULT_BATCH, cell_bytes: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` ``(doc positions, scores)``; ``nprobe > 0`` scores the candidates only.
         ``Q`` is a query's token vectors ``[Lq, d]`` (a tensor or a NumPy array)."""
         Q = torch.as_tensor(np.asarray(Q, np.float32)) if not torch.is_tensor(Q) else Q
         with torch.no_grad():
             if nprobe > 0:
-                docs = self.candidates(Q, nprobe)
+                docs = self.candidates(Q, nprobe, cell_bytes)
                 s = self.scores(Q, docs, batch)
             else:
                 docs, s = None, self.scores(Q, batch=batch)

@@ -180,7 +180,8 @@ def _build_index(ids, texts, out: Path, encoder, codec_name, bytes_per_token, co
 
 
 def search_texts(index_dir: Path, qids: list[str], qtexts: list[str], k: int = 10, nprobe: int = 0,
-                 progress: bool = False, batch: int = 65536) -> dict[str, list[tuple[str, float]]]:
+                 progress: bool = False, batch: int = 65536,
+                 cell_bytes: int | None = None) -> dict[str, list[tuple[str, float]]]:
     """Encode queries with the index's encoder and return the top-``k`` per query."""
     import torch
     from tqdm.auto import tqdm
@@ -195,7 +196,7 @@ def search_texts(index_dir: Path, qids: list[str], qtexts: list[str], k: int = 1
     Qs = encoder.encode(qtexts, is_query=True)
     run = {}
     for qid, Q in tqdm(list(zip(qids, Qs, strict=True)), desc="searching", disable=not progress):
-        docs, scores = index.search(torch.from_numpy(Q), k, nprobe, batch)
+        docs, scores = index.search(torch.from_numpy(Q), k, nprobe, batch, cell_bytes)
         run[qid] = [(index.doc_ids[d], float(s)) for d, s in zip(docs, scores, strict=True)]
     return run
 
