@@ -112,3 +112,24 @@ def test_full_scale_says_what_it_needs(tmp_path, capsys):
     assert main(["reproduce", "--scale", "full", "--out", str(tmp_path / "f")]) == 2
     err = capsys.readouterr().err
     assert "CUDA" in err or "MC2_MODEL" in err
+
+
+def test_build_and_smol_vlm_mistakes_give_one_line(workspace, tmp_path, capsys):
+    vqa = tmp_path / "vqa.json"
+    vqa.write_text(json.dumps([{"id": 1, "image_id": "nope", "question": "q", "answer": "one"}]))
+    assert main(["build", "--vqa", str(vqa), "--images", str(workspace / "items"), "--model",
+                 str(workspace / "toy"), "--out", str(tmp_path / "o.json")]) == 2
+    _one_line(capsys, "item 1")
+    assert main(["build", "--vqa", str(vqa), "--images", str(workspace / "items"), "--model",
+                 str(workspace / "toy"), "--generator", "no_such_mod:fn", "--out", str(tmp_path / "o.json")]) == 2
+    _one_line(capsys, "--generator")
+    assert not (tmp_path / "o.json").exists()
+    assert main(["smol-vlm", "--out", str(workspace / "items")]) == 2
+    _one_line(capsys, "already exists")
+
+
+def test_a_broken_hf_folder_gives_one_line(workspace, tmp_path, capsys):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llava", "vision_config": {}}))
+    assert main(["eval", "--model", str(tmp_path), "--data", str(workspace / "items" / "items.json"),
+                 "--images", str(workspace / "items")]) == 2
+    _one_line(capsys, "AutoProcessor")

@@ -1,4 +1,4 @@
-"""``mc2-bench``: eval / steer / probe / toy / digits-items / report / reproduce.
+"""``mc2-bench``: eval / steer / probe / build / toy / smol-vlm / digits-items / report / reproduce.
 
 Heavy imports (torch, sklearn) live inside the commands so ``--help`` stays light. Every user
 mistake is a ``UserError``: one line on stderr, exit 2, nothing written.
@@ -44,7 +44,8 @@ def _layers(text: str) -> tuple[int, ...]:
 
 
 def _load_model(path: str):
-    """A model folder written by ``mc2-bench toy`` (the HF adapter is not shipped in 0.1.0)."""
+    """A model folder: one written by ``mc2-bench toy``, or a local Hugging Face VLM folder
+    (``mc2-bench smol-vlm``, Qwen2-VL, LLaVA, Idefics3 / SmolVLM ...) read by the Auto classes."""
     from .adapters import ToyAdapter
     from .toy import load_toy
 
@@ -57,10 +58,20 @@ def _load_model(path: str):
         except Exception as exc:
             raise UserError(f"{p}/toy.pt is not a readable toy checkpoint ({type(exc).__name__})") from None
     if (p / "config.json").is_file():
-        cfg = json.loads((p / "config.json").read_text())
+        try:
+            cfg = json.loads((p / "config.json").read_text())
+        except json.JSONDecodeError:
+            raise UserError(f"{p}/config.json: malformed JSON") from None
         if "vision_config" not in cfg:
             raise UserError(f"{p} is a text-only model ({cfg.get('model_type', '?')}): the MC2 modes need a vision model")
-        raise UserError(f"{p}: Hugging Face VLMs need HFVisionChatAdapter, not shipped in mc2-bench 0.1.0")
+        from .hf import HFVisionChatAdapter
+
+        try:
+            return HFVisionChatAdapter.from_pretrained(p)
+        except Exception as exc:
+            msg = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+            raise UserError(f"{p}: not loadable by AutoProcessor + AutoModelForImageTextToText "
+                            f"({type(exc).__name__}: {msg})") from None
     raise UserError(f"{p} holds neither toy.pt nor config.json")
 
 
@@ -72,10 +83,11 @@ def _items(args):
 
 def _check_items(adapter, items):
     for it in items:
-        try:
-            adapter.model.encode_item(it, None, "base_text", 0)
-        except (ValueError, AssertionError) as exc:
-            raise UserError(f"item {it.id}: not a digits conflict the toy can read ({exc})") from None
+        if adapter.kind == "toy":
+            try:
+                adapter.model.encode_item(it, None, "base_text", 0)
+            except (ValueError, AssertionError) as exc:
+                raise UserError(f"item {it.id}: not a digits conflict the toy can read ({exc})") from None
         if not Path(it.image).is_file():
             raise UserError(f"item {it.id}: image {it.image} not found")
         try:
@@ -94,14 +106,20 @@ def _emit(result: dict, as_json: bool, keys) -> None:
 
 
 def _cmd_eval(args) -> int:
+    from .commands import gather, shard
     from .io import refuse_existing, write_jsonl
-    from .protocol import evaluate
+    from .protocol import evaluate, evaluate_records
 
     refuse_existing(args.per_item)
     adapter = _load_model(args.model)
     items = _items(args)
     _check_items(adapter, items)
-    res = evaluate(adapter, items, args.mode, args.answer_mode, per_item=args.per_item is not None)
+    mine, state = shard(items)  # under `accelerate launch`: this process's share of the items
+    res = evaluate(adapter, mine, args.mode, args.answer_mode, per_item=True)
+    if state is not None:
+        res = evaluate_records(gather(res["records"], state), items, args.mode, args.answer_mode)
+        if not state.is_main_process:
+            return 0
     recs = res.pop("records", None)
     if args.per_item is not None:
         write_jsonl(args.per_item, recs)
@@ -152,8 +170,10 @@ def _cmd_probe(args) -> int:
     import numpy as np
 
     from .core import probe_accuracy
+    from .io import refuse_existing
     from .protocol import hidden_pairs
 
+    refuse_existing(args.plot)
     adapter = _load_model(args.model)
     items = _items(args)
     _check_items(adapter, items)
@@ -166,6 +186,16 @@ def _cmd_probe(args) -> int:
         tv, tt = hidden_pairs(adapter, items[half:], L)
         out[f"layer{L}"] = probe_accuracy(np.r_[hv, ht], np.r_[np.ones(len(hv)), np.zeros(len(ht))],
                                           np.r_[tv, tt], np.r_[np.ones(len(tv)), np.zeros(len(tt))])
+    if args.plot is not None:
+        from .plots import pca_plot
+
+        L = args.plot_layer if args.plot_layer is not None else adapter.n_layers // 2
+        if not 0 <= L < adapter.n_layers:
+            raise UserError(f"--plot-layer {L} out of range (the model has layers 0-{adapter.n_layers - 1})")
+        hv, ht = hidden_pairs(adapter, items, L)
+        h0 = np.concatenate([adapter.hidden(items, "single", o)[:, L] for o in (0, 1)])
+        pca_plot({"follow_image": hv, "follow_text": ht, "no_instruction": h0}, args.plot,
+                 f"layer {L}: last prompt position, PCA")
     _emit(out, args.json, list(out))
     return 0
 
@@ -222,7 +252,7 @@ def _cmd_report(args) -> int:
 
 
 def _data_args(p) -> None:
-    p.add_argument("--model", required=True, help="model folder (from `mc2-bench toy`)")
+    p.add_argument("--model", required=True, help="model folder (`mc2-bench toy`, `smol-vlm`, or a local HF VLM)")
     p.add_argument("--data", required=True, type=Path, help="items JSON in the MC2 format")
     p.add_argument("--images", required=True, type=Path, help="image folder")
     p.add_argument("--answer-mode", choices=ANSWER_MODES, default="letter")
@@ -250,7 +280,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=_cmd_steer)
     p = sub.add_parser("probe", help="per-layer linear-probe accuracy (follow image vs text)")
     _data_args(p)
+    p.add_argument("--plot", type=Path, default=None, help="write the PCA plot (PNG) of one layer")
+    p.add_argument("--plot-layer", type=int, default=None, help="layer of the PCA plot (default: middle)")
     p.set_defaults(fn=_cmd_probe)
+    p = sub.add_parser("build", help="MC2 conflicts from VQA items, kept where each modality alone answers")
+    p.add_argument("--vqa", type=Path, required=True, help="VQA items (JSON/JSONL: id, image_id, question, answer, task)")
+    p.add_argument("--images", type=Path, required=True, help="image folder")
+    p.add_argument("--model", required=True, help="model that runs the single-modality checks")
+    p.add_argument("--generator", default="digits", help="'digits' or module:function -> (answer_text, context)")
+    p.add_argument("--answer-mode", choices=ANSWER_MODES, default="letter")
+    p.add_argument("--out", type=Path, required=True, help="items JSON to write (MC2 format)")
+    p.set_defaults(fn=lambda a: __import__("mc2_bench.commands", fromlist=["x"]).cmd_build(a, _load_model))
+    p = sub.add_parser("smol-vlm", help="LLaVA around a frozen SmolLM2-135M-Instruct, tower trained on digits")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(fn=lambda a: __import__("mc2_bench.commands", fromlist=["x"]).cmd_smol_vlm(a))
     p = sub.add_parser("toy", help="train the in-process toy VLM with a set vision preference")
     p.add_argument("--vision-preference", type=float_in(0, 1), required=True)
     p.add_argument("--out", type=Path, required=True)

@@ -46,28 +46,42 @@ def _claim(cid):
     return next(c for c in CLAIMS if c.id == cid)
 
 
-def _full_needs() -> None:
+def _full_needs() -> dict:
+    """The GPU recipe's inputs, checked first (seconds): a CUDA device and the user's files."""
     missing = [v for v in ("MC2_MODEL", "MC2_JSON", "MC2_IMAGES") if not os.environ.get(v)]
     if not torch.cuda.is_available():
         missing.insert(0, "a CUDA device")
     if missing:
         raise UserError("the full scale needs " + ", ".join(missing) + " (MC2_MODEL = a local "
                         "Qwen2.5-VL-7B / LLaVA folder, MC2_JSON = evaluate_final.json, MC2_IMAGES = COCO-2014)")
-    raise UserError("the full scale needs HFVisionChatAdapter, which mc2-bench 0.1.0 does not ship yet "
-                    "(see README: skipped parts of issue 27)")
+    paths = {v: Path(os.environ[v]) for v in ("MC2_MODEL", "MC2_JSON", "MC2_IMAGES")}
+    for v, p in paths.items():
+        if not p.exists():
+            raise UserError(f"{v}={p} does not exist")
+    if not (paths["MC2_MODEL"] / "config.json").is_file():
+        raise UserError(f"MC2_MODEL={paths['MC2_MODEL']} holds no config.json (a local Hugging Face folder)")
+    return paths
 
 
 def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
     check_scale(scale)
-    if scale == "full":
-        _full_needs()
-    cfg = CFG[scale]
+    needs = _full_needs() if scale == "full" else None
+    cfg = CFG["quick" if scale == "full" else scale]
     out_dir = Path(out_dir)
     res = Results(package=DESCRIPTOR.name, version=DESCRIPTOR.version, scale=scale, seed=seed)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
+        if needs is not None:
+            from .full import run_full
+
+            run_full(res, needs, out_dir, seed)
         _run(res, cfg, out_dir, seed)
+        if scale in ("quick", "full"):
+            from .smol_experiment import run_smol
+
+            X, y = load_digits()
+            run_smol(res, scale, X, y, _split(len(y)), seed)
     finally:
         torch.set_num_threads(threads)
     return res
@@ -119,7 +133,9 @@ def _run(res: Results, cfg: dict, out_dir: Path, seed: int) -> None:
         "Splits: digits train (toys) / dev (directions, layer and flip-alpha choice) / test (every "
         "reported figure). Intervals: 95% BCa bootstrap over test items.",
         "Toy vision preference is set by construction (trained to overrule round(P*10) of 10 text sources).",
-        "smol-vlm and HFVisionChatAdapter are not built in this version (README).",
+        "smol-vlm (quick/full): LLaVA around a frozen SmolLM2-135M-Instruct, tower + projector trained on "
+        "train-split digits by regression onto SmolLM2's embeddings of the digit names; 16 dev items choose "
+        "the layers (logit lens) and fit the directions, 24 held-out items are reported (option-logprob).",
     ]
 
 

@@ -33,24 +33,10 @@ def evaluate(adapter, items: Sequence[MC2Item], mode: str = "single", answer_mod
     instruction following (icc), and 95% bootstrap intervals over items."""
     items = list(items)
     follows = ([follow] if follow else ["vision", "text"]) if mode == "icc" else [None]
-    out: dict = {"mode": mode, "answer_mode": answer_mode, "n_items": len(items)}
     records = []
     for fol in follows:
         r0 = _modalities(adapter, items, mode, 0, answer_mode, fol)
         r1 = _modalities(adapter, items, mode, 1, answer_mode, fol)
-        m0, m1 = [r["modality"] for r in r0], [r["modality"] for r in r1]
-        met = preference_metrics(m0, m1)
-        met["vision_ratio_ci"] = _ci(item_scores(m0, m1, "vision"))
-        tasks = sorted({it.task for it in items})
-        met["per_task"] = {t: preference_metrics([m for m, it in zip(m0, items) if it.task == t],
-                                                 [m for m, it in zip(m1, items) if it.task == t])
-                           for t in tasks}
-        if fol is not None:
-            s = item_scores(m0, m1, fol)
-            met["instruction_following"] = float(s.mean())
-            met["instruction_following_ci"] = _ci(s)
-        key = f"follow_{fol}" if fol else "all"
-        out[key] = met
         for it, a, b in zip(items, r0, r1):
             records.append({"id": it.id, "task": it.task, "mode": mode, "follow": fol,
                             "prompt_order0": a["prompt"], "prompt_order1": b["prompt"],
@@ -58,6 +44,32 @@ def evaluate(adapter, items: Sequence[MC2Item], mode: str = "single", answer_mod
                             "letter_order0": a["letter"], "letter_order1": b["letter"],
                             "modality_order0": a["modality"], "modality_order1": b["modality"],
                             "valid_order0": a["valid"], "valid_order1": b["valid"]})
+    out = evaluate_records(records, items, mode, answer_mode)
+    if not per_item:
+        out.pop("records")
+    return out
+
+
+def evaluate_records(records: Sequence[dict], items: Sequence[MC2Item], mode: str,
+                     answer_mode: str) -> dict:
+    """``evaluate``'s summary from its per-item records (what sharded processes gather)."""
+    items = list(items)
+    follows = list(dict.fromkeys(r["follow"] for r in records))
+    out: dict = {"mode": mode, "answer_mode": answer_mode, "n_items": len(items)}
+    tasks = sorted({it.task for it in items})
+    for fol in follows:
+        recs = [r for r in records if r["follow"] == fol]
+        m0, m1 = [r["modality_order0"] for r in recs], [r["modality_order1"] for r in recs]
+        met = preference_metrics(m0, m1)
+        met["vision_ratio_ci"] = _ci(item_scores(m0, m1, "vision"))
+        met["per_task"] = {t: preference_metrics([r["modality_order0"] for r in recs if r["task"] == t],
+                                                 [r["modality_order1"] for r in recs if r["task"] == t])
+                           for t in tasks}
+        if fol is not None:
+            sc = item_scores(m0, m1, fol)
+            met["instruction_following"] = float(sc.mean())
+            met["instruction_following_ci"] = _ci(sc)
+        out[f"follow_{fol}" if fol else "all"] = met
     if mode == "icc":
         out["instruction_following"] = float(np.mean([out[f"follow_{f}"]["instruction_following"]
                                                       for f in follows]))
@@ -65,9 +77,8 @@ def evaluate(adapter, items: Sequence[MC2Item], mode: str = "single", answer_mod
             out[k] = float(np.mean([out[f"follow_{f}"][k] for f in follows]))
         out["per_task"] = out[f"follow_{follows[0]}"]["per_task"]
     else:
-        out.update({k: v for k, v in out.pop("all").items()})
-    if per_item:
-        out["records"] = records
+        out.update(out.pop("all"))
+    out["records"] = list(records)
     return out
 
 

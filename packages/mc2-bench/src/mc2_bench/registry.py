@@ -23,6 +23,12 @@ CLAIMS = (
     Claim("amps_vs_uniform", "AMPS: the same shift with <= half of uniform steering's accuracy loss",
           "accuracy_loss", "lower", paper_value=None,
           source="issue 27 target; AMPS arXiv 2602.12533 (reconstructed)"),
+    Claim("smol_single_modality", "smol-vlm names held-out digits from the image alone and from the "
+          "text alone with >= 90% accuracy (option-logprob; worse of the two)", "single_modality_accuracy",
+          "higher", paper_value=None, source="issue 27 target (built in-process: tests the harness)"),
+    Claim("smol_sweep_movement", "a monotone alpha sweep moves smol-vlm's vision ratio across >= 0.5",
+          "vision_ratio_movement", "higher", paper_value=None,
+          source="issue 27 target; abstract: steering shifts the preference"),
 )
 
 DESCRIPTOR = MethodDescriptor(
@@ -39,10 +45,15 @@ DESCRIPTOR = MethodDescriptor(
         "smoke": "one toy VLM trained for seconds, 30 test items, a 3-point alpha sweep (seconds)",
         "quick": "toys at P = 0.2, 0.5, 0.8 (600 steps each), 100 dev / 200 test digit conflicts: "
                  "preference, instruction following, per-layer probes, 7-point alpha sweeps of "
-                 "diffmean / pca / probe / random directions, AMPS vs uniform",
-        "full": "the GPU recipe (Qwen2.5-VL-7B / LLaVA on the MC2 JSON + COCO-2014): needs a CUDA "
-                "device and MC2_MODEL, MC2_JSON, MC2_IMAGES; refuses at once (the HF adapter is not "
-                "shipped in 0.1.0)",
+                 "diffmean / pca / probe / random directions, AMPS vs uniform; smol-vlm (LLaVA around "
+                 "frozen SmolLM2-135M) on 16 dev / 24 test items: single-modality accuracy, preference, "
+                 "blank-image ablation, 3-point alpha sweep at logit-lens layers",
+        "full": "the GPU recipe (Qwen2.5-VL-7B / LLaVA on the MC2 JSON + COCO-2014, bf16, layers "
+                "20-23, 7-point sweep with a random control) plus quick and smol-vlm's 7-point sweep "
+                "with its random control: needs a CUDA device and MC2_MODEL, MC2_JSON, MC2_IMAGES; "
+                "refuses within seconds when any is missing",
     },
-    quick_minutes=11.5,  # measured wall time on 2 cores shared with seven engineers' jobs (CPU time 2.1 min)
+    # measured CPU time 4.4 min (torch pinned to 1 thread, so ~ quiet-machine wall time) + ~0.6 min for a
+    # cold smol-vlm build; the shared-machine wall time was 21.0 min (load average 8-10)
+    quick_minutes=5.0,
 )

@@ -27,9 +27,16 @@ class SteeringHook:
             raise ValueError(f"unknown adaptive rule {adaptive!r} (None or 'amps')")
         if adaptive == "amps" and amps_stats is None:
             raise ValueError("adaptive='amps' needs amps_stats=(c_vision, c_text)")
-        v = torch.as_tensor(np.asarray(vector, np.float32))
-        self.v_hat = v / v.norm()
         self.layers = tuple(int(x) for x in layers)
+        vecs = vector if isinstance(vector, dict) else {x: vector for x in self.layers}
+        missing = [x for x in self.layers if x not in vecs]
+        if missing:
+            raise ValueError(f"no steering vector for layer {missing[0]}")
+        self.v_hats = {}
+        for x in self.layers:  # one unit direction per layer (a dict), or one shared by all
+            v = torch.as_tensor(np.asarray(vecs[x], np.float32))
+            self.v_hats[x] = v / v.norm()
+        self.v_hat = self.v_hats[self.layers[0]]
         self.alpha = float(alpha)
         self.positions = positions
         self.adaptive = adaptive
@@ -59,7 +66,8 @@ class SteeringHook:
             h = output[0] if isinstance(output, tuple) else output
             mask = self._mask(h)
             amps = self.amps_stats if self.adaptive == "amps" else None
-            new = steer_update(h, self.v_hat.to(h.device), self.alpha, mask, amps)
+            new = steer_update(h, self.v_hats[layer].to(h.device), self.alpha,
+                               None if mask is None else mask.to(h.device), amps)
             n = h.shape[0] * h.shape[1] if mask is None else int(mask.sum())
             self.touched[layer] = self.touched.get(layer, 0) + (n if self.alpha != 0.0 else 0)
             if isinstance(output, tuple):

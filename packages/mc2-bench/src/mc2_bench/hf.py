@@ -1,0 +1,262 @@
+"""``HFVisionChatAdapter``: any local Hugging Face VLM folder (AutoProcessor +
+AutoModelForImageTextToText) behind the adapter interface of ``adapters.py``.
+
+The prompt is the authors' text [C] in one user turn, the image first, rendered by the
+processor's own chat template; the processor expands the image placeholder, and the adapter reads
+the image-token mask back from the expanded ids (``processor.image_token_id``), so steering hooks
+know which positions hold image tokens whatever the family (LLaVA repeats one token per patch,
+Idefics3 / SmolVLM wrap them in ``<fake_token_around_image>``, Qwen2-VL in vision_start/end).
+
+Answer modes: ``letter`` generates greedily and parses A/B [C]; ``letter-logprob`` compares the
+next-token log-probabilities of "A" and "B" at the last prompt position [R]; ``option-logprob``
+scores each option's text as the answer (sum of its tokens' log-probabilities, prompt cached) [R].
+Batches are left-padded with explicit position ids, so a batched answer equals the one-item one.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .config import ANSWER_MODES
+from .core import MC2Item, options, parse_letter, prompt_text, uses_image
+
+
+def _load_rgb(path: str):
+    from PIL import Image
+
+    with Image.open(path) as im:
+        return im.convert("RGB")
+
+
+def _decoder_layers(model) -> list:
+    """The language model's decoder layers (the residual stream hooks act on)."""
+    inner = getattr(model, "model", model)
+    for attr in ("language_model", "text_model"):
+        lm = getattr(inner, attr, None)
+        if lm is not None and hasattr(lm, "layers"):
+            return list(lm.layers)
+    best = []
+    for name, mod in model.named_modules():
+        if name.endswith("layers") and isinstance(mod, torch.nn.ModuleList) and "vision" not in name:
+            best = max(best, list(mod), key=len)
+    if not best:
+        raise ValueError("could not find the language model's decoder layers")
+    return best
+
+
+class HFVisionChatAdapter:
+    kind = "hf"
+
+    def __init__(self, model, processor, device: str | None = None, batch: int = 8,
+                 max_new_tokens: int = 8, image_loader: Callable[[str], object] | None = None):
+        self.model = model.eval()
+        self.processor = processor
+        self.tok = getattr(processor, "tokenizer", processor)
+        self.tok.padding_side = "left"
+        if self.tok.pad_token_id is None:
+            self.tok.pad_token = self.tok.eos_token
+        self.device = device or str(next(model.parameters()).device)
+        self.batch = batch
+        self.max_new_tokens = max_new_tokens
+        self.image_loader = image_loader or _load_rgb
+        self.position_info: dict = {}
+        self._layers = _decoder_layers(model)
+        self.n_layers = len(self._layers)
+        self.image_token_id = self._image_token_id()
+        self.letter_ids = [self._first_id("A"), self._first_id("B")]
+        self._family = type(processor).__name__
+        params = inspect.signature(model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+
+    @classmethod
+    def from_pretrained(cls, path, device: str | None = None, dtype=None, **kw) -> HFVisionChatAdapter:
+        """Load a local folder with the Auto classes alone (no download: ``local_files_only``)."""
+        from transformers import AutoModelForImageTextToText, AutoProcessor
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+        path = Path(path)
+        proc = AutoProcessor.from_pretrained(path, local_files_only=True)
+        model = AutoModelForImageTextToText.from_pretrained(
+            path, local_files_only=True, dtype=dtype or torch.float32)
+        if device:
+            model = model.to(device)
+        return cls(model, proc, device=device, **kw)
+
+    def _image_token_id(self) -> int | None:
+        tid = getattr(self.processor, "image_token_id", None)
+        if tid is None:
+            tok = getattr(self.processor, "image_token", None)
+            tid = self.tok.convert_tokens_to_ids(tok) if tok else None
+        if tid is None:
+            tid = getattr(self.model.config, "image_token_id", getattr(self.model.config, "image_token_index", None))
+        return None if tid is None else int(tid)
+
+    def _first_id(self, text: str) -> int:
+        ids = self.tok.encode(text, add_special_tokens=False)
+        if not ids:
+            raise ValueError(f"the tokenizer maps {text!r} to no token")
+        return int(ids[0])
+
+    def layer_modules(self):
+        return self._layers
+
+    # --- prompts --------------------------------------------------------------------------------
+
+    def chat_prompt(self, item: MC2Item, mode: str, order: int, follow: str | None = None) -> str:
+        """The exact string given to the processor: the chat template over one user turn."""
+        content = ([{"type": "image"}] if uses_image(mode) else []) + [
+            {"type": "text", "text": prompt_text(item, mode, order, follow)}]
+        msgs = [{"role": "user", "content": content}]
+        return self.processor.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+
+    def _encode(self, items, mode, order, follow):
+        texts = [self.chat_prompt(it, mode, order, follow) for it in items]
+        kw = {}
+        if uses_image(mode):
+            imgs = [self.image_loader(it.image) for it in items]
+            kw["images"] = [[im] for im in imgs] if "Idefics" in self._family or "SmolVLM" in self._family else imgs
+        enc = self.processor(text=texts, padding=True, return_tensors="pt", **kw)
+        enc = {k: v.to(self.device) for k, v in enc.items()}
+        am = enc["attention_mask"]
+        enc["position_ids"] = (am.long().cumsum(-1) - 1).clamp_min(0)
+        return enc, texts
+
+    def _set_info(self, enc) -> None:
+        ids = enc["input_ids"]
+        mask = (ids == self.image_token_id) if self.image_token_id is not None else torch.zeros_like(ids, dtype=torch.bool)
+        self.position_info = {"image_mask": mask.cpu(), "prompt_len": ids.shape[1], "offset": 0}
+
+    def _run(self, enc, **kw):
+        self._set_info(enc)
+        try:
+            return self.model(**enc, **kw)
+        finally:
+            self.position_info = {}
+
+    # --- answers --------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def answer(self, items: Sequence[MC2Item], mode: str, order: int, answer_mode: str = "letter",
+               follow: str | None = None) -> list[dict]:
+        if answer_mode not in ANSWER_MODES:
+            raise ValueError(f"unknown answer mode {answer_mode!r}")
+        out: list[dict] = []
+        items = list(items)
+        for i in range(0, len(items), self.batch):
+            chunk = items[i:i + self.batch]
+            enc, texts = self._encode(chunk, mode, order, follow)
+            fn = {"letter": self._letter, "letter-logprob": self._letter_logprob,
+                  "option-logprob": self._option_logprob}[answer_mode]
+            for rec, text in zip(fn(enc, chunk, order), texts):
+                rec["prompt"] = text
+                out.append(rec)
+        return out
+
+    def _letter(self, enc, chunk, order):
+        self._set_info(enc)
+        prompt_len = enc["input_ids"].shape[1]
+        gen_kw = {k: v for k, v in enc.items() if k != "position_ids"}
+        hook = self.model.register_forward_pre_hook(self._offset_hook, with_kwargs=True)
+        try:
+            seq = self.model.generate(**gen_kw, max_new_tokens=self.max_new_tokens, do_sample=False,
+                                      pad_token_id=self.tok.pad_token_id)
+        finally:
+            hook.remove()
+            self.position_info = {}
+        texts = self.tok.batch_decode(seq[:, prompt_len:], skip_special_tokens=True)
+        return [{"letter": parse_letter(t), "text": t} for t in texts]
+
+    def _offset_hook(self, module, args, kwargs):
+        """During cached decoding, tell the steering hook how many positions came before."""
+        if self.position_info:
+            self.position_info["offset"] = self._past(kwargs)
+        return None
+
+    @staticmethod
+    def _past(kwargs) -> int:
+        pkv = kwargs.get("cache", kwargs.get("past_key_values"))
+        return int(pkv.get_seq_length()) if pkv is not None and hasattr(pkv, "get_seq_length") else 0
+
+    def _letter_logprob(self, enc, chunk, order):
+        logits = self._run(enc, logits_to_keep=1).logits[:, -1].float()
+        lp = torch.log_softmax(logits, -1)[:, self.letter_ids]
+        return [{"letter": "A" if float(a) >= float(b) else "B",
+                 "text": f"logprob A={float(a):.4f} B={float(b):.4f}",
+                 "scores": [float(a), float(b)]} for a, b in lp]
+
+    def _option_logprob(self, enc, chunk, order):
+        out = self._run(enc, logits_to_keep=1, use_cache=True)
+        first = torch.log_softmax(out.logits[:, -1].float(), -1)
+        B = enc["input_ids"].shape[0]
+        scores = np.zeros((B, 2))
+        for k in (0, 1):
+            opt_ids = [self.tok.encode(options(it, order)[k], add_special_tokens=False) for it in chunk]
+            L = max(len(o) for o in opt_ids)
+            ids = torch.full((B, L), self.tok.pad_token_id, dtype=torch.long)
+            valid = torch.zeros(B, L, dtype=torch.bool)
+            for b, o in enumerate(opt_ids):
+                ids[b, :len(o)] = torch.tensor(o)
+                valid[b, :len(o)] = True
+            ids, valid = ids.to(self.device), valid.to(self.device)
+            total = first.gather(1, ids[:, :1]).squeeze(1)
+            if L > 1:
+                am = torch.cat([enc["attention_mask"], valid.long()], 1)
+                pos = enc["position_ids"][:, -1:] + torch.arange(1, L, device=ids.device)
+                self.position_info = {"image_mask": None, "prompt_len": enc["input_ids"].shape[1],
+                                      "offset": enc["input_ids"].shape[1]}
+                try:
+                    nxt = self.model(input_ids=ids[:, :-1], attention_mask=am[:, :-1],
+                                     position_ids=pos, use_cache=True,
+                                     **{self._cache_kw: copy.deepcopy(out.past_key_values)}).logits.float()
+                finally:
+                    self.position_info = {}
+                lp = torch.log_softmax(nxt, -1).gather(2, ids[:, 1:, None]).squeeze(2)
+                total = total + (lp * valid[:, 1:]).sum(1)
+            scores[:, k] = total.cpu().numpy()
+        return [{"letter": "A" if s[0] >= s[1] else "B",
+                 "text": f"logprob {options(it, order)[0]}={s[0]:.4f} {options(it, order)[1]}={s[1]:.4f}",
+                 "scores": [float(s[0]), float(s[1])]} for it, s in zip(chunk, scores)]
+
+    # --- hidden states --------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def hidden(self, items, mode, order, follow=None) -> np.ndarray:
+        """(n, n_layers, d): each decoder layer's output at the last prompt position."""
+        out = []
+        items = list(items)
+        for i in range(0, len(items), self.batch):
+            enc, _ = self._encode(items[i:i + self.batch], mode, order, follow)
+            grabbed: dict[int, torch.Tensor] = {}
+
+            def grab(idx, store=grabbed):
+                def fn(module, args, output):
+                    h = output[0] if isinstance(output, tuple) else output
+                    store[idx] = h[:, -1].float().cpu()
+                return fn
+            hs = [m.register_forward_hook(grab(j)) for j, m in enumerate(self._layers)]
+            try:
+                self._run(enc, logits_to_keep=1)
+            finally:
+                for h in hs:
+                    h.remove()
+            out.append(torch.stack([grabbed[j] for j in range(self.n_layers)], 1))
+        return torch.cat(out).numpy()
+
+    def logit_lens(self, states: np.ndarray, token_ids: Sequence[int]) -> np.ndarray:
+        """Final norm + LM head applied to (n, n_layers, d) states -> (n, n_layers, len(token_ids))
+        logits of the given tokens (the logit lens used to choose steering layers [C] rebuttal)."""
+        inner = getattr(self.model, "model", self.model)
+        lm = getattr(inner, "language_model", None) or getattr(inner, "text_model", None)
+        head = self.model.get_output_embeddings()
+        with torch.no_grad():
+            h = torch.as_tensor(states, dtype=head.weight.dtype, device=head.weight.device)
+            logits = head(lm.norm(h))[..., list(token_ids)]
+        return logits.float().cpu().numpy()

@@ -1,0 +1,143 @@
+"""The smol-vlm part of the reproduction: LLaVA around a frozen SmolLM2-135M-Instruct [R].
+
+Every SmolLM2 pass is budgeted (~10-20 ms per prompt token on 2 shared cores, ~57 tokens per
+prompt): test items answer base_image, base_text, single and a blank-image base_image (the
+ablation) once each, both orders; 16 dev items give the icc hidden states that choose the layers
+(logit lens) and fit the per-layer diffmean directions; the alpha sweep re-answers single and the
+two single-modality modes at the non-zero alphas only. Answer mode ``option-logprob`` throughout.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from icml26_shared import ClaimCheck, Results
+from icml26_shared.eval import paired_interval
+
+from .core import item_scores, preference_direction
+from .io import digits_items
+from .protocol import alpha_sweep, evaluate
+from .registry import CLAIMS
+from .smolvlm import SmolVLMConfig, _to_rgb16, cached_smol_vlm
+
+SMOL = {
+    # alpha magnitude 0.3 chosen on the 16 dev items (one-off dev sweep over +-0.1, +-0.3: the widest
+    # monotone symmetric sweep; README); the sweep skips single-modality accuracy at alpha != 0 (budget)
+    "quick": dict(n_dev=16, n_test=24, alphas=(-0.3, 0.0, 0.3), window=4, accuracy=False),
+    "full": dict(n_dev=16, n_test=24, alphas=(-0.3, -0.2, -0.1, 0.0, 0.1, 0.2, 0.3), window=4,
+                 control=True, accuracy=True),
+}
+ANSWER = "option-logprob"
+
+
+def _claim(cid):
+    return next(c for c in CLAIMS if c.id == cid)
+
+
+def choose_window(sep: np.ndarray, window: int) -> tuple[int, ...]:
+    """Layers [L0, L0 + window): L0 = the first layer whose logit-lens separation reaches half of
+    its maximum (the preference 'appears' there, as layers 20-23 of Qwen2.5-VL-7B) [R]."""
+    sep = np.asarray(sep, float)
+    L0 = int(np.argmax(sep >= 0.5 * sep.max()))
+    L0 = min(L0, len(sep) - window)
+    return tuple(range(L0, L0 + window))
+
+
+def _dev_states(ad, dev):
+    """icc states at every layer, follow-image and follow-text, both orders: (2n, L, d) each, and
+    the logit-lens margin logit(vision option) - logit(text option) per state and layer."""
+    hv = np.concatenate([ad.hidden(dev, "icc", o, "vision") for o in (0, 1)])
+    ht = np.concatenate([ad.hidden(dev, "icc", o, "text") for o in (0, 1)])
+    ids_v = [ad.tok.encode(it.answer_vision, add_special_tokens=False)[0] for it in dev] * 2
+    ids_t = [ad.tok.encode(it.answer_text, add_special_tokens=False)[0] for it in dev] * 2
+    toks = sorted(set(ids_v + ids_t))
+    col = {t: k for k, t in enumerate(toks)}
+
+    def margin(h):
+        lg = ad.logit_lens(h, toks)
+        rows = np.arange(len(h))
+        return lg[rows, :, [col[t] for t in ids_v]] - lg[rows, :, [col[t] for t in ids_t]]
+    return hv, ht, margin(hv), margin(ht)
+
+
+def run_smol(res: Results, scale: str, X, y, splits, seed: int) -> None:
+    from .hf import HFVisionChatAdapter
+
+    cfg = SMOL[scale]
+    tr, dv, te = splits
+    path = cached_smol_vlm(X[tr], y[tr], SmolVLMConfig(), seed)
+    dev_pairs = digits_items(X, y, dv[-cfg["n_dev"]:], seed + 11, prefix="sdev")
+    test_pairs = digits_items(X, y, te[-cfg["n_test"]:], seed + 12, prefix="stest")
+    images = {it.image: _to_rgb16(im) for it, im in dev_pairs + test_pairs}
+    dev, test = [p[0] for p in dev_pairs], [p[0] for p in test_pairs]
+    ad = HFVisionChatAdapter.from_pretrained(path, batch=24, image_loader=images.__getitem__)
+    name = "smol_vlm"
+    bi = evaluate(ad, test, "base_image", ANSWER, per_item=True)
+    bt = evaluate(ad, test, "base_text", ANSWER, per_item=True)
+    single = evaluate(ad, test, "single", ANSWER, per_item=True)
+    blank_img = _to_rgb16(np.zeros((8, 8), np.float32))
+    ad.image_loader = lambda p: blank_img
+    blank = evaluate(ad, test, "base_image", ANSWER, per_item=True)
+    ad.image_loader = images.__getitem__
+    sc = lambda r, t: item_scores([x["modality_order0"] for x in r["records"]],  # noqa: E731
+                                  [x["modality_order1"] for x in r["records"]], t)
+    acc_img, acc_txt, acc_blank = sc(bi, "vision"), sc(bt, "text"), sc(blank, "vision")
+    res.add("smol_single", name, "base_image_accuracy", float(acc_img.mean()), n=len(test))
+    res.add("smol_single", name, "base_text_accuracy", float(acc_txt.mean()), n=len(test))
+    res.add("smol_single", "blank_image_ablation", "base_image_accuracy", float(acc_blank.mean()))
+    for k in ("vision_ratio", "order_consistency", "invalid_rate"):
+        res.add("smol_preference", name, k, single[k])
+    iv = paired_interval(acc_img - acc_blank, n_resamples=1999)
+    res.add("smol_single", name, "image_minus_blank_accuracy", iv.mean, interval=[iv.low, iv.high])
+
+    hv, ht, mv, mt = _dev_states(ad, dev)
+    sep = mv.mean(0) - mt.mean(0)
+    for L, s in enumerate(sep):
+        res.add("smol_dev", "logit_lens", f"separation_layer{L}", float(s))
+    layers = choose_window(sep, cfg["window"])
+    res.add("smol_dev", "logit_lens", "chosen_first_layer", layers[0], layers=list(layers))
+    vecs = {L: preference_direction(hv[:, L], ht[:, L], "diffmean", seed) for L in layers}
+    acc0 = 0.5 * (acc_img + acc_txt)
+    s0 = sc(single, "vision")
+    names = ["diffmean"] + (["random"] if cfg.get("control") else [])
+    sweeps = {}
+    for dname in names:
+        vv = vecs if dname == "diffmean" else {
+            L: np.random.default_rng(seed + 104729 + L).standard_normal(hv.shape[-1]) for L in layers}
+        rows = alpha_sweep(ad, test, layers, vv, [a for a in cfg["alphas"] if a != 0.0], ANSWER,
+                           accuracy=cfg["accuracy"])
+        rows.append({"alpha": 0.0, "vision_ratio": single["vision_ratio"], "vision_scores": s0.tolist(),
+                     "single_accuracy": float(acc0.mean()), "accuracy_scores": acc0.tolist(),
+                     "hook": {"layers": list(layers), "positions": "all", "touched_positions": {}}})
+        rows.sort(key=lambda r: r["alpha"])
+        sweeps[dname] = rows
+        for r in rows:
+            res.add("smol_steer", dname, f"vision_ratio_alpha{r['alpha']:+g}", r["vision_ratio"],
+                    layers=r["hook"]["layers"], positions=r["hook"]["positions"],
+                    touched=r["hook"]["touched_positions"])
+            if r["single_accuracy"] is not None:
+                res.add("smol_steer", dname, f"single_accuracy_alpha{r['alpha']:+g}", r["single_accuracy"])
+    _smol_claims(res, acc_img, acc_txt, sweeps["diffmean"], layers)
+
+
+def _smol_claims(res, acc_img, acc_txt, rows, layers) -> None:
+    worst, which = (acc_img, "image") if acc_img.mean() <= acc_txt.mean() else (acc_txt, "text")
+    iv = paired_interval(worst, n_resamples=1999)
+    res.claims.append(ClaimCheck.compare(
+        _claim("smol_single_modality"), float(worst.mean()), threshold=0.9, interval=(iv.low, iv.high),
+        note=f"worse modality: {which} alone (image {acc_img.mean():.3f}, text {acc_txt.mean():.3f}); "
+             "option-logprob, 24 held-out digits, both orders"))
+    vr = [r["vision_ratio"] for r in rows]
+    mono = bool(np.all(np.diff(vr) >= -1e-12))
+    move = np.asarray(rows[-1]["vision_scores"]) - np.asarray(rows[0]["vision_scores"])
+    iv = paired_interval(move, n_resamples=1999)
+    chk = ClaimCheck.compare(
+        _claim("smol_sweep_movement"), float(move.mean()) if mono else min(float(move.mean()), 0.0),
+        threshold=0.5, interval=(iv.low, iv.high),
+        note=f"vision ratio at alpha={rows[-1]['alpha']:+g} minus at {rows[0]['alpha']:+g}, layers "
+             f"{layers[0]}-{layers[-1]} (logit lens on dev), all positions; "
+             f"{'monotone' if mono else 'not monotone: counts as 0'}")
+    if not mono:
+        chk.held = False
+    res.claims.append(chk)
+
