@@ -100,13 +100,15 @@ def test_run_replay_report_end_to_end(tmp_path, tsp_dir, capsys):
     base = ["run", "--tasks", "tsp", "--budget-calls", "6", "--pop", "2", "--instances", str(tsp_dir),
             "--time-limit", "0.3", "--steps", "2", "--workers", "2", "--seed", "1", "--out"]
     assert main(base + [str(run)]) == 0
-    for f in ("best/metaheuristic.md", "best/tsp.py", "calls.jsonl", "lineage.jsonl", "results.json", "run.json"):
+    for f in ("best/metaheuristic.md", "best/tsp.py", "calls.jsonl", "lineage.jsonl", "lineage.json", "lineage.dot",
+              "results.json", "run.json"):
         assert (run / f).is_file(), f
     assert len((run / "calls.jsonl").read_text().splitlines()) == 6
     assert main(["replay", str(run), "--out", str(tmp_path / "again")]) == 0
     assert "identical" in capsys.readouterr().out
     assert main(["report", str(run)]) == 0
-    assert "calls 6 / 6" in capsys.readouterr().out
+    rep = capsys.readouterr().out
+    assert "calls 6 / 6" in rep and "archive elites from transfer: 0 of 1" in rep and "lineage.dot" in rep
 
 
 def test_subprocess_error_is_one_line():

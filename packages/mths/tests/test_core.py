@@ -183,3 +183,22 @@ def test_selection_keeps_exactly_n_and_the_archive_keeps_each_tasks_best():
 def test_aggregate_fitness_normalises_by_the_reference_heuristic():
     assert core.aggregate_fitness({"a": -0.01, "b": -0.2}, {"a": -0.02, "b": -0.1}) == pytest.approx(-1.25)
     assert core.aggregate_fitness({"a": -0.01, "b": -math.inf}, {"a": 1, "b": 1}) == -math.inf
+
+
+def test_pyvrp_reference_is_a_feasible_cost_no_worse_than_savings():
+    """`refs` extra: PyVRP's HGS cost on a 9-customer CVRP is feasible and no worse than the
+    savings heuristic or a 2 s OR-Tools GLS run. Skipped without pyvrp (not in the default env)."""
+    pytest.importorskip("pyvrp")
+    from mths.generate import pyvrp_cost
+
+    rng = np.random.default_rng(4)
+    xy = np.rint(rng.uniform(0, 100, (10, 2)))
+    D = np.floor(core.tsplib_distances(xy, "EXACT") + 0.5)
+    q = np.concatenate([[0], rng.integers(1, 10, 9)]).astype(float)
+    cap = 15.0
+    inst = {"coordinates": xy, "distance_matrix": D, "demands": q, "vehicle_capacity": cap}
+    (row,) = evaluate("cvrp", baselines.programs("cvrp")["savings"], [Instance("c", inst, 1.0)], Limits(1.0, 5))
+    savings = row["cost"]
+    hgs = pyvrp_cost(D, q, cap, 0.5)
+    ort = core.cvrp_cost(baselines.ortools_solve("cvrp", inst, 2.0), D)
+    assert hgs is not None and hgs <= savings and hgs <= ort + 1e-9

@@ -9,6 +9,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 from mths import grammar as G
 from mths.config import SearchConfig
+from mths.lineage import summary as lineage_summary
 from mths.llm import GrammarLLM, LoggedLLM, OpenAILLM, ReplayLLM
 from mths.pipeline import evaluate, run_meta, run_search, save_run
 from mths.sandbox import Limits
@@ -39,14 +40,20 @@ def test_sandbox_kills_an_endless_loop_and_marks_a_raising_program_invalid(make_
     assert math.isfinite(ev.scores({"tsp": ok})["tsp"])  # the run goes on
 
 
-def _run(train, method="mths", seed=0, budget=20, cfg=None):
+@pytest.fixture
+def train1(tiny_train):
+    """One instance per task: every property below is about the search, not the instance count."""
+    return {t: v[:1] for t, v in tiny_train.items()}
+
+
+def _run(train, method="mths", seed=0, budget=14, cfg=None):
     return run_search(method, list(train), train, GrammarLLM(seed), budget, LIM, 2, seed,
-                      cfg or SearchConfig(pop=2), NORM)
+                      cfg or SearchConfig(pop=2, eoh_pop=2), NORM)
 
 
-def test_counters_equal_calls_and_evaluations_and_the_budget_is_exact(tiny_train):
+def test_counters_equal_calls_and_evaluations_and_the_budget_is_exact(train1):
     for method in ("mths", "eoh"):
-        s, llm, ev = _run(tiny_train, method, budget=17)
+        s, llm, ev = _run(train1, method, budget=17)
         assert llm.calls == len(llm.log) == 17
         progs = {(t, p) for ind in s.history for t, p in ind.programs.items()
                  if p is not None and t in ind.scores and ind.lineage.get("task", t) == t}
@@ -54,11 +61,11 @@ def test_counters_equal_calls_and_evaluations_and_the_budget_is_exact(tiny_train
         assert len(s.population) <= 2 * (1 if method == "mths" else 2)
 
 
-def test_both_levels_and_transfer_act_and_notransfer_never_transfers(tiny_train):
-    s, _, _ = _run(tiny_train, "mths", budget=30, cfg=SearchConfig(pop=2, p_transfer=1.0))
+def test_both_levels_and_transfer_act_and_notransfer_never_transfers(train1):
+    s, _, _ = _run(train1, "mths", budget=22, cfg=SearchConfig(pop=2, p_transfer=1.0))
     ops = {i.lineage["op"] for i in s.history}
     assert {"init", "transfer"} <= ops and ops & {"crossover", "mutation"}
-    s2, _, _ = _run(tiny_train, "mths-notransfer", budget=30, cfg=SearchConfig(pop=2, p_transfer=1.0))
+    s2, _, _ = _run(train1, "mths-notransfer", budget=16, cfg=SearchConfig(pop=2, p_transfer=1.0))
     ops2 = {i.lineage["op"] for i in s2.history}
     assert "transfer" not in ops2 and ops2 & {"refine", "keyfn"}
     for i in s.history:  # transfer copied its donor's genes
@@ -68,42 +75,51 @@ def test_both_levels_and_transfer_act_and_notransfer_never_transfers(tiny_train)
             assert any(cfg[g] == donor[g] for g in ("accept", "temp", "strength", "improve", "credit", "pool"))
 
 
-def test_archive_keeps_each_tasks_best_ever_and_selection_keeps_n(tiny_train):
-    s, _, _ = _run(tiny_train, "mths", budget=25)
-    for t in tiny_train:
+def test_archive_keeps_each_tasks_best_ever_and_selection_keeps_n(train1):
+    s, _, _ = _run(train1, "mths", budget=20)
+    for t in train1:
         best = max(i.scores[t] for i in s.history if t in i.scores)
         assert s.archive[t][0] == best and s.history[s.archive[t][1]].scores[t] == best
     assert len(s.population) == 2
 
 
-def test_grammar_runs_are_byte_identical_for_a_seed_and_replay_reproduces_them(tiny_train, tmp_path):
+def test_grammar_runs_are_byte_identical_for_a_seed_and_replay_reproduces_them(train1, tmp_path):
     outs = []
     for k in range(2):
-        s, llm, ev = _run(tiny_train, seed=3)
-        save_run(tmp_path / f"r{k}", s, llm, ev, run_meta("mths", list(tiny_train), 20, LIM, 2, 3, SearchConfig(pop=2), "grammar"))
+        s, llm, ev = _run(train1, seed=3)
+        save_run(tmp_path / f"r{k}", s, llm, ev, run_meta("mths", list(train1), 14, LIM, 2, 3, SearchConfig(pop=2), "grammar"))
         outs.append(s)
-    for f in ("calls.jsonl", "lineage.jsonl", "run.json"):
+    for f in ("calls.jsonl", "lineage.jsonl", "lineage.json", "lineage.dot", "run.json"):
         assert (tmp_path / "r0" / f).read_bytes() == (tmp_path / "r1" / f).read_bytes()
-    s3, _, _ = _run(tiny_train, seed=4)
+    g = json.loads((tmp_path / "r0" / "lineage.json").read_text())  # the lineage graph = the history
+    s0 = outs[0]
+    assert [n["op"] for n in g["nodes"]] == [i.lineage["op"] for i in s0.history]
+    assert sorted((e["source"], e["target"]) for e in g["edges"]) == sorted(
+        (p, i.id) for i in s0.history for p in i.lineage.get("parents", []))
+    sm = lineage_summary(g)
+    assert sm["elites_from_transfer"] == s0.transfer_elites()
+    assert {t: e["individual"] for t, e in sm["elites"].items()} == {t: i for t, (_, i) in s0.archive.items()}
+    assert (tmp_path / "r0" / "lineage.dot").read_text().count("->") == len(g["edges"])
+    s3, _, _ = _run(train1, seed=4)
     assert [i.programs for i in s3.history] != [i.programs for i in outs[0].history]
     records = [json.loads(x) for x in (tmp_path / "r0" / "calls.jsonl").read_text().splitlines()]
-    rep, llm, _ = run_search("mths", list(tiny_train), tiny_train, ReplayLLM(records), 20, LIM, 1, 3,
+    rep, llm, _ = run_search("mths", list(train1), train1, ReplayLLM(records), 14, LIM, 1, 3,
                              SearchConfig(pop=2), NORM)
     assert [(i.programs, i.scores, i.lineage) for i in rep.history] == \
            [(i.programs, i.scores, i.lineage) for i in outs[0].history]
     with pytest.raises(Exception, match="diverged"):
-        run_search("mths", list(tiny_train), tiny_train, ReplayLLM(records), 20, LIM, 1, 3,
+        run_search("mths", list(train1), train1, ReplayLLM(records), 14, LIM, 1, 3,
                    SearchConfig(pop=3), NORM)
 
 
-def test_an_unusable_reply_is_an_invalid_individual_and_the_run_goes_on(tiny_train):
+def test_an_unusable_reply_is_an_invalid_individual_and_the_run_goes_on(train1):
     class Junk:
         name = "junk"
 
         def complete(self, prompt):
             return "I cannot help with that."
     llm = LoggedLLM(Junk(), 12)
-    s = Search(list(tiny_train), llm, Evaluator(tiny_train, LIM), SearchConfig(pop=2), NORM, 0, "mths")
+    s = Search(list(train1), llm, Evaluator(train1, LIM), SearchConfig(pop=2), NORM, 0, "mths")
     s.run()
     assert llm.calls == 12 and s.invalid == 12 and all(i.fitness == -math.inf for i in s.history)
 
@@ -144,3 +160,24 @@ def test_openai_client_on_a_loopback_server(monkeypatch, tmp_path, tiny_train):
     for f in (tmp_path / "run").rglob("*"):
         if f.is_file():
             assert "sk-secret-123" not in f.read_text()
+
+
+def test_lineage_summary_counts_transfer_elites_and_transfer_ancestors():
+    from mths.lineage import build, to_dot
+
+    rows = [{"id": 0, "scores": {"tsp": -0.1, "cvrp": -0.2}, "fitness": -1.0, "lineage": {"op": "init"}},
+            {"id": 1, "scores": {"tsp": -0.1, "cvrp": -0.1}, "fitness": -0.8,
+             "lineage": {"op": "transfer", "parents": [0, 0], "task": "cvrp", "donor": "tsp"}},
+            {"id": 2, "scores": {"tsp": -0.1, "cvrp": -0.05}, "fitness": -0.6,
+             "lineage": {"op": "refine", "parents": [1], "task": "cvrp"}},
+            {"id": 3, "scores": {"tsp": -0.01, "cvrp": -0.05}, "fitness": -0.5,
+             "lineage": {"op": "keyfn", "parents": [2], "task": "tsp"}}]
+    g = build(rows, {"tsp": {"score": -0.01, "individual": 3}, "cvrp": {"score": -0.05, "individual": 2}}, 3)
+    sm = summary = lineage_summary(g)
+    assert summary["elites_by_operator"] == {"keyfn": 1, "refine": 1}
+    assert sm["elites_from_transfer"] == 0
+    # cvrp's elite descends from a transfer into cvrp; tsp's elite has it only into another task
+    assert sm["elites_with_transfer_ancestor"] == 1
+    g2 = build(rows, {"tsp": {"score": -0.1, "individual": 0}, "cvrp": {"score": -0.1, "individual": 1}}, 1)
+    assert lineage_summary(g2)["elites_from_transfer"] == 1
+    assert 'style=dashed' in to_dot(g) and to_dot(g).count("->") == 4

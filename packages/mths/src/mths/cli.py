@@ -11,33 +11,15 @@ import tempfile
 from pathlib import Path
 
 from icml26_shared import UserError, cli_entry
-from icml26_shared.cli import ArgumentParser, add_reproduce_arguments, reproduce_from_args
+from icml26_shared.cli import (
+    ArgumentParser,
+    add_reproduce_arguments,
+    positive_float,
+    positive_int,
+    reproduce_from_args,
+)
 
 TASK_NAMES = ("tsp", "cvrp", "fssp", "bpp")
-
-
-def _pos_float(name: str):
-    def parse(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            raise UserError(f"{name} must be a number, not {text!r}") from None
-        if not math.isfinite(v) or v <= 0:
-            raise UserError(f"{name} must be a positive finite number, not {text!r}")
-        return v
-    return parse
-
-
-def _pos_int(name: str, minimum: int = 1):
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise UserError(f"{name} must be an integer, not {text!r}") from None
-        if v < minimum:
-            raise UserError(f"{name} must be >= {minimum}, not {v}")
-        return v
-    return parse
 
 
 def _task(text: str) -> str:
@@ -107,7 +89,7 @@ def cmd_run(args) -> int:
     if args.resume and out.exists():
         client = ReplayLLM(read_log(out / "calls.jsonl"), then=client)
     train = _train_instances(args, tasks)
-    cfg = SearchConfig(pop=args.pop)
+    cfg = SearchConfig(pop=args.pop, eoh_pop=args.pop)
     lim = Limits(args.time_limit, args.steps)
     search, llm, ev = run_search(args.method, tasks, train, client, args.budget_calls, lim, args.workers,
                                  args.seed, cfg)
@@ -245,9 +227,9 @@ def cmd_gen(args) -> int:
 def _common(p, instances_required: bool = True) -> None:
     p.add_argument("--instances", type=Path, required=instances_required, help="folder of instance files")
     p.add_argument("--references", type=Path, default=None, help="JSON stem -> reference cost")
-    p.add_argument("--time-limit", type=_pos_float("--time-limit"), default=0.5, help="CPU s per instance")
-    p.add_argument("--steps", type=_pos_int("--steps"), default=30, help="main-loop steps per instance")
-    p.add_argument("--workers", type=_pos_int("--workers"), default=1)
+    p.add_argument("--time-limit", type=positive_float, default=0.5, help="CPU s per instance")
+    p.add_argument("--steps", type=positive_int, default=30, help="main-loop steps per instance")
+    p.add_argument("--workers", type=positive_int, default=1)
     p.add_argument("--rounding", choices=("nint", "exact"), default="nint", help="CVRPLIB distances")
 
 
@@ -267,11 +249,11 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--method", choices=("mths", "mths-notransfer", "eoh"), default="mths")
     _llm_args(p)
     p.add_argument("--budget-calls", type=int, required=True)
-    p.add_argument("--pop", type=_pos_int("--pop"), default=4)
+    p.add_argument("--pop", type=positive_int, default=4)
     p.add_argument("--instances", type=Path, default=None, help="folder (with tsp/ cvrp/ fssp/ subfolders or files)")
-    p.add_argument("--time-limit", type=_pos_float("--time-limit"), default=0.2)
-    p.add_argument("--steps", type=_pos_int("--steps"), default=12)
-    p.add_argument("--workers", type=_pos_int("--workers"), default=1)
+    p.add_argument("--time-limit", type=positive_float, default=0.2)
+    p.add_argument("--steps", type=positive_int, default=12)
+    p.add_argument("--workers", type=positive_int, default=1)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--resume", action="store_true")
     p.set_defaults(fn=cmd_run)
@@ -304,10 +286,10 @@ def build_parser() -> ArgumentParser:
     p.set_defaults(fn=cmd_report)
     p = sub.add_parser("gen-instances", help="write an instance set with references")
     p.add_argument("--task", type=_task, required=True)
-    p.add_argument("--n", type=_pos_int("--n", 5), required=True)
-    p.add_argument("--count", type=_pos_int("--count"), required=True)
+    p.add_argument("--n", type=positive_int, required=True)
+    p.add_argument("--count", type=positive_int, required=True)
     p.add_argument("--kind", choices=("uniform", "clustered"), default="uniform")
-    p.add_argument("--machines", type=_pos_int("--machines"), default=5, help="flow shop machines")
+    p.add_argument("--machines", type=positive_int, default=5, help="flow shop machines")
     p.add_argument("--seed", type=int, required=True)
     p.add_argument("--out", type=Path, required=True)
     p.set_defaults(fn=cmd_gen)

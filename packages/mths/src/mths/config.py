@@ -8,22 +8,26 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class SearchConfig:
-    #: population size N. [R] set a priori (the artifacts' evolved TSP solver uses 8 internally
-    #: [C]; at 60 calls per run we keep 4 so that the search gets past initialisation)
+    #: population size N [R]; chosen on the train instances by ``mths.tuning`` among {4, 6}
+    #: (the artifacts' evolved TSP solver uses 8 internally [C])
     pop: int = 4
-    #: probability that a lower-level step is knowledge transfer from another task's elite [R]
-    p_transfer: float = 0.4
+    #: probability that a lower-level step is knowledge transfer from another task's elite [R];
+    #: chosen on train by ``mths.tuning`` among {0.4, 0.8}
+    p_transfer: float = 0.8
     #: probability that an upper-level step is crossover (else mutation) [R]
     p_crossover: float = 0.5
     #: share of non-transfer lower-level steps that rewrite the key function (else refinement) [R]
     p_keyfn: float = 0.3
-    #: one generation = this sequence of steps, repeated until the call budget is spent [R]
+    #: one generation = this sequence of steps, repeated until the call budget is spent [R];
+    #: chosen on train by ``mths.tuning`` between (upper, lower x 3) and (upper, lower)
     #: (an upper step costs 1 + T calls: new metaheuristic + instantiation per task)
     schedule: tuple[str, ...] = ("upper", "lower", "lower", "lower")
     #: tournament size for parent selection [R]
     tournament: int = 2
     #: EoH's operator order per generation (Liu et al. 2024: E1, E2, M1, M2, M3, each once) [C of EoH]
     eoh_schedule: tuple[str, ...] = ("e1", "e2", "m1", "m2", "m3")
+    #: EoH's population size (EoH's own setting, tuned on train like MTHS's: mths.tuning) [R]
+    eoh_pop: int = 4
     #: parents for E1 / E2 / crossover [R; EoH uses 2]
     n_parents: int = 2
 
@@ -43,7 +47,8 @@ class ScaleConfig:
     tasks: tuple[str, ...] = ("tsp", "cvrp", "fssp")
     instance_set: str = "quick"
     ortools: bool = True
-    smollm2_calls: int = 0            # SmolLM2 calls in quick: 0 (too slow on the shared CPU; see README)
+    smollm2_calls: int = 3            # real SmolLM2-135M calls in quick (one instantiation per task) [R]
+    smollm2_tokens: int = 160         # new tokens per SmolLM2 call (greedy; stops at the closing fence) [R]
 
 
 SCALES = {

@@ -1,20 +1,23 @@
 """The reproduction: search on generated train instances, report gaps on held-out instances of
 another seed and size. MTHS, MTHS without transfer and EoH at equal LLM calls with the offline
 ``grammar`` operator (this tests the search, not an LLM); classic heuristics and OR-Tools GLS
-beside; BPP portability (M* vs FFD vs a random metaheuristic). SmolLM2 calls are wired
-(``ScaleConfig.smollm2_calls``) but off in quick: on the shared CPU they took minutes each.
+beside; BPP portability (M* vs FFD vs a random metaheuristic); a few real SmolLM2-135M calls
+(instantiating M* per task), invalid programs counted.
 
-Splits: the population size, p_transfer and the schedule (config.SearchConfig) were set on the
-train instances only (a priori settings, no sweep was run); the strongest classic heuristic per
-task is picked by its train gap; every claim is computed on the held-out (test) instances once.
+Splits: the population size, p_transfer and the schedule (config.SearchConfig) and EoH's
+population were chosen on the train instances only (``mths.tuning``, tuning seeds 100, 101); the
+strongest classic heuristic per task is picked by its train gap; every claim is computed on the
+held-out (test) instances once.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import math
 import os
 import time
+from collections import Counter
 from importlib import resources
 from pathlib import Path
 
@@ -22,9 +25,10 @@ import numpy as np
 
 from icml26_shared import ClaimCheck, Results, UserError
 from icml26_shared.eval import paired_interval
+from icml26_shared.io import atomic_write_text
 from icml26_shared.runner import check_scale
 
-from . import baselines, grammar
+from . import baselines, grammar, lineage
 from .config import SCALES, SearchConfig
 from .llm import GrammarLLM
 from .pipeline import evaluate, mean_gap, norm_scores, port, run_meta, run_search, save_run
@@ -60,7 +64,7 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
     test = {t: load_set(sc.instance_set, "test", t) for t in tasks}
     lt = Limits(sc.train_time, sc.train_steps)
     le = Limits(sc.test_time, sc.test_steps)
-    cfg = SearchConfig(pop=2) if scale == "smoke" else SearchConfig()
+    cfg = SearchConfig(pop=2, eoh_pop=2) if scale == "smoke" else SearchConfig()
     seeds = [seed + k for k in range(sc.seeds)]
     norm = norm_scores(tasks, train, lt, sc.workers)
 
@@ -79,7 +83,9 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
     runs: dict[tuple[str, int], object] = {}
     for method in ("mths", "mths-notransfer", "eoh"):
         per = {t: [] for t in tasks}
-        stats = {"calls": [], "evaluations": [], "invalid": [], "transfer_elites": [], "train_score": {t: [] for t in tasks}}
+        stats = {"calls": [], "evaluations": [], "invalid": [], "transfer_elites": [], "transfer_ancestry_elites": [],
+                 "train_score": {t: [] for t in tasks}}
+        elite_ops: Counter = Counter()
         for s in seeds:
             search, llm, ev = run_search(method, tasks, train, GrammarLLM(s), sc.calls, lt, sc.workers, s, cfg, norm)
             runs[(method, s)] = search
@@ -95,19 +101,25 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
             stats["evaluations"].append(ev.evaluations)
             stats["invalid"].append(search.invalid)
             stats["transfer_elites"].append(search.transfer_elites())
+            arch = {t: {"score": sc_, "individual": i} for t, (sc_, i) in search.archive.items()}
+            sm = lineage.summary(lineage.build(search.lineage(), arch, None))
+            stats["transfer_ancestry_elites"].append(sm["elites_with_transfer_ancestor"])
+            elite_ops.update(sm["elites_by_operator"])
         for t in tasks:
             gaps[(method, t)] = per[t]
             res.add(f"test_{t}", method, "mean_gap", [float(np.mean(g)) for g in per[t]], seeds=seeds,
                     unit="fraction", kind="search")
             res.add(f"train_{t}", method, "best_train_score", stats["train_score"][t], seeds=seeds)
-        for k in ("calls", "evaluations", "invalid", "transfer_elites"):
+        for k in ("calls", "evaluations", "invalid", "transfer_elites", "transfer_ancestry_elites"):
             res.add("search", method, k, stats[k], seeds=seeds)
+        res.add("search", method, "archive_elites_by_operator", sum(elite_ops.values()), seeds=seeds,
+                **{f"op_{k}": v for k, v in sorted(elite_ops.items())})
 
     _claims(res, tasks, gaps, classic_test, classic_train, seeds)
     if scale != "smoke":
         _bpp(res, runs, seeds, sc, le)
         try:
-            _smollm2(res, runs[("mths", seeds[0])], sc, train)
+            _smollm2(res, runs[("mths", seeds[0])], sc, train, out_dir)
         except Exception as exc:  # the local model is a side experiment: never lose the run to it
             res.notes.append(f"SmolLM2 calls failed: {type(exc).__name__}: {str(exc)[:160]}")
     _write_csv(out_dir / "gaps.csv", gaps, classic_test, test, seeds)
@@ -191,13 +203,18 @@ def _bpp(res, runs, seeds, sc, le) -> None:
              f"{np.mean(star):.3f}, FFD {np.mean(ffd):.3f}, random MH {np.mean(rand):.3f}, LB {np.mean(lb):.3f}"))
 
 
-def _smollm2(res, search, sc, train) -> None:
+def _smollm2(res, search, sc, train, out_dir: Path) -> None:
+    """A few real SmolLM2-135M-Instruct calls: instantiate M* for each task (one greedy call per
+    task, so the prompts differ), parse, and run the program on one train instance; a reply with
+    no program, or a program that fails or returns an infeasible solution, is invalid."""
     if sc.smollm2_calls <= 0:
         return
     try:
         from .llm import HFLLM
 
-        client = HFLLM("smollm2", max_new_tokens=200)
+        t0 = time.perf_counter()
+        client = HFLLM("smollm2", max_new_tokens=sc.smollm2_tokens, threads=1)
+        load_s = time.perf_counter() - t0
     except Exception as exc:  # SmolLM2 is in the root dev group only
         res.notes.append(f"SmolLM2 calls skipped: {type(exc).__name__}: {str(exc)[:120]}")
         return
@@ -205,13 +222,28 @@ def _smollm2(res, search, sc, train) -> None:
     if best is None:
         res.notes.append("SmolLM2 calls skipped: the MTHS run has no valid metaheuristic")
         return
-    invalid = 0
-    for _ in range(sc.smollm2_calls):  # greedy decoding: the calls differ only through the log
-        src, rows, _ = port(best.metaheuristic, "tsp", client, train["tsp"][:1], Limits(sc.train_time, sc.train_steps), 1)
-        invalid += src is None or not all(r["feasible"] for r in rows)
-    res.add("smollm2", "hf:SmolLM2-135M-Instruct", "invalid_programs", invalid, calls=sc.smollm2_calls)
-    res.notes.append(f"SmolLM2-135M-Instruct, {sc.smollm2_calls} instantiation calls (greedy, 200 tokens): "
-                     f"{invalid} invalid programs; the run machinery counts them and goes on.")
+    tasks = [sc.tasks[k % len(sc.tasks)] for k in range(sc.smollm2_calls)]
+    no_program = failed = 0
+    log, gen_s = [], 0.0
+    for t in tasks:
+        t0 = time.perf_counter()
+        src, rows, llm = port(best.metaheuristic, t, client, train[t][:1], Limits(sc.train_time, sc.train_steps), 1)
+        gen_s += time.perf_counter() - t0
+        no_program += src is None
+        failed += src is not None and not all(r["feasible"] for r in rows)
+        log += llm.log
+    invalid = no_program + failed
+    atomic_write_text(out_dir / "smollm2_calls.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in log))
+    res.figures.append("smollm2_calls.jsonl")
+    res.add("smollm2", "hf:SmolLM2-135M-Instruct", "invalid_programs", invalid, calls=len(tasks),
+            no_program=no_program, failed_or_infeasible=failed, tokens=client.generated_tokens,
+            seconds=round(gen_s, 1), load_seconds=round(load_s, 1))
+    res.notes.append(
+        f"SmolLM2-135M-Instruct (CPU, 1 thread, greedy, <= {sc.smollm2_tokens} new tokens, stop at the closing "
+        f"fence): {len(tasks)} instantiation calls of M* ({', '.join(tasks)}), {invalid} invalid "
+        f"({no_program} without a usable program, {failed} failing or infeasible); "
+        f"{client.generated_tokens} tokens in {gen_s:.0f} s wall incl. evaluation (model load {load_s:.0f} s); "
+        "the run machinery counts them and goes on. Replies in smollm2_calls.jsonl.")
 
 
 def _write_csv(path: Path, gaps, classic, test, seeds) -> None:

@@ -157,9 +157,16 @@ class OpenAILLM:
 
 
 class HFLLM:
-    """A local causal LM folder (or ``smollm2``) with transformers; greedy decoding."""
+    """A local causal LM folder (or ``smollm2``) with transformers; greedy decoding.
 
-    def __init__(self, model: str, max_new_tokens: int = 384, device: str | None = None):
+    CPU speed (measured on the shared 2-core machine): with torch's default two intra-op threads
+    competing with other jobs, one 64-token SmolLM2-135M call took 155 s (0.4 token/s); with one
+    thread it is ~0.15-0.3 s per token, plus ~2-7 s to prefill the ~450-token prompt. So on CPU
+    ``threads`` defaults to 1, decoding runs under ``torch.inference_mode`` with the KV cache, and
+    generation stops as soon as the reply's code block is closed (``StopAtFence``)."""
+
+    def __init__(self, model: str, max_new_tokens: int = 384, device: str | None = None,
+                 threads: int | None = None):
         import torch
         import transformers
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -178,20 +185,36 @@ class HFLLM:
                                 "mths never downloads models")
         self.torch = torch
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        if self.device == "cpu":
+            torch.set_num_threads(threads or 1)
         dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
         self.tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
         self.model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype).to(self.device)
+        self.model.eval()
         self.name = f"hf:{Path(path).name}"
         self.max_new_tokens = max_new_tokens
+        self.generated_tokens = 0
 
     def complete(self, prompt: str) -> str:
+        from transformers import StoppingCriteria, StoppingCriteriaList
+
         msgs = [{"role": "user", "content": prompt}]
         enc = self.tok.apply_chat_template(msgs, add_generation_prompt=True, return_tensors="pt", return_dict=True)
         enc = {k: v.to(self.device) for k, v in enc.items()}
-        with self.torch.no_grad():
+        start, tok, torch = enc["input_ids"].shape[1], self.tok, self.torch
+
+        class StopAtFence(StoppingCriteria):  # the reply's ```python block is closed: stop
+            def __call__(self, ids, scores, **kw):
+                text = tok.decode(ids[0, start:], skip_special_tokens=True)
+                done = text.count("```") >= 2 or (text.startswith("ALGORITHM") and "END ALGORITHM" in text)
+                return torch.full((ids.shape[0],), done, dtype=torch.bool, device=ids.device)
+
+        with self.torch.inference_mode():
             out = self.model.generate(**enc, max_new_tokens=self.max_new_tokens, do_sample=False,
-                                      pad_token_id=self.tok.eos_token_id)
-        return self.tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+                                      use_cache=True, pad_token_id=self.tok.eos_token_id,
+                                      stopping_criteria=StoppingCriteriaList([StopAtFence()]))
+        self.generated_tokens += int(out.shape[1] - start)
+        return self.tok.decode(out[0, start:], skip_special_tokens=True)
 
 
 class ReplayLLM:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import baselines
+from . import baselines, lineage
 from .config import SearchConfig
 from .io import atomic_write
 from .llm import BudgetExhausted, LoggedLLM, build_prompt, parse_program
@@ -73,7 +73,8 @@ def port(mh: str, task: str, client, instances: list[Instance], limits: Limits, 
 
 
 def save_run(out: Path, search: Search, llm: LoggedLLM, ev: Evaluator, meta: dict) -> None:
-    """RUN/best/metaheuristic.md, RUN/best/<task>.py, calls.jsonl, lineage.jsonl, run.json."""
+    """RUN/best/metaheuristic.md, RUN/best/<task>.py, calls.jsonl, lineage.jsonl, lineage.json /
+    lineage.dot (the graph), run.json."""
     out = Path(out)
     best = search.best_individual()
     if best is not None and best.metaheuristic:
@@ -82,7 +83,12 @@ def save_run(out: Path, search: Search, llm: LoggedLLM, ev: Evaluator, meta: dic
         if src:
             atomic_write(out / "best" / f"{t}.py", src)
     atomic_write(out / "calls.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in llm.log))
-    atomic_write(out / "lineage.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in search.lineage()))
+    rows = search.lineage()
+    atomic_write(out / "lineage.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+    archive = {t: {"score": s, "individual": i} for t, (s, i) in search.archive.items()}
+    graph = lineage.build(rows, archive, None if best is None else best.id)
+    atomic_write(out / "lineage.json", json.dumps(graph, indent=1, sort_keys=True) + "\n")
+    atomic_write(out / "lineage.dot", lineage.to_dot(graph))
     summary = {**meta, "calls": llm.calls, "evaluations": ev.evaluations, "invalid": search.invalid,
                "archive": {t: {"score": s, "individual": i} for t, (s, i) in search.archive.items()},
                "transfer_elites": search.transfer_elites(),

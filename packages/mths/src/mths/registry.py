@@ -37,11 +37,12 @@ DESCRIPTOR = MethodDescriptor(
         "smoke": "TSP only, 8 grammar calls, 2 train / 2 held-out instances, 1 seed (seconds, no torch)",
         "quick": "TSP n=60, CVRP n=30, flow shop 20x5 train (4 each, 0.2 s) -> held-out TSP n=80, "
                  "CVRP n=40, flow shop 20x10 (8 each, 0.5 s); MTHS / no transfer / EoH at 60 grammar "
-                 "calls x 3 seeds, classic heuristics + OR-Tools GLS, BPP porting (no SmolLM2 calls: `mths run --llm hf --model smollm2` does them)",
+                 "calls x 3 seeds, classic heuristics + OR-Tools GLS, BPP porting, 3 real SmolLM2-135M "
+                 "calls (M* instantiated per task; invalid programs counted)",
         "full": "the GPU recipe: MTHS_MODEL (a local coder model folder, put on the CUDA device; or a "
                 "model name served by vLLM at MTHS_BASE_URL, key in MTHS_API_KEY) and the user's "
                 "instance folders MTHS_TSPLIB, MTHS_CVRPLIB, MTHS_TAILLARD; 1,500 calls, 10 s per "
                 "instance. Refuses at once when any is missing",
     },
-    quick_minutes=24.5,  # measured on the shared 2-core machine (load ~15); 5 CPU-minutes in all
+    quick_minutes=7.0,  # 17.9 min wall measured on the shared 2-core machine (load 9-12); 7.0 CPU-min in all (README)
 )

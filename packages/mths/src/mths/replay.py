@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections import Counter
 from pathlib import Path
 
 from icml26_shared import Results, UserError
@@ -63,19 +62,29 @@ def replay(run: Path, out: Path, staging) -> str:
 
 
 def report(run: Path) -> str:
+    from . import lineage as L
+
     meta = _read_json(run / "run.json")
-    lineage = [json.loads(x) for x in (run / "lineage.jsonl").read_text().splitlines() if x.strip()]
-    ops = Counter(r["lineage"].get("op", "?") for r in lineage)
+    rows = [json.loads(x) for x in (run / "lineage.jsonl").read_text().splitlines() if x.strip()]
+    g = _read_json(run / "lineage.json") if (run / "lineage.json").is_file() else L.build(
+        rows, meta["archive"], meta.get("best_individual"))
+    sm = L.summary(g)
     lines = [f"run {run}: {meta['method']} on {', '.join(meta['tasks'])} with llm={meta['llm']}, seed {meta['seed']}",
              f"calls {meta['calls']} / {meta['budget_calls']}, evaluations {meta['evaluations']}, "
-             f"invalid replies {meta['invalid']}, individuals {len(lineage)}",
-             "operators: " + ", ".join(f"{k} {v}" for k, v in sorted(ops.items())),
-             f"archive elites from transfer: {meta['transfer_elites']}"]
+             f"invalid replies {meta['invalid']}, individuals {sm['individuals']}, lineage edges {sm['edges']}",
+             "operators: " + ", ".join(f"{k} {v}" for k, v in sm["operators"].items()),
+             f"archive elites from transfer: {sm['elites_from_transfer']} of {len(sm['elites'])} "
+             f"(with a transfer into the same task among their ancestors: {sm['elites_with_transfer_ancestor']})",
+             "archive elites by operator: " + ", ".join(f"{k} {v}" for k, v in sm["elites_by_operator"].items())]
     for t, a in sorted(meta["archive"].items()):
         s = a["score"]
+        e = sm["elites"].get(t, {})
         lines.append(f"  {t}: best train gap {(-s if s is not None and math.isfinite(s) else float('nan')):.4%} "
-                     f"(individual {a['individual']}, {lineage[a['individual']]['lineage'].get('op')})")
+                     f"(individual {a['individual']}, {e.get('op')}" + (f" from {e['donor']}" if e.get("donor") else "")
+                     + ")")
     best = run / "best" / "metaheuristic.md"
     if best.is_file():
         lines.append("best metaheuristic: " + best.read_text().splitlines()[0])
+    if (run / "lineage.dot").is_file():
+        lines.append(f"lineage graph: {run / 'lineage.json'} (node-link), {run / 'lineage.dot'} (Graphviz)")
     return "\n".join(lines)

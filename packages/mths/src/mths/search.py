@@ -179,7 +179,7 @@ class Search:
             self.llm.budget = used  # this task's search stops at its share
             pool: list[Individual] = []
             try:
-                while len(pool) < self.cfg.pop:
+                while len(pool) < self.cfg.eoh_pop:
                     src = self._ask_program("eoh_init", t)
                     self._add(None, {t: src}, {"op": "eoh_init", "task": t}, pool)
                 step = 0
@@ -194,7 +194,7 @@ class Search:
                     src = self._ask_program(op, t, programs=tuple(p.programs[t] or "" for p in ps),
                                             scores=", ".join(f"{p.scores[t]:.4f}" for p in ps))
                     self._add(None, {t: src}, {"op": op, "parents": [p.id for p in ps], "task": t}, pool)
-                    pool[:] = self._select(pool, self.cfg.pop)
+                    pool[:] = self._select(pool, self.cfg.eoh_pop)
             except BudgetExhausted:
                 pass
             self.population += pool
