@@ -28,11 +28,12 @@ def test_gen_data_then_train(data, tmp_path, capsys):
     run = tmp_path / "run"
     assert main(["train", "--data", str(data), "--size", "16", "--slots", "3", "--latent-dim", "6",
                  "--steps", "2", "--batch-size", "2", "--out", str(run)]) == 0
-    assert {p.name for p in run.iterdir()} == {"model.pt", "config.json", "metrics.json"}
+    assert {p.name for p in run.iterdir()} == {"model.safetensors", "checkpoint.safetensors", "config.json",
+                                                "metrics.json"}
     assert "PSNR" in capsys.readouterr().out
     assert main(["train", "--data", str(data), "--size", "16", "--slots", "3", "--latent-dim", "6",
-                 "--steps", "2", "--out", str(run)]) == 2
-    _one_line(capsys, "already exists")
+                 "--steps", "2", "--out", str(run)]) == 2      # batch size 16, not 2: another config
+    _one_line(capsys, "another config")
 
 
 def test_png_folder_and_npy_read_back_the_same(tmp_path):
@@ -77,7 +78,9 @@ def test_bad_inputs_exit_2_and_write_nothing(tmp_path, data, capsys):
     _one_line(capsys, "--beta")
     assert _train(data, tmp_path / "r6", "--model", "genie") == 2
     _one_line(capsys, "--model")
-    assert not any((tmp_path / f"r{i}").exists() for i in range(1, 7))
+    assert _train(data, tmp_path / "r7", "--lr", "0") == 2
+    _one_line(capsys, "--lr")
+    assert not any((tmp_path / f"r{i}").exists() for i in range(1, 8))
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 

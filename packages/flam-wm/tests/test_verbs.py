@@ -62,9 +62,9 @@ def test_verb_errors_are_one_line(trained, tmp_path, capsys):
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "config.json").write_text((run / "config.json").read_text())
-    (broken / "model.pt").write_bytes(b"garbage")
+    (broken / "model.safetensors").write_bytes(b"garbage")
     assert main(["eval", str(broken), "--data", str(data)]) == 2
-    _one_line(capsys, "model.pt")
+    _one_line(capsys, "model.safetensors")
     (broken / "config.json").write_text("{not json")
     assert main(["probe", str(broken), "--data", str(data)]) == 2
     _one_line(capsys, "config.json")

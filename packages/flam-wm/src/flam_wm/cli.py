@@ -1,4 +1,4 @@
-"""The flam-wm command line: gen-data, train, eval, probe, render, reproduce. Heavy imports live inside the commands."""
+"""The flam-wm command line: gen-data, train, eval, probe, bc, render, reproduce. Heavy imports live inside the commands."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from icml26_shared import UserError, cli_entry
 from icml26_shared.cli import ArgumentParser as _Parser
 from icml26_shared.cli import (
     add_reproduce_arguments,
+    float_in,
     nonneg_float,
     positive_int,
     reproduce_from_args,
@@ -37,37 +38,109 @@ def _cmd_gen(args: argparse.Namespace) -> int:
     return 0
 
 
+def _accelerator():
+    """An accelerate ``Accelerator`` when launched on several processes (``accelerate launch``), else None."""
+    import os
+
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return None
+    import torch
+    from accelerate import Accelerator, DistributedDataParallelKwargs
+
+    return Accelerator(cpu=not torch.cuda.is_available(),
+                       kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)])
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
-    if args.out.exists():
-        raise UserError(f"{args.out} already exists (choose a new --out)")
+    """Train into RUN: a new RUN is created with its config; a RUN of the same config resumes
+    from its last checkpoint and ends at --steps; a RUN of another config is refused."""
     from .config import ModelConfig, TrainConfig
-    from .io import read_dataset, write_run
+    from .io import finish_run, open_run, read_dataset
 
     try:
         slots = args.slots if args.model == "flam" else 1
         mcfg = ModelConfig(model=args.model, slots=slots, latent_dim=args.latent_dim, beta=args.beta,
                            size=args.size, temporal=not args.no_temporal)
-        tcfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, seed=args.seed)
+        tcfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, seed=args.seed, lr=args.lr)
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    video, acts = read_dataset(args.data, args.size)
-    import io as _io
-
-    import torch
-
-    from .train import rollout_psnr, train
-
-    model = train(mcfg, tcfg, video)
-    metrics = rollout_psnr(model, video, horizon=min(10, video.shape[1] - 1))
-    buf = _io.BytesIO()
-    torch.save(model.state_dict(), buf)
+    video, _ = read_dataset(args.data, args.size)
+    acc = _accelerator()
+    if acc is not None and tcfg.batch_size % acc.num_processes:
+        raise UserError(f"--batch-size {tcfg.batch_size} is not divisible by the {acc.num_processes} processes")
     config = {"model": mcfg.to_dict(), "train": {"steps": tcfg.steps, "batch_size": tcfg.batch_size,
-                                                 "seed": tcfg.seed, "lr": tcfg.lr}}
-    write_run(args.out, {"model.pt": buf.getvalue(), "config.json": json.dumps(config, indent=2).encode(),
-                         "metrics.json": json.dumps(metrics, indent=2).encode()})
+                                                 "window": tcfg.window, "seed": tcfg.seed, "lr": tcfg.lr},
+              "data": str(Path(args.data).resolve()), "clips": int(video.shape[0])}
+    main = acc is None or acc.is_main_process
+    resumed = open_run(args.out, config) if main else True
+    if acc is not None:
+        acc.wait_for_everyone()
+    if resumed and main:
+        from icml26_shared.io import atomic_write_text
+
+        atomic_write_text(args.out / "config.json", json.dumps(config, indent=2) + "\n")  # --steps may change
+    from .train import CHECKPOINT, Interrupted, rollout_metrics, train
+
+    if resumed and main and (args.out / CHECKPOINT).is_file():
+        print(f"resuming {args.out} from its checkpoint", file=sys.stderr)
+    try:
+        model = train(mcfg, tcfg, video, run_dir=args.out, every=args.checkpoint_every, accelerator=acc)
+    except Interrupted as exc:
+        print(f"flam-wm: interrupted at step {exc.step} of {tcfg.steps}; checkpoint written to {args.out} "
+              "(run the same command to resume)", file=sys.stderr)
+        return 128 + exc.signum
+    if not main:
+        return 0
+    metrics = rollout_metrics(model, video, horizon=min(10, video.shape[1] - 1))
+    metrics["steps"] = tcfg.steps
+    finish_run(args.out, model, config, metrics)
     h = metrics["horizon"]
     print(f"trained {args.model} for {args.steps} steps -> {args.out}; PSNR 1-step {metrics['psnr_1']:.2f} dB, "
           f"{h}-step {metrics[f'psnr_{h}']:.2f} dB (copy frame 0: {metrics[f'copy_{h}']:.2f} dB, training clips)")
+    return 0
+
+
+def _cmd_bc(args: argparse.Namespace) -> int:
+    """Pseudo-label BC on --controlled SpriteWorld data: a latent -> action decoder fit on --labels
+    of the first 70% of clips' transitions (C chosen on the next 15%), pseudo-labels, behaviour
+    cloning; reach-target success beside BC on the true actions and a random policy."""
+    from .io import load_run, read_dataset
+
+    meta_path = Path(args.data) / "meta.json"
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError):
+        meta = {}
+    if not (meta.get("generator") == "sprites" and meta.get("controlled")):
+        raise UserError(f"{args.data}: bc needs data written by 'flam-wm gen-data sprites --controlled' "
+                        "(its meta.json says so)")
+    model, _ = load_run(args.run)
+    video, acts = read_dataset(args.data, model.cfg.size)
+    if acts is None or video.shape[0] < 4:
+        raise UserError(f"{args.data}: bc needs true actions and at least 4 clips (train / dev / test)")
+    import warnings
+
+    from .bc import pseudo_label_bc, random_policy_success, true_action_bc
+    from .experiments import _split
+    from .train import latents
+
+    sl = dict(zip(("train", "dev", "test"), _split(video.shape[0]), strict=True))
+    size, ents = model.cfg.size, acts.shape[-1]
+    lat = {k: latents(model, video[s]) for k, s in sl.items()}
+    act = {k: acts[s][..., 0].reshape(-1) for k, s in sl.items()}
+    frames = {k: video[s][:, :-1].reshape(-1, size, size, 3) for k, s in sl.items()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = pseudo_label_bc(lat, act, frames, args.labels, ents, size, seed=args.seed, bc_steps=args.bc_steps)
+    out.update({"run": str(args.run), "data": str(args.data), "labels": args.labels,
+                "true_action_success": true_action_bc(act, frames, ents, size, seed=args.seed, bc_steps=args.bc_steps),
+                "random_success": random_policy_success(ents, size, seed=args.seed)})
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        print(f"pseudo-label BC ({out['labelled']} labelled transitions, decoder C {out['decoder_c']} from dev, "
+              f"pseudo-label accuracy {out['pseudo_test_acc']:.3f} on test clips): reach-target success "
+              f"{out['success']:.3f}; true-action BC {out['true_action_success']:.3f}; random {out['random_success']:.3f}")
     return 0
 
 
@@ -192,19 +265,30 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--out", type=Path, required=True, help="new folder to write")
     g.set_defaults(fn=_cmd_gen)
-    t = sub.add_parser("train", help="train FLAM or the monolithic LAM on a clip folder")
+    t = sub.add_parser("train", help="train FLAM or a monolithic LAM on a clip folder (resumes its own RUN)")
     t.add_argument("--data", type=Path, required=True)
-    t.add_argument("--model", choices=["flam", "lam"], default="flam")
+    t.add_argument("--model", choices=["flam", "lam", "lam-vq"], default="flam")
     t.add_argument("--slots", type=positive_int, default=5, help="K (flam only)")
     t.add_argument("--latent-dim", type=positive_int, default=10, help="d; each slot gets d/K")
     t.add_argument("--beta", type=nonneg_float, default=0.01)
     t.add_argument("--size", type=positive_int, default=32)
     t.add_argument("--steps", type=positive_int, default=400)
     t.add_argument("--batch-size", type=positive_int, default=16)
+    t.add_argument("--lr", type=float_in(0, 1, low_open=True, high_open=True), default=2e-3)
     t.add_argument("--no-temporal", action="store_true", help="ablation: no causal temporal attention")
+    t.add_argument("--checkpoint-every", type=positive_int, default=200, help="steps between checkpoints")
     t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--out", type=Path, required=True, help="new RUN folder")
+    t.add_argument("--out", type=Path, required=True, help="RUN folder: new, or one of the same config to resume")
     t.set_defaults(fn=_cmd_train)
+    b = sub.add_parser("bc", help="pseudo-label behaviour cloning on --controlled SpriteWorld data")
+    b.add_argument("run", type=Path)
+    b.add_argument("--data", type=Path, required=True)
+    b.add_argument("--labels", type=float_in(0, 1, low_open=True), default=0.01,
+                   help="fraction of training transitions labelled")
+    b.add_argument("--bc-steps", type=positive_int, default=400, help="optimiser steps of each cloned policy")
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--json", action="store_true")
+    b.set_defaults(fn=_cmd_bc)
     e = sub.add_parser("eval", help="PSNR of a RUN's rollouts on a clip folder, beside copying frame 0")
     e.add_argument("run", type=Path)
     e.add_argument("--data", type=Path, required=True)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-MODELS = ("flam", "lam")
+MODELS = ("flam", "lam", "lam-vq")
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    model: str = "flam"          # "flam" (factored, the paper's method) or "lam" (monolithic) [P §baselines]
+    model: str = "flam"          # "flam" (factored, the paper's method), "lam" / "lam-vq" (monolithic) [P §baselines]
     slots: int = 5               # K slots; the paper uses K = 8-16 at 64x64, we use K = E + 1 [R]
     latent_dim: int = 10         # d: total latent-action size, d/K per slot [P]; value [R]
     beta: float = 0.01           # weight of the KL term in L = ||z' - z'_hat||^2 + beta * sum_k KL [P]; value [R]
@@ -18,12 +18,13 @@ class ModelConfig:
     width: int = 48              # slot / feature width D [R]
     iters: int = 3               # Slot Attention iterations [R] (3 as in Locatello et al.)
     temporal: bool = True        # slots carried over time + causal temporal attention [P]; False = ablation
-    recon: float = 1.0           # auxiliary slot-reconstruction weight ||z_t - Agg(s_t)||^2 [R]
+    recon: float = 1.0           # auxiliary slot-reconstruction weight ||z_0 - Agg(s_0)||^2, first frame [R]
+    codes: int = 8               # lam-vq codebook size (Genie's latent actions are a small codebook [P]; 8 [R])
 
     def __post_init__(self) -> None:
         if self.model not in MODELS:
             raise ValueError(f"unknown model {self.model!r} (choose from {', '.join(MODELS)})")
-        for name in ("slots", "latent_dim", "size", "patch", "width", "iters"):
+        for name in ("slots", "latent_dim", "size", "patch", "width", "iters", "codes"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")

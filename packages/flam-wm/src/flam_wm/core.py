@@ -126,7 +126,10 @@ class Aggregator(nn.Module):
         self.net = mlp(width, 2 * width, token_dim + 1)
 
     def forward(self, s: torch.Tensor) -> torch.Tensor:
-        out = self.net(s.unsqueeze(-2) + self.pos)  # [..., K, N, token_dim + 1]
+        first, act, last = self.net
+        # net(s_k + pos_n) with the first (linear) layer split: W s_k + b and W pos_n computed once each
+        h = first(s).unsqueeze(-2) + torch.nn.functional.linear(self.pos, first.weight)
+        out = last(act(h))  # [..., K, N, token_dim + 1]
         x, m = out[..., :-1], out[..., -1:]
         return (torch.softmax(m, dim=-3) * x).sum(-3)
 
@@ -144,9 +147,20 @@ class MonolithicEncoder(nn.Module):
         return self.proj(h.flatten(-2)).unsqueeze(-2)  # [B, T, 1, D]
 
 
+def quantize(e: torch.Tensor, codebook: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Nearest-code vector quantisation (VQ-VAE, as in Genie's latent action model) [P baseline]:
+    ``(straight-through codes, codebook + 0.25 * commitment loss, code index)``."""
+    dist = (e.unsqueeze(-2) - codebook).pow(2).sum(-1)        # [..., codes]
+    idx = dist.argmin(-1)
+    q = codebook[idx]
+    loss = (q - e.detach()).pow(2).sum(-1).mean() + 0.25 * (e - q.detach()).pow(2).sum(-1).mean()
+    return e + (q - e).detach(), loss, idx
+
+
 class WorldModel(nn.Module):
-    """FLAM (``model="flam"``) or the monolithic continuous LAM (``model="lam"``, AdaWorld-style):
-    one interface, one loss, one training loop. Shapes: slots [B, T, K, D], latents [B, T-1, K, d/K]."""
+    """FLAM (``model="flam"``), the monolithic continuous LAM (``model="lam"``, AdaWorld-style) or
+    the monolithic VQ LAM (``model="lam-vq"``, Genie-style): one interface, one loss, one training
+    loop. Shapes: slots [B, T, K, D], latents [B, T-1, K, d/K]."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -159,26 +173,45 @@ class WorldModel(nn.Module):
         self.idm = SharedIDM(cfg.width, cfg.slot_latent)
         self.fdm = SharedFDM(cfg.width, cfg.slot_latent)
         self.agg = Aggregator(cfg.width, token_dim, n_tokens)
+        if cfg.model == "lam-vq":
+            self.codebook = nn.Parameter(torch.randn(cfg.codes, cfg.slot_latent))
 
     def slots(self, z: torch.Tensor) -> torch.Tensor:
         return self.factorizer(z)
 
     def infer(self, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-slot Gaussian posteriors of the latent actions between consecutive frames."""
-        return self.idm(s[:, :-1], s[:, 1:])
+        """Per-slot Gaussian posteriors ``(mu, logvar)`` of the latent actions between consecutive
+        frames; for ``lam-vq`` the chosen code vectors and zeros."""
+        mu, logvar = self.idm(s[:, :-1], s[:, 1:])
+        if self.cfg.model == "lam-vq":
+            return quantize(mu, self.codebook)[0], torch.zeros_like(mu)
+        return mu, logvar
 
-    def loss(self, z: torch.Tensor, gen: torch.Generator | None = None) -> tuple[torch.Tensor, dict]:
-        """L = ||z_{t+1} - z_hat_{t+1}||^2 + beta * sum_k KL(q(a^k) || N(0, I)) [P], + recon [R]."""
+    def loss(self, z: torch.Tensor, gen: torch.Generator | None = None,
+             eps: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
+        """L = ||z_{t+1} - z_hat_{t+1}||^2 + beta * sum_k KL(q(a^k) || N(0, I)) [P], + recon [R]
+        (the slots of the window's first frame decoded back by the aggregator).
+        ``lam-vq`` replaces the KL by the VQ codebook + commitment loss [P: Genie]. ``eps`` (the
+        reparameterisation noise, shape of the latents) is drawn from ``gen`` unless given."""
         s = self.slots(z)
-        mu, logvar = self.infer(s)
-        eps = torch.randn(mu.shape, generator=gen, device=mu.device)
-        a = mu + eps * (0.5 * logvar).exp()
+        mu, logvar = self.idm(s[:, :-1], s[:, 1:])
+        kl = gaussian_kl(mu, logvar).sum(-1).mean()
+        if self.cfg.model == "lam-vq":
+            a, reg, _ = quantize(mu, self.codebook)
+        else:
+            if eps is None:
+                eps = torch.randn(mu.shape, generator=gen, device=mu.device)
+            a = mu + eps * (0.5 * logvar).exp()
+            reg = self.cfg.beta * kl
         z_hat = self.agg(self.fdm(s[:, :-1], a))
         pred = (z[:, 1:] - z_hat).pow(2).sum(-1).mean()
-        kl = gaussian_kl(mu, logvar).sum(-1).mean()
-        recon = (z - self.agg(s)).pow(2).sum(-1).mean()
-        total = pred + self.cfg.beta * kl + self.cfg.recon * recon
-        return total, {"pred": pred.item(), "kl": kl.item(), "recon": recon.item()}
+        recon = (z[:, :1] - self.agg(s[:, :1])).pow(2).sum(-1).mean()  # frame 0, where rollouts start [R]
+        total = pred + reg + self.cfg.recon * recon
+        return total, {"pred": pred.item(), "kl": kl.item(), "reg": reg.item(), "recon": recon.item()}
+
+    def forward(self, z: torch.Tensor, eps: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
+        """The training loss (what DDP / accelerate call): ``loss(z, eps=eps)``."""
+        return self.loss(z, eps=eps)
 
     @torch.no_grad()
     def rollout(self, z: torch.Tensor, latents: torch.Tensor | None = None) -> torch.Tensor:
@@ -213,4 +246,4 @@ def chance(y) -> float:
 
 
 __all__ = ["gaussian_kl", "tokenize", "detokenize", "SlotFactorizer", "SharedIDM", "SharedFDM",
-           "Aggregator", "WorldModel", "psnr", "n_params", "chance"]
+           "Aggregator", "quantize", "WorldModel", "psnr", "n_params", "chance"]

@@ -1,6 +1,8 @@
-"""Users' video: a folder of clips, each a folder of PNG / JPEG frames, a GIF or a ``.npy``
-``[T, H, W, 3]`` uint8, resized to ``size``; optional true actions ``[T-1, E]`` (``actions.npy`` in a clip folder or
-``<clip>.actions.npy`` beside a clip file), for evaluation only. Writes are atomic."""
+"""Users' video: a folder of clips, each a folder of PNG / JPEG frames, a GIF, an MP4 / WebM (through
+PyAV, the ``video`` extra) or a ``.npy`` ``[T, H, W, 3]`` uint8, resized to ``size``; optional true
+actions ``[T-1, E]`` (``actions.npy`` in a clip folder or ``<clip>.actions.npy`` beside a clip file),
+for evaluation only. RUN folders: ``config.json`` first, then safetensors checkpoints and weights.
+Writes are atomic."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ import numpy as np
 from icml26_shared import UserError
 
 FRAME_EXT = (".png", ".jpg", ".jpeg")
+VIDEO_EXT = (".mp4", ".webm", ".mkv", ".mov", ".avi")
+CLIP_EXT = (".npy", ".gif", *VIDEO_EXT)
 
 
 def _resize(frames: np.ndarray, size: int | None, name: str) -> np.ndarray:
@@ -62,9 +66,23 @@ def _read_gif(path: Path) -> np.ndarray:
         raise UserError(f"cannot read GIF {path}") from None
 
 
+def _read_video(path: Path) -> np.ndarray:
+    try:
+        import av
+    except ImportError:
+        raise UserError(f"{path}: reading MP4 / WebM needs PyAV (pip install 'flam-wm[video]')") from None
+    try:
+        with av.open(str(path)) as container:
+            frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+    except (av.error.FFmpegError, ValueError, IndexError, OSError):
+        raise UserError(f"cannot read video {path}") from None
+    return np.stack(frames) if frames else np.zeros((0, 1, 1, 3), np.uint8)
+
+
 def read_clip(path: Path, size: int | None) -> tuple[np.ndarray, np.ndarray | None]:
     """One clip -> (frames [T, size, size, 3] uint8 — the clip's own size when ``size`` is None —,
-    actions [T-1, E] or None). A clip is a folder of PNG / JPEG frames, a ``.npy`` or a ``.gif``."""
+    actions [T-1, E] or None). A clip is a folder of PNG / JPEG frames, a ``.npy``, a ``.gif`` or a
+    video file (``.mp4`` / ``.webm`` / ``.mkv`` / ``.mov`` / ``.avi``, needs PyAV)."""
     path = Path(path)
     if path.is_dir():
         frames, act_path = _read_frames(path), path / "actions.npy"
@@ -72,8 +90,10 @@ def read_clip(path: Path, size: int | None) -> tuple[np.ndarray, np.ndarray | No
         frames, act_path = _load_npy(path), path.with_name(path.stem + ".actions.npy")
     elif path.suffix.lower() == ".gif" and path.is_file():
         frames, act_path = _read_gif(path), path.with_name(path.stem + ".actions.npy")
+    elif path.suffix.lower() in VIDEO_EXT and path.is_file():
+        frames, act_path = _read_video(path), path.with_name(path.stem + ".actions.npy")
     else:
-        raise UserError(f"{path}: not a clip (a folder of PNG/JPEG frames, a .npy array or a .gif)")
+        raise UserError(f"{path}: not a clip (a folder of PNG/JPEG frames, a .npy array, a .gif, .mp4 or .webm)")
     frames = _resize(frames, size, str(path))
     actions = None
     if act_path.is_file():
@@ -92,10 +112,9 @@ def read_dataset(folder: Path, size: int) -> tuple[np.ndarray, np.ndarray | None
     if not isinstance(size, int) or size < 4:
         raise UserError(f"--size must be an integer >= 4, got {size!r}")
     entries = sorted(p for p in folder.iterdir()
-                     if (p.is_dir() or p.suffix.lower() == ".gif"
-                         or (p.suffix == ".npy" and not p.name.endswith(".actions.npy"))))
+                     if (p.is_dir() or (p.suffix.lower() in CLIP_EXT and not p.name.endswith(".actions.npy"))))
     if not entries:
-        raise UserError(f"{folder} holds no clips (folders of frames, .npy or .gif files)")
+        raise UserError(f"{folder} holds no clips (folders of frames, .npy, .gif, .mp4 or .webm files)")
     clips = [read_clip(p, size) for p in entries]
     t = min(c[0].shape[0] for c in clips)
     video = np.stack([c[0][:t] for c in clips])
@@ -126,37 +145,63 @@ def write_dataset(video: np.ndarray, actions: np.ndarray | None, out: Path, meta
     return out
 
 
-def write_run(out: Path, files: dict[str, bytes]) -> Path:
-    """Write a RUN folder (checkpoint, config, metrics) atomically; refuses an existing ``out``."""
+def open_run(out: Path, config: dict) -> bool:
+    """Create the RUN folder ``out`` holding ``config.json`` (atomically: a temporary sibling renamed
+    into place), or accept an existing one written with the same config (every field but the
+    number of steps) so training resumes there. Returns True when resuming; a RUN of another
+    config (or a folder that is not a RUN) -> ``UserError``, nothing touched."""
     out = Path(out)
     if out.exists():
-        raise UserError(f"{out} already exists (choose a new --out)")
+        cfg_path = out / "config.json"
+        try:
+            old = json.loads(cfg_path.read_text())
+        except (OSError, ValueError):
+            raise UserError(f"{out} exists and is not a RUN folder (choose a new --out)") from None
+        for part in sorted(set(old) | set(config)):
+            a, b = old.get(part, {}), config.get(part, {})
+            if isinstance(a, dict) and isinstance(b, dict):
+                diff = [k for k in sorted(set(a) | set(b)) if k != "steps" and a.get(k) != b.get(k)]
+                if diff:
+                    k = diff[0]
+                    raise UserError(f"{out} is a RUN of another config ({part}.{k} = {a.get(k)!r}, asked "
+                                    f"{b.get(k)!r}); choose a new --out")
+            elif a != b:
+                raise UserError(f"{out} is a RUN of another config ({part} = {a!r}, asked {b!r}); choose a new --out")
+        return True
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        for name, data in files.items():
-            (tmp / name).write_bytes(data)
+        (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         os.replace(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return out
+    return False
+
+
+def finish_run(out: Path, model, config: dict, metrics: dict) -> None:
+    """Write the final weights (``model.safetensors``) and ``metrics.json`` into a RUN, atomically."""
+    from safetensors.torch import save
+
+    from icml26_shared.io import atomic_write_bytes, atomic_write_text
+
+    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    atomic_write_bytes(Path(out) / "model.safetensors", save(state, metadata={"config": json.dumps(config)}))
+    atomic_write_text(Path(out) / "metrics.json", json.dumps(metrics, indent=2) + "\n")
 
 
 def load_run(run: Path):
     """Read a RUN folder written by ``flam-wm train``: ``(WorldModel in eval mode, config dict)``.
-    A missing folder, a missing or corrupt ``config.json`` / ``model.pt`` -> ``UserError``."""
-    import torch
-
+    A missing folder, a missing or corrupt ``config.json`` / ``model.safetensors`` -> ``UserError``."""
     from .config import ModelConfig
     from .core import WorldModel
 
     run = Path(run)
     if not run.is_dir():
         raise UserError(f"{run} is not a RUN folder (write one with flam-wm train)")
-    for name in ("config.json", "model.pt"):
+    for name in ("config.json", "model.safetensors"):
         if not (run / name).is_file():
-            raise UserError(f"{run}: missing {name} (not a RUN folder written by flam-wm train)")
+            raise UserError(f"{run}: missing {name} (not a finished RUN written by flam-wm train)")
     try:
         config = json.loads((run / "config.json").read_text())
         mcfg = ModelConfig(**config["model"])
@@ -164,10 +209,11 @@ def load_run(run: Path):
         raise UserError(f"{run / 'config.json'}: corrupt RUN config ({exc})") from None
     model = WorldModel(mcfg)
     try:
-        state = torch.load(run / "model.pt", map_location="cpu", weights_only=True)
-        model.load_state_dict(state)
-    except Exception as exc:  # torch raises many types for a truncated / foreign checkpoint
-        raise UserError(f"{run / 'model.pt'}: cannot load the checkpoint ({type(exc).__name__})") from None
+        from safetensors.torch import load_file
+
+        model.load_state_dict(load_file(str(run / "model.safetensors")))
+    except Exception as exc:  # safetensors / torch raise many types for a truncated / foreign file
+        raise UserError(f"{run / 'model.safetensors'}: cannot load the weights ({type(exc).__name__})") from None
     model.eval()
     return model, config
 
@@ -175,26 +221,22 @@ def load_run(run: Path):
 def write_frames(frames: np.ndarray, out: Path, fps: int = 4) -> Path:
     """Write ``[T, H, W, 3]`` uint8 frames as a GIF (one frame per step, palette-quantised by
     Pillow) or, for a ``.npy`` path, exactly; atomically, refusing an existing ``out``."""
+    import io as _io
+
+    from icml26_shared.io import atomic_write_bytes
+
     out = Path(out)
     if out.exists():
         raise UserError(f"{out} already exists (choose a new --out)")
     if out.suffix.lower() not in (".gif", ".npy"):
         raise UserError(f"--out must end in .gif or .npy, got {out.name!r}")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=out.suffix, dir=out.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        if out.suffix.lower() == ".npy":
-            np.save(tmp, frames)
-        else:
-            from PIL import Image
+    buf = _io.BytesIO()
+    if out.suffix.lower() == ".npy":
+        np.save(buf, frames)
+    else:
+        from PIL import Image
 
-            ims = [Image.fromarray(f) for f in frames]
-            ims[0].save(tmp, save_all=True, append_images=ims[1:], duration=int(1000 / fps), loop=0,
-                        optimize=False, disposal=1)
-        os.replace(tmp, out)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return out
+        ims = [Image.fromarray(f) for f in frames]
+        ims[0].save(buf, format="GIF", save_all=True, append_images=ims[1:], duration=int(1000 / fps), loop=0,
+                    optimize=False, disposal=1)
+    return atomic_write_bytes(out, buf.getvalue())

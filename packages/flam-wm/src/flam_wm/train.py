@@ -1,117 +1,160 @@
-"""One training loop for every model (Adam on the FLAM loss), and the evaluations: PSNR of
-autoregressive rollouts beside copying the previous frame, and factor-entity correspondence."""
+"""One training loop for every model (Adam on the FLAM loss), with atomic safetensors checkpoints
+(every ``every`` steps and on SIGTERM / Ctrl-C; the same call resumes and ends at ``steps``) and
+several processes through accelerate (each process takes its slice of the same global batch)."""
 
 from __future__ import annotations
 
+import json
+import signal
+import threading
+from pathlib import Path
+
 import numpy as np
 import torch
-from scipy.optimize import linear_sum_assignment
 
 from .config import ModelConfig, TrainConfig
-from .core import WorldModel, chance, detokenize, psnr, tokenize
+from .core import WorldModel, tokenize
+from .evaluate import (  # noqa: F401  (re-exported: the evaluations used to live here)
+    chance_per_entity,
+    correspondence,
+    latents,
+    probe_matrix,
+    render_rollout,
+    rollout_metrics,
+    rollout_psnr,
+)
+
+CHECKPOINT = "checkpoint.safetensors"
 
 
-def train(model_cfg: ModelConfig, train_cfg: TrainConfig, video: np.ndarray,
-          model: WorldModel | None = None, start: int = 0, on_step=None, device: str = "cpu") -> WorldModel:
-    """Train on random ``window``-frame crops of ``video [N, T, H, W, 3]`` uint8 for ``steps``."""
+class Interrupted(Exception):
+    """Training stopped by SIGTERM / SIGINT after writing a checkpoint at ``step``."""
+
+    def __init__(self, step: int, signum: int):
+        super().__init__(f"interrupted at step {step}")
+        self.step, self.signum = step, signum
+
+
+def save_checkpoint(path: Path, model: WorldModel, opt: torch.optim.Optimizer, step: int,
+                    rng: np.random.Generator, gen: torch.Generator) -> Path:
+    """One safetensors file (weights, Adam moments, the noise generator's state; the step and the
+    batch sampler's state in its metadata), written atomically."""
+    from safetensors.torch import save
+
+    from icml26_shared.io import atomic_write_bytes
+
+    tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    for i, st in opt.state_dict()["state"].items():
+        for k, v in st.items():
+            tensors[f"opt.{i}.{k}"] = torch.as_tensor(v).detach().cpu().contiguous()
+    tensors["gen_state"] = gen.get_state()
+    meta = {"step": str(step), "rng": json.dumps(rng.bit_generator.state)}
+    return atomic_write_bytes(path, save(tensors, metadata=meta))
+
+
+def load_checkpoint(path: Path, model: WorldModel, opt: torch.optim.Optimizer,
+                    rng: np.random.Generator, gen: torch.Generator) -> int:
+    """Restore what ``save_checkpoint`` wrote into ``model`` / ``opt`` / ``rng`` / ``gen``; the step."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        meta = f.metadata()
+        tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open has no iterator)
+    model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
+    state = opt.state_dict()
+    per: dict[int, dict] = {}
+    for k, v in tensors.items():
+        if k.startswith("opt."):
+            _, i, name = k.split(".", 2)
+            per.setdefault(int(i), {})[name] = v
+    state["state"] = per
+    opt.load_state_dict(state)
+    rng.bit_generator.state = json.loads(meta["rng"])
+    gen.set_state(tensors["gen_state"])
+    return int(meta["step"])
+
+
+class _StopFlag:
+    """SIGTERM / SIGINT set a flag (the step in flight finishes, then a checkpoint is written)."""
+
+    def __init__(self):
+        self.signum, self._old = 0, {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for s in (signal.SIGTERM, signal.SIGINT):
+                self._old[s] = signal.signal(s, self._set)
+        return self
+
+    def _set(self, signum, frame):
+        self.signum = signum
+
+    def __exit__(self, *exc):
+        for s, h in self._old.items():
+            signal.signal(s, h)
+
+
+def train(model_cfg: ModelConfig, train_cfg: TrainConfig, video: np.ndarray, *,
+          run_dir: Path | None = None, every: int = 200, on_step=None, device: str = "cpu",
+          accelerator=None) -> WorldModel:
+    """Train on random ``window``-frame crops of ``video [N, T, H, W, 3]`` uint8 until ``steps``.
+
+    With ``run_dir``, a checkpoint is written there every ``every`` steps, at the end, and on
+    SIGTERM / SIGINT (then ``Interrupted`` is raised); a checkpoint found there is resumed. With an
+    ``accelerate.Accelerator`` of P processes, every process draws the same global batch and noise
+    and trains on its 1/P slice (gradients averaged by DDP), so P processes take the same step as one.
+    """
     torch.manual_seed(train_cfg.seed)
-    model = (model or WorldModel(model_cfg)).to(device)
+    model = WorldModel(model_cfg)
     opt = torch.optim.Adam(model.parameters(), lr=train_cfg.lr)
-    gen = torch.Generator(device=device).manual_seed(train_cfg.seed + 1)
+    gen = torch.Generator().manual_seed(train_cfg.seed + 1)
     rng = np.random.default_rng(train_cfg.seed)
+    ckpt = None if run_dir is None else Path(run_dir) / CHECKPOINT
+    start = load_checkpoint(ckpt, model, opt, rng, gen) if ckpt is not None and ckpt.is_file() else 0
+    procs, rank, main = 1, 0, True
+    net = model
+    if accelerator is not None:
+        procs, rank, main = accelerator.num_processes, accelerator.process_index, accelerator.is_main_process
+        net, opt = accelerator.prepare(model, opt)
+        device = str(accelerator.device)
+    else:
+        model.to(device)
+    b = train_cfg.batch_size
+    if b % procs:
+        raise ValueError(f"batch size {b} is not divisible by the {procs} processes")
+    lo, hi = rank * b // procs, (rank + 1) * b // procs
     z_all = tokenize(torch.from_numpy(video), model_cfg.patch).to(device)
     n, t = z_all.shape[:2]
     w = min(train_cfg.window, t)
+    lat_shape = (b, w - 1, model_cfg.slots, model_cfg.slot_latent)
     model.train()
-    for step in range(start, train_cfg.steps):
-        idx = rng.integers(0, n, train_cfg.batch_size)
-        off = rng.integers(0, t - w + 1)
-        loss, info = model.loss(z_all[torch.as_tensor(idx, device=device), off:off + w], gen)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        if on_step is not None:
-            on_step(step + 1, model, info)
+    step = start
+    with _StopFlag() as stop:
+        while step < train_cfg.steps:
+            idx = rng.integers(0, n, b)
+            off = int(rng.integers(0, t - w + 1))
+            eps = torch.randn(lat_shape, generator=gen)
+            batch = z_all[torch.as_tensor(idx[lo:hi], device=device), off:off + w]
+            loss, info = net(batch, eps[lo:hi].to(device))
+            opt.zero_grad()
+            if accelerator is not None:
+                accelerator.backward(loss)
+                accelerator.clip_grad_norm_(net.parameters(), 1.0)
+            else:
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            step += 1
+            if on_step is not None:
+                on_step(step, model, info)
+            done = step == train_cfg.steps
+            if ckpt is not None and main and (done or stop.signum or step % every == 0):
+                save_checkpoint(ckpt, model, _unwrap_opt(opt), step, rng, gen)
+            if stop.signum and not done:
+                raise Interrupted(step, stop.signum)
     model.eval()
     return model.cpu()
 
 
-@torch.no_grad()
-def rollout_psnr(model: WorldModel, video: np.ndarray, horizon: int) -> dict[str, float]:
-    """Mean PSNR (dB) at 1 and ``horizon`` autoregressive steps, latents inferred from the true
-    frames, beside the copy-previous-frame baseline (frame 0 held)."""
-    cfg = model.cfg
-    h = min(horizon, video.shape[1] - 1)
-    z = tokenize(torch.from_numpy(video[:, :h + 1]), cfg.patch)
-    pred = detokenize(model.rollout(z), cfg.size, cfg.patch)
-    true = torch.from_numpy(video[:, 1:h + 1]).float() / 255.0
-    first = torch.from_numpy(video[:, :1]).float() / 255.0
-    p, c = psnr(pred, true), psnr(first.expand_as(true), true)
-    return {"psnr_1": float(p[:, 0].mean()), f"psnr_{h}": float(p[:, h - 1].mean()),
-            "copy_1": float(c[:, 0].mean()), f"copy_{h}": float(c[:, h - 1].mean()),
-            "horizon": h}
-
-
-@torch.no_grad()
-def latents(model: WorldModel, video: np.ndarray) -> np.ndarray:
-    """Posterior means ``[N*(T-1), K, d/K]`` of every transition of ``video``."""
-    z = tokenize(torch.from_numpy(video), model.cfg.patch)
-    mu, _ = model.infer(model.slots(z))
-    return mu.reshape(-1, *mu.shape[2:]).numpy()
-
-
-def probe_matrix(lat_fit: np.ndarray, act_fit: np.ndarray, lat_eval: np.ndarray, act_eval: np.ndarray,
-                 c: float = 1.0) -> np.ndarray:
-    """``A[k, e]``: held-out accuracy of a logistic-regression probe from factor k's latent
-    ``[M, K, d]`` to entity e's action ``[M, E]`` (fit on ``*_fit``, scored on ``*_eval``)."""
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.preprocessing import StandardScaler
-
-    k, e = lat_fit.shape[1], act_fit.shape[1]
-    out = np.zeros((k, e))
-    for i in range(k):
-        scaler = StandardScaler().fit(lat_fit[:, i])
-        xf, xe = scaler.transform(lat_fit[:, i]), scaler.transform(lat_eval[:, i])
-        for j in range(e):
-            if len(np.unique(act_fit[:, j])) < 2:
-                out[i, j] = float(np.mean(act_eval[:, j] == act_fit[0, j]))
-                continue
-            clf = LogisticRegression(C=c, max_iter=200, tol=1e-3).fit(xf, act_fit[:, j])
-            out[i, j] = clf.score(xe, act_eval[:, j])
-    return out
-
-
-def correspondence(acc: np.ndarray, chance_acc: np.ndarray | None = None) -> tuple[float, list[int]]:
-    """Factor-entity correspondence [R]: Hungarian matching of factors to entities (each factor
-    explains at most one entity) maximising probe accuracy; the mean matched accuracy over
-    entities, an entity left unmatched (fewer factors than entities) scoring chance.
-    Returns (score, factor index per entity, -1 when unmatched)."""
-    k, e = acc.shape
-    rows, cols = linear_sum_assignment(-acc)
-    match = [-1] * e
-    for r, cl in zip(rows, cols, strict=True):
-        match[cl] = int(r)
-    base = np.zeros(e) if chance_acc is None else np.asarray(chance_acc, float)
-    scores = [acc[match[j], j] if match[j] >= 0 else base[j] for j in range(e)]
-    return float(np.mean(scores)), match
-
-
-def chance_per_entity(actions: np.ndarray) -> np.ndarray:
-    return np.array([chance(actions[:, j]) for j in range(actions.shape[1])])
-
-
-@torch.no_grad()
-def render_rollout(model: WorldModel, clip: np.ndarray, edit_slot: int | None = None,
-                   action: np.ndarray | None = None) -> np.ndarray:
-    """``[T, size, size, 3]`` uint8: frame 0 of ``clip`` then the model's autoregressive rollout
-    with the latent actions inferred from the true frames (posterior means); with ``edit_slot``,
-    that slot's latent action is replaced by ``action`` (size d/K) at every step, the others kept."""
-    cfg = model.cfg
-    z = tokenize(torch.from_numpy(clip[None]), cfg.patch)
-    mu, _ = model.infer(model.slots(z))
-    if edit_slot is not None:
-        mu[:, :, edit_slot] = torch.as_tensor(action, dtype=mu.dtype)
-    pred = detokenize(model.rollout(z, mu), cfg.size, cfg.patch)[0]
-    frames = (pred.clamp(0, 1) * 255).round().to(torch.uint8).numpy()
-    return np.concatenate([clip[:1], frames])
+def _unwrap_opt(opt):
+    return getattr(opt, "optimizer", opt)  # accelerate's AcceleratedOptimizer wraps the torch one

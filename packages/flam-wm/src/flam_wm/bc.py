@@ -1,0 +1,137 @@
+"""Pseudo-label behaviour cloning [P §policy learning; protocol R]: a latent -> action decoder
+(scikit-learn LogisticRegression) is fit on a small labelled fraction of the training transitions,
+pseudo-labels every training transition, and a policy is cloned from the frames and those labels;
+success is reaching the target in SpriteWorld's reach-target task (``--controlled`` data), beside
+the same policy cloned from the true actions."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from .sprites import MOVES, render, step_positions
+
+DECODER_C = (0.1, 1.0, 10.0)
+
+
+def fit_decoder(lat_fit: np.ndarray, act_fit: np.ndarray, lat_dev: np.ndarray, act_dev: np.ndarray,
+                grid=DECODER_C):
+    """LogisticRegression from the (flattened, standardised) latent to the controlled sprite's
+    action; its C chosen on the dev transitions. Returns ``(predict(latents) -> actions, C, dev acc)``."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    x_fit, x_dev = lat_fit.reshape(len(lat_fit), -1), lat_dev.reshape(len(lat_dev), -1)
+    labels = np.unique(act_fit)
+    if len(labels) < 2:  # a single labelled action: the decoder can only say that one
+        return (lambda lat: np.full(len(lat), labels[0])), grid[0], float(np.mean(act_dev == labels[0]))
+    best = None
+    for c in grid:
+        clf = make_pipeline(StandardScaler(), LogisticRegression(C=c, max_iter=500)).fit(x_fit, act_fit)
+        acc = clf.score(x_dev, act_dev)
+        if best is None or acc > best[2]:
+            best = (clf, c, acc)
+    clf, c, acc = best
+    return (lambda lat: clf.predict(lat.reshape(len(lat), -1))), c, float(acc)
+
+
+class Policy(nn.Module):
+    """The cloned policy [R]: 4x4 average pooling of the frame (one value per sprite cell and
+    channel), 1x1 convolutions to a few keypoint maps, a spatial soft-argmax to their (row, col)
+    (the visuomotor-policy keypoint layer of Levine et al. 2016), then an MLP to the five actions."""
+
+    def __init__(self, size: int, keypoints: int = 4, hidden: int = 64):
+        super().__init__()
+        self.features = nn.Sequential(nn.AvgPool2d(4), nn.Conv2d(3, 16, 1), nn.ReLU(), nn.Conv2d(16, keypoints, 1))
+        g = torch.arange(size // 4, dtype=torch.float32) / max(size // 4 - 1, 1)
+        self.register_buffer("coords", torch.stack(torch.meshgrid(g, g, indexing="ij"), -1).reshape(-1, 2))
+        self.head = nn.Sequential(nn.Linear(2 * keypoints, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
+                                  nn.Linear(hidden, len(MOVES)))
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:  # [B, H, W, 3] uint8 -> logits [B, 5]
+        maps = self.features(frames.permute(0, 3, 1, 2).float() / 255.0).flatten(2)  # [B, keypoints, cells]
+        xy = torch.softmax(maps, -1) @ self.coords                                   # [B, keypoints, 2]
+        return self.head(xy.flatten(1))
+
+    @torch.no_grad()
+    def act(self, frames: np.ndarray) -> np.ndarray:
+        return self(torch.from_numpy(frames)).argmax(-1).numpy()
+
+
+def clone(frames: np.ndarray, actions: np.ndarray, size: int, steps: int = 400, batch: int = 64,
+          seed: int = 0) -> Policy:
+    """Behaviour cloning: cross-entropy of ``Policy(frames [M, H, W, 3])`` against ``actions [M]``."""
+    torch.manual_seed(seed)
+    pol = Policy(size)
+    opt = torch.optim.Adam(pol.parameters(), lr=1e-2)
+    x, y = torch.from_numpy(np.ascontiguousarray(frames)), torch.as_tensor(actions, dtype=torch.long)
+    rng = np.random.default_rng(seed)
+    for _ in range(steps):
+        idx = torch.as_tensor(rng.integers(0, len(x), batch))
+        loss = nn.functional.cross_entropy(pol(x[idx]), y[idx])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return pol.eval()
+
+
+def reach_target_success(policy, entities: int, size: int = 32, episodes: int = 200, horizon: int | None = None,
+                         seed: int = 12345, cell: int = 4) -> float:
+    """Fraction of episodes in which sprite 0, driven by ``policy(frames [B, H, W, 3]) -> actions``,
+    reaches its target (the white dot) within ``horizon`` steps (default 2 x grid); the other
+    sprites act at random, as in ``generate(..., controlled=True)``."""
+    grid = size // cell
+    horizon = 2 * grid if horizon is None else horizon
+    rng = np.random.default_rng(seed)
+    pos = rng.integers(0, grid, size=(episodes, entities, 2))
+    target = rng.integers(0, grid, size=(episodes, 2))
+    same = np.all(target == pos[:, 0], -1)
+    target[same] = (target[same] + np.array([1, 0])) % grid   # never start on the target
+    done = np.zeros(episodes, bool)
+    for _ in range(horizon):
+        frames = np.stack([render(p, size, cell, _target_bg(t, size, cell)) for p, t in zip(pos, target, strict=True)])
+        acts = rng.integers(0, len(MOVES), size=(episodes, entities))
+        acts[:, 0] = np.asarray(policy(frames))
+        pos = np.stack([step_positions(p, a, grid) for p, a in zip(pos, acts, strict=True)])
+        done |= np.all(pos[:, 0] == target, -1)
+    return float(done.mean())
+
+
+def _target_bg(target: np.ndarray, size: int, cell: int) -> np.ndarray:
+    bg = np.zeros((size, size, 3), np.uint8)
+    r, c = np.asarray(target) * cell + cell // 2
+    bg[r - 1:r + 1, c - 1:c + 1] = 255
+    return bg
+
+
+def pseudo_label_bc(lat: dict, act: dict, frames: dict, labels: float, entities: int, size: int,
+                    seed: int = 0, bc_steps: int = 400, episodes: int = 200, decoder_c=DECODER_C) -> dict:
+    """The whole protocol on one model's latents. ``lat / act / frames``: dicts over
+    ``train / dev / test`` of transition latents ``[M, K, d/K]``, the controlled sprite's true
+    actions ``[M]`` and the frames the actions were taken in ``[M, H, W, 3]``. A fraction
+    ``labels`` of the train transitions (at least 5) is labelled; dev chooses the decoder's C."""
+    rng = np.random.default_rng(seed)
+    m = len(act["train"])
+    n_lab = min(m, max(5, int(round(labels * m))))
+    lab = rng.choice(m, n_lab, replace=False)
+    decode, c, dev_acc = fit_decoder(lat["train"][lab], act["train"][lab], lat["dev"], act["dev"], decoder_c)
+    pseudo = decode(lat["train"])
+    pol = clone(frames["train"], pseudo, size, steps=bc_steps, seed=seed)
+    return {"labelled": int(n_lab), "decoder_c": c, "decoder_dev_acc": dev_acc,
+            "pseudo_test_acc": float(np.mean(decode(lat["test"]) == act["test"])),
+            "success": reach_target_success(pol.act, entities, size, episodes=episodes, seed=10_000 + seed)}
+
+
+def true_action_bc(act: dict, frames: dict, entities: int, size: int, seed: int = 0, bc_steps: int = 400,
+                   episodes: int = 200) -> float:
+    """Reach-target success of the policy cloned from every training transition's true action."""
+    pol = clone(frames["train"], act["train"], size, steps=bc_steps, seed=seed)
+    return reach_target_success(pol.act, entities, size, episodes=episodes, seed=10_000 + seed)
+
+
+def random_policy_success(entities: int, size: int, seed: int = 0, episodes: int = 200) -> float:
+    rng = np.random.default_rng(seed)
+    return reach_target_success(lambda f: rng.integers(0, len(MOVES), len(f)), entities, size,
+                                episodes=episodes, seed=10_000 + seed)
