@@ -12,6 +12,7 @@ from scipy.stats import chisquare
 PROMPTS = [[1, 2, 3, 4, 5, 1, 2, 3], [7, 8, 9, 7, 8], [3, 4] * 6 + [5]]
 KNOBS = {"esp": [dict(esp=ESPConfig()), dict(esp=ESPConfig(num_masks=2, topk=(3, 2), max_nodes=5)),
                  dict(esp=ESPConfig(attach="root", mask_init="context_mean")),
+                 dict(esp=ESPConfig(num_masks=3, topk=(4, 2, 2), max_nodes=16, attach="top")),
                  dict(esp=ESPConfig(shape="chain", mask_init="vocab_mean"))]}
 
 

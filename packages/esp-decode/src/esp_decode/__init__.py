@@ -3,9 +3,12 @@
 The public API is imported lazily, so that ``esp-decode --help`` never imports torch."""
 
 from importlib import import_module
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
 
-__version__ = version("esp-decode")
+try:
+    __version__ = version("esp-decode")
+except PackageNotFoundError:  # a source tree on PYTHONPATH (the GPU image of CI/gpu-check)
+    __version__ = "0+unknown"
 _API = {"ESPDecoder": "esp", "ESPDrafter": "esp", "HybridDrafter": "esp", "ESPConfig": "config",
         "PLDConfig": "config", "LADEConfig": "config", "STANDConfig": "config", "generate": "decode",
         "Drafter": "decode", "make_drafter": "baselines", "DRAFTERS": "baselines", "Tree": "core",

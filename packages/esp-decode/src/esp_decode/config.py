@@ -17,8 +17,10 @@ class ESPConfig:
     max_nodes: int = 48
     #: mask embedding [P: prompt-token mean is the default]; the variants are [R]
     mask_init: str = "prompt_mean"
-    #: which nodes carry masks: "all" (every node, so any accepted node seeds the next tree) or
-    #: "root" (only the root; the next tree then comes from the root's deeper masks) [R]
+    #: which nodes carry masks: "all" (every node, so any accepted node seeds the next tree),
+    #: "top" (the root and the nodes of the tree's best-scoring path: the design note's cheap
+    #: "top-L paths" variant with L = 1) or "root" (only the root; the next tree then comes from
+    #: the root's deeper masks) [R]
     attach: str = "all"
     #: "tree" (the paper's) or "chain" (the top-1 chain ablation) [R]
     shape: str = "tree"
@@ -32,8 +34,8 @@ class ESPConfig:
             raise ValueError(f"max_nodes must be >= 0, got {self.max_nodes}")
         if self.mask_init not in MASK_INITS:
             raise ValueError(f"unknown mask_init {self.mask_init!r} (choose from {', '.join(MASK_INITS)})")
-        if self.attach not in ("all", "root"):
-            raise ValueError(f"attach must be 'all' or 'root', got {self.attach!r}")
+        if self.attach not in ("all", "top", "root"):
+            raise ValueError(f"attach must be 'all', 'top' or 'root', got {self.attach!r}")
         if self.shape not in ("tree", "chain"):
             raise ValueError(f"shape must be 'tree' or 'chain', got {self.shape!r}")
 

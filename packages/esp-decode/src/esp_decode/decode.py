@@ -67,11 +67,13 @@ class RowStats:
     model_calls: int = 0
     accepted_lengths: list[int] = field(default_factory=list)
     tree_sizes: list[int] = field(default_factory=list)
+    items: list[int] = field(default_factory=list)   # per call: root + nodes + probes (chain excluded)
     new_tokens: int = 0
 
     def as_dict(self) -> dict:
         return {"model_calls": self.model_calls, "accepted_lengths": list(self.accepted_lengths),
-                "tree_sizes": list(self.tree_sizes), "new_tokens": self.new_tokens,
+                "tree_sizes": list(self.tree_sizes), "items": list(self.items),
+                "new_tokens": self.new_tokens,
                 "mean_accepted_length": mean_accepted_length(self.new_tokens, self.model_calls)}
 
 
@@ -90,6 +92,27 @@ def _cache_kwarg(module) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
+def new_cache(model):
+    """An empty ``DynamicCache`` (transformers >= 4.56 takes the config; older ones take nothing)."""
+    from transformers import DynamicCache
+
+    try:
+        return DynamicCache(config=model.config)
+    except TypeError:
+        return DynamicCache()
+
+
+def _kv_tensors(cache):
+    """(keys, values) per layer, for transformers' layered caches and the older list-based ones."""
+    if hasattr(cache, "layers"):
+        return [(layer, "keys", "values") for layer in cache.layers]
+    return [(cache, ("key_cache", i), ("value_cache", i)) for i in range(len(cache.key_cache))]
+
+
+def _get(obj, name):
+    return getattr(obj, name) if isinstance(name, str) else getattr(obj, name[0])[name[1]]
+
+
 def _compact(cache, keep: list[list[int]]) -> None:
     """Keep, per row, the given slot indices (left-aligned); the rest is cropped (DynamicCache.crop)."""
     new_len = max(len(k) for k in keep)
@@ -99,9 +122,9 @@ def _compact(cache, keep: list[list[int]]) -> None:
             cache.crop(new_len - cur)  # negative: remove that many (transformers 4.x and 5.x alike)
         return
     idx = torch.tensor([k + [0] * (new_len - len(k)) for k in keep])
-    for layer in cache.layers:
-        for name in ("keys", "values"):
-            t = getattr(layer, name)
+    for obj, *names in _kv_tensors(cache):
+        for name in names:
+            t = _get(obj, name)
             B, H, _, D = t.shape
             g = t.gather(2, idx.to(t.device)[:, None, :, None].expand(B, H, new_len, D))
             t[:, :, :new_len] = g
@@ -117,8 +140,6 @@ def generate(model, prompts: list[list[int]], drafter: Drafter, max_new_tokens: 
     per prompt and per-prompt stats (``model_calls`` counts every forward, prefill included).
     ``cache``: an empty ``DynamicCache`` to use (afterwards it holds each row's committed prefix
     except its last token, left-aligned)."""
-    from transformers import DynamicCache
-
     check_model(model)
     if max_new_tokens < 1:
         raise UserError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -141,7 +162,7 @@ def generate(model, prompts: list[list[int]], drafter: Drafter, max_new_tokens: 
     new = [[] for _ in range(B)]
     done = [False] * B
     stats = [RowStats() for _ in range(B)]
-    cache = DynamicCache(config=model.config) if cache is None else cache
+    cache = new_cache(model) if cache is None else cache
     while not all(done):
         active = [b for b in range(B) if not done[b]]
         layouts = {}
@@ -215,6 +236,7 @@ def generate(model, prompts: list[list[int]], drafter: Drafter, max_new_tokens: 
             st.model_calls += 1
             st.accepted_lengths.append(len(added))
             st.tree_sizes.append(len(tree))
+            st.items.append(m)
             st.new_tokens = len(new[b])
             if len(new[b]) >= max_new_tokens or (added and added[-1] in eos):
                 done[b] = True

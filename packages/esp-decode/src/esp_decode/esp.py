@@ -59,7 +59,12 @@ class ESPDrafter(Drafter):
 
     def probes_for(self, tree: Tree) -> list[tuple[int, int | None]]:
         k = self.cfg.num_masks
-        hosts = [-1] + (list(range(len(tree))) if self.cfg.attach == "all" else [])
+        if self.cfg.attach == "all":
+            hosts = [-1, *range(len(tree))]
+        elif self.cfg.attach == "top":
+            hosts = [-1, *best_path(tree)]
+        else:
+            hosts = [-1]
         return [(h, None) for h in hosts for _ in range(k)]
 
     def observe(self, b: int, rec: CallRecord) -> None:
@@ -87,6 +92,17 @@ class ESPDrafter(Drafter):
                     hits.setdefault(f"top1_depth{j + 1}", []).append(float(cands[0] == seq[target]))
                     hits.setdefault(f"top5_depth{j + 1}", []).append(float(seq[target] in cands))
         return {k: float(np.mean(v)) for k, v in sorted(hits.items())}
+
+
+def best_path(tree: Tree) -> list[int]:
+    """Node indices of the tree's best-scoring root-to-leaf chain (best child at each level)."""
+    out, cur = [], -1
+    while True:
+        kids = tree.children(cur)
+        if not kids:
+            return out
+        cur = max(kids, key=lambda c: (tree.scores[c], -c))
+        out.append(cur)
 
 
 def masks_after(rec: CallRecord) -> torch.Tensor | None:
