@@ -67,6 +67,9 @@ def test_csv_and_missing_file(tmp_path, capsys):
     ["synth", "--n", "0", "--out", "x.jsonl"],
     ["frobnicate"],
     ["reproduce", "--scale", "full", "--out", "OUT"],
+    ["train", "a.jsonl", "--sem-threshold", "nan", "--out", "OUT"],
+    ["train", "a.jsonl", "--coalitions", "louvain", "--out", "OUT"],
+    ["data", "build-pyapi"],
 ])
 def test_bad_options_exit_2_one_line(tmp_path, capsys, argv):
     argv = [str(tmp_path / a) if a == "OUT" else a for a in argv]

@@ -54,22 +54,43 @@ def test_dag_threshold_breaks_cycles():
     assert is_acyclic(dag) and dag.sum() == 2 and not dag[2, 0]  # the weakest edge went
 
 
+@pytest.mark.parametrize("method", ["components", "ancestors", "spectral"])
 @pytest.mark.parametrize("max_size", [1, 2, 3, 5])
-def test_coalitions_partition_and_respect_max_size(max_size):
+def test_coalitions_partition_and_respect_max_size(max_size, method):
     world = make_world(SynthConfig(n_labels=16), seed=3)
     freq = np.arange(16, 0, -1).astype(float)
-    groups = form_coalitions(world.dag, freq, max_size)
+    groups = form_coalitions(world.dag, freq, max_size, method, weights=world.dag.astype(float))
     flat = sorted(i for g in groups for i in g)
     assert flat == list(range(16))
     assert all(1 <= len(g) <= max_size for g in groups)
+    if max_size > 1:
+        assert len(groups) > 1 and max(map(len, groups)) > 1
 
 
-def test_rare_child_joins_its_parent():
+@pytest.mark.parametrize("method", ["components", "ancestors", "spectral"])
+def test_rare_child_joins_its_parent(method):
     dag = np.zeros((5, 5), bool)
     dag[0, 4] = True  # 4 is a rare child of 0
     freq = np.array([100, 90, 80, 70, 3.0])
-    groups = form_coalitions(dag, freq, max_size=2)
+    groups = form_coalitions(dag, freq, 2, method, weights=dag.astype(float))
     assert [0, 4] in groups
+
+
+def test_ancestor_groups_follow_the_most_frequent_parent_and_spectral_cuts_weak_links():
+    # 0 -> 2 <- 1 (2's most frequent parent is 0), 1 -> 3: components put all four together,
+    # ancestor groups split them by root: {0, 2} and {1, 3}
+    dag = np.zeros((4, 4), bool)
+    dag[0, 2] = dag[1, 2] = dag[1, 3] = True
+    freq = np.array([50.0, 40.0, 10.0, 5.0])
+    assert form_coalitions(dag, freq, 8, "components") == [[0, 1, 2, 3]]
+    assert sorted(form_coalitions(dag, freq, 8, "ancestors")) == [[0, 2], [1, 3]]
+    # two strong 3-cliques joined by one weak edge: spectral with max size 3 cuts the weak edge
+    W = np.zeros((6, 6))
+    for a, b in ((0, 1), (0, 2), (1, 2), (3, 4), (3, 5), (4, 5)):
+        W[a, b] = 1.0
+    W[2, 3] = 0.05
+    got = form_coalitions(W > 0, np.ones(6), 3, "spectral", weights=W)
+    assert sorted(got) == [[0, 1, 2], [3, 4, 5]]
 
 
 def test_nash_weights_inverse_gap_and_under_served_first():

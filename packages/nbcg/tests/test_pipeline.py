@@ -31,9 +31,16 @@ def test_train_predict_eval_roundtrip(trained, capsys):
                            for x in json.loads(line)["labels"]})
     assert meta["labels"] == train_labels and meta["method"] == "nbcg"
     assert "TRAIN" in meta["threshold_chosen_on"]           # chosen on the carved dev split
+    # the SEM threshold and max coalition size were chosen on that dev split, from the grid
+    assert meta["chosen_on"] == {"sem_threshold": meta["threshold_chosen_on"],
+                                 "max_coalition": meta["threshold_chosen_on"]}
+    grid = meta["tuning_grid"]
+    assert len(grid) > 1
+    best = max(grid, key=lambda g: g["dev_macro_f1"])
+    assert (meta["sem_threshold"], meta["max_coalition"]) == (best["threshold"], best["max_coalition"])
     assert len(meta["coalitions"]) > 1                      # the mechanism is on
     flat = sorted(j for c in meta["coalitions"] for j in c)
-    assert flat == list(range(len(train_labels))) and max(map(len, meta["coalitions"])) <= 8
+    assert flat == list(range(len(train_labels))) and max(map(len, meta["coalitions"])) <= meta["max_coalition"]
     assert main(["predict", str(d / "m"), str(d / "test.jsonl"), "--out", str(d / "p.jsonl")]) == 0
     preds = [json.loads(x) for x in (d / "p.jsonl").read_text().splitlines()]
     assert len(preds) == 60 and all(set(p) == {"id", "labels", "scores"} for p in preds)
@@ -69,7 +76,7 @@ def test_dag_export_is_acyclic_over_training_labels(trained, capsys):
     B = np.zeros((len(idx), len(idx)), bool)
     for p, c, w in g["edges"]:
         B[idx[p], idx[c]] = True
-        assert abs(w) > 0.3                                     # the SEM threshold
+        assert abs(w) > meta["sem_threshold"]                   # the dev-chosen SEM threshold
     assert B.any() and is_acyclic(B)
     assert main(["dag", str(trained / "m"), "--export", "dot"]) == 0
     assert capsys.readouterr().out.startswith("digraph")
@@ -84,8 +91,8 @@ def test_refusals_write_nothing(trained, tmp_path, capsys):
     before = sorted(p.name for p in d.iterdir())
     assert main(["train", str(d / "train.jsonl"), "--out", str(d / "m")]) == 2   # existing --out
     assert "already exists" in _err(capsys)
-    assert main(["train", str(d / "train.jsonl"), "--features", "minilm", "--out", str(tmp_path / "x")]) == 2
-    _err(capsys)
+    assert main(["train", str(d / "train.jsonl"), "--model", str(keep), "--out", str(tmp_path / "x")]) == 2
+    assert "no config.json" in _err(capsys)
     assert main(["train", str(d / "train.jsonl"), "--method", "nope", "--out", str(tmp_path / "x")]) == 2
     _err(capsys)
     assert main(["predict", str(keep), str(d / "test.jsonl"), "--out", str(tmp_path / "y.jsonl")]) == 2

@@ -18,20 +18,53 @@ METHODS = ("nbcg", "nbcg-asl", "bce", "resample", "focal", "cb", "asl", "db", "r
 def _cmd_train(args: argparse.Namespace) -> int:
     from .io import read_dataset, refuse_existing
     from .pipeline import fit, save
+    from .scale import process_group
 
     refuse_existing(args.out)
-    if args.features != "tfidf":
-        raise UserError("--features minilm is not built in this version; use --features tfidf")
-    if args.model is not None:
-        raise UserError("--model (fine-tuning a local encoder) is not built in this version")
+    if args.model is not None and args.features != "tfidf":
+        raise UserError("--model fine-tunes its own encoder; drop --features")
+    if args.model is not None and not (args.model / "config.json").is_file():
+        raise UserError(f"{args.model}: not a Hugging Face model folder (no config.json)")
+    if args.features == "minilm":
+        from .features import _require_minilm
+
+        _require_minilm()
     train = read_dataset(args.train)
     valid = read_dataset(args.valid) if args.valid is not None else None
-    bundle = fit(train, valid, args.method, args.max_coalition, args.epochs, args.seed)
+    group = process_group()
+    bundle = fit(train, valid, args.method, args.max_coalition, args.epochs, args.seed,
+                 features=args.features, model_dir=args.model, coalition_method=args.coalitions,
+                 sem_threshold=args.sem_threshold, group=group)
+    if group.rank != 0:
+        return 0
     save(bundle, args.out)
     m = bundle["meta"]
     print(f"trained {args.method} on {len(train)} documents, {len(m['labels'])} labels, "
-          f"{len(m['causal_coalitions'])} causal coalitions; threshold {m['threshold']:.2f} "
+          f"{len(m['causal_coalitions'])} {m['coalition_method']} coalitions (max {m['max_coalition']}, "
+          f"SEM threshold {m['sem_threshold']}); decision threshold {m['threshold']:.2f} "
           f"(chosen on {m['threshold_chosen_on']}) -> {args.out}")
+    return 0
+
+
+def _cmd_data(args: argparse.Namespace) -> int:
+    import json as _json
+
+    from icml26_shared.io import atomic_write_bytes, atomic_write_text
+
+    from . import pyapi
+    from .io import refuse_existing
+
+    out = Path(args.out)
+    side = [out.with_name(out.name + ".meta.json"), out.with_name(out.name + ".NOTICES.txt")]
+    for p in (out, *side):
+        refuse_existing(p)
+    recs, meta, notices = pyapi.build()
+    raw = pyapi.records_jsonl(recs)
+    atomic_write_text(side[1], notices, mkdir=False)
+    atomic_write_text(side[0], _json.dumps(meta, indent=1) + "\n", mkdir=False)
+    atomic_write_bytes(out, pyapi.gzip_bytes(raw) if out.suffix == ".gz" else raw, mkdir=False)
+    print(f"wrote {meta['n_documents']} documents, {meta['n_labels']} labels (sha256 {meta['sha256'][:12]}) "
+          f"-> {out}, {side[0].name}, {side[1].name}")
     return 0
 
 
@@ -159,10 +192,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="train an arm on a JSONL/CSV file and store the model folder")
     p.add_argument("train", type=Path, help='JSONL {"id", "text", "labels"} or CSV id,text,labels')
     p.add_argument("--valid", type=Path, help="dev file for the threshold (default: 20%% of TRAIN)")
-    p.add_argument("--features", choices=("minilm", "tfidf"), default="tfidf")
-    p.add_argument("--model", type=Path, help="local encoder folder (not built in this version)")
+    p.add_argument("--features", choices=("minilm", "tfidf"), default="tfidf",
+                   help="frozen all-MiniLM-L6-v2 embeddings (nbcg[minilm]) or TF-IDF")
+    p.add_argument("--model", type=Path, help="local Hugging Face encoder folder to fine-tune")
     p.add_argument("--method", choices=METHODS, default="nbcg")
-    p.add_argument("--max-coalition", type=positive_int, default=8)
+    p.add_argument("--coalitions", choices=("components", "ancestors", "spectral"), default="components")
+    p.add_argument("--max-coalition", type=positive_int, default=None,
+                   help="largest coalition (default: chosen on dev from 4, 8, 16)")
+    p.add_argument("--sem-threshold", type=float_in(0, 10, low_open=True), default=None,
+                   help="|A_ij| edge threshold of the DAG (default: chosen on dev from 0.2, 0.3, 0.5)")
     p.add_argument("--epochs", type=positive_int, default=8)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, required=True, help="model folder to create (never overwritten)")
@@ -204,6 +242,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=positive_int, default=3)
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=_cmd_eval)
+    p = sub.add_parser("data", help="build data sets")
+    dsub = p.add_subparsers(dest="data_command", required=True, parser_class=_Parser)
+    q = dsub.add_parser("build-pyapi", help="rebuild the pyapi set from the installed numpy/scipy/"
+                                            "scikit-learn/pandas docstrings")
+    q.add_argument("--out", type=Path, required=True, help="FILE (.jsonl or .jsonl.gz), never overwritten")
+    q.set_defaults(fn=_cmd_data)
     p = sub.add_parser("reproduce", help="reproduce the paper's claims at laptop scale")
     add_reproduce_arguments(p)
     p.set_defaults(fn=lambda a: reproduce_from_args(["nbcg"], a))

@@ -99,46 +99,95 @@ def edge_scores(pred: np.ndarray, true: np.ndarray, directed: bool = False) -> d
 # --- coalitions ----------------------------------------------------------------------------------
 
 
-def form_coalitions(dag: np.ndarray, freq: np.ndarray, max_size: int) -> list[list[int]]:
-    """Partition labels into causally coherent coalitions of at most ``max_size`` [R]: weakly
-    connected components of the DAG, split in order of descending frequency so that each label
-    (rare labels included) lands beside its most frequent parent; isolated labels are pooled."""
-    L = len(dag)
-    U = np.asarray(dag, bool) | np.asarray(dag, bool).T
-    comp = -np.ones(L, int)
-    for s in range(L):
-        if comp[s] >= 0:
+COALITION_METHODS = ("components", "ancestors", "spectral")
+
+
+def _bfs_order(members: list[int], U: np.ndarray, freq: np.ndarray) -> list[int]:
+    """Breadth-first from the most frequent member, so a child follows its parent."""
+    order, seen, mset = [], set(), set(members)
+    for start in sorted(members, key=lambda i: (-freq[i], i)):
+        if start in seen:
             continue
-        comp[s], stack = s, [s]
-        while stack:
-            i = stack.pop()
-            for j in np.flatnonzero(U[i]):
-                if comp[j] < 0:
-                    comp[j] = s
-                    stack.append(j)
+        queue = [start]
+        seen.add(start)
+        while queue:
+            i = queue.pop(0)
+            order.append(i)
+            for j in sorted(np.flatnonzero(U[i]), key=lambda j: (-freq[j], j)):
+                if int(j) in mset and int(j) not in seen:
+                    seen.add(int(j))
+                    queue.append(int(j))
+    return order
+
+
+def _groups_by(key: np.ndarray) -> list[list[int]]:
+    return [[int(i) for i in np.flatnonzero(key == c)] for c in dict.fromkeys(key.tolist())]
+
+
+def _components(U: np.ndarray) -> np.ndarray:
+    from scipy.sparse.csgraph import connected_components
+
+    return connected_components(U.astype(np.int8), directed=False)[1]
+
+
+def _ancestor_roots(dag: np.ndarray, freq: np.ndarray) -> np.ndarray:
+    """Each label's root, reached by following its most frequent parent upwards (a DAG: ends)."""
+    L = len(dag)
+    root = np.arange(L)
+    for j in range(L):
+        i, hops = j, 0
+        while dag[:, i].any() and hops < L:
+            ps = np.flatnonzero(dag[:, i])
+            i = int(max(ps, key=lambda p: (freq[p], -p)))
+            hops += 1
+        root[j] = i
+    return root
+
+
+def _spectral(W: np.ndarray, k: int, seed: int = 0) -> np.ndarray:
+    """Spectral clustering of the symmetric affinity W (+ a small floor so it is connected)."""
+    from sklearn.cluster import SpectralClustering
+
+    if k <= 1 or len(W) <= k:
+        return np.zeros(len(W), int) if k <= 1 else np.arange(len(W))
+    S = W + W.T
+    S = S / max(S.max(), 1e-12) + 1e-3
+    np.fill_diagonal(S, 1.0)
+    return SpectralClustering(k, affinity="precomputed", random_state=seed,
+                              assign_labels="cluster_qr").fit_predict(S)
+
+
+def form_coalitions(dag: np.ndarray, freq: np.ndarray, max_size: int, method: str = "components",
+                    weights: np.ndarray | None = None) -> list[list[int]]:
+    """Partition labels into causally coherent coalitions of at most ``max_size`` [R].
+
+    ``components``: weakly connected components of the DAG; ``ancestors``: labels grouped by the
+    root reached through their most frequent parents; ``spectral``: spectral clustering of
+    |A| + |A|ᵀ on the DAG's edges (``weights``) into ⌈L / max_size⌉ groups. Each group is cut
+    to ``max_size`` in breadth-first order from its most frequent member, so a rare child lands
+    beside its parent; labels left alone are pooled."""
+    if method not in COALITION_METHODS:
+        raise ValueError(f"unknown coalition method {method!r} (known: {', '.join(COALITION_METHODS)})")
+    D = np.asarray(dag, bool)
+    L = len(D)
+    U = D | D.T
+    freq = np.asarray(freq, float)
+    if method == "components":
+        key = _components(U)
+    elif method == "ancestors":
+        key = _ancestor_roots(D, freq)
+    else:
+        W = np.abs(np.asarray(weights, float)) * D if weights is not None else D.astype(float)
+        key = _spectral(W, int(np.ceil(L / max_size)))
     groups: list[list[int]] = []
     singles: list[int] = []
-    for c in dict.fromkeys(comp.tolist()):
-        members = [int(i) for i in np.flatnonzero(comp == c)]
+    for members in _groups_by(key):
         if len(members) == 1:
             singles += members
             continue
-        # breadth-first from the most frequent member, so a child follows its parent
-        order, seen = [], set()
-        for start in sorted(members, key=lambda i: -freq[i]):
-            if start in seen:
-                continue
-            queue = [start]
-            seen.add(start)
-            while queue:
-                i = queue.pop(0)
-                order.append(i)
-                for j in sorted(np.flatnonzero(U[i]), key=lambda j: -freq[j]):
-                    if int(j) not in seen:
-                        seen.add(int(j))
-                        queue.append(int(j))
+        order = _bfs_order(members, U, freq)
         groups += [order[k:k + max_size] for k in range(0, len(order), max_size)]
-    singles.sort(key=lambda i: -freq[i])
+    singles.sort(key=lambda i: (-freq[i], i))
     groups += [singles[k:k + max_size] for k in range(0, len(singles), max_size)]
     return [sorted(g) for g in groups if g]
 

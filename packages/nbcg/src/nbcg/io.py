@@ -1,12 +1,11 @@
 """Users' formats: JSONL ``{"id", "text", "labels": [...]}`` or CSV ``id,text,labels`` (labels
-``|``-separated), read line by line so that every error names its line; atomic writes."""
+``|``-separated), either optionally gzipped (``.gz``), read line by line so that every error names its line; atomic writes."""
 
 from __future__ import annotations
 
 import csv
+import gzip
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from icml26_shared import UserError
@@ -20,8 +19,10 @@ def read_dataset(path: str | Path, need_text: bool = True) -> list[dict]:
         raise UserError(f"{path}: no such file")
     records: list[dict] = []
     try:
-        with path.open(newline="", encoding="utf-8") as fh:
-            if path.suffix.lower() == ".csv":
+        gz = path.suffix.lower() == ".gz"
+        opener = gzip.open if gz else open
+        with opener(path, "rt", newline="", encoding="utf-8") as fh:
+            if (path.name.lower().removesuffix(".gz")).endswith(".csv"):
                 rows = enumerate(csv.reader(fh), 1)
                 header = next(rows, None)
                 if header is None:
@@ -47,6 +48,8 @@ def read_dataset(path: str | Path, need_text: bool = True) -> list[dict]:
                     records.append(_record(path, n, obj, need_text))
     except UnicodeDecodeError:
         raise UserError(f"{path}: not UTF-8 text") from None
+    except (OSError, EOFError) as exc:   # a corrupt .gz
+        raise UserError(f"{path}: unreadable ({type(exc).__name__})") from None
     if not records:
         raise UserError(f"{path}: empty file (no records)")
     seen: set[str] = set()
@@ -85,15 +88,8 @@ def refuse_existing(path: str | Path) -> Path:
 
 
 def write_jsonl(path: str | Path, records: list[dict]) -> Path:
-    """Write atomically (temporary file in the same folder, then rename); refuses to overwrite."""
+    """Write atomically (``icml26_shared.io.atomic_write_text``); refuses to overwrite."""
+    from icml26_shared.io import atomic_write_text
+
     path = refuse_existing(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            for r in records:
-                fh.write(json.dumps(r) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in records), mkdir=False)

@@ -1,7 +1,9 @@
 """Users' end-to-end path: train any arm on a JSONL/CSV file (TF-IDF features), store the model
 folder, predict, and read its label DAG and coalitions back. The folder holds ``model.pt`` (a
 state dict, loaded with ``weights_only=True``), ``meta.json`` (labels, training counts, the
-dev-chosen threshold, coalitions, the SEM adjacency and DAG) and ``tfidf.json`` (vocabulary, idf).
+dev-chosen thresholds and coalition size, coalitions, the SEM adjacency and DAG) and
+``features.json`` (TF-IDF vocabulary and idf, or the MiniLM name); a fine-tuned encoder is stored
+as a Hugging Face folder ``encoder/`` with ``model.pt`` holding the head.
 """
 
 from __future__ import annotations
@@ -28,22 +30,35 @@ def _matrix(records: list[dict], index: dict[str, int]) -> np.ndarray:
     return Y
 
 
-def fit(train_recs: list[dict], valid_recs: list[dict] | None, method: str, max_coalition: int,
-        epochs: int, seed: int, max_features: int = 5000) -> dict:
-    """Train one arm; the threshold is chosen on ``valid_recs`` or, without it, on a 20% dev split
-    carved from TRAIN by ``seed`` (the model then trains on the other 80%)."""
+def fit(train_recs: list[dict], valid_recs: list[dict] | None, method: str,
+        max_coalition: int | None = None, epochs: int = 8, seed: int = 0, features: str = "tfidf",
+        model_dir: Path | None = None, coalition_method: str = "components",
+        sem_threshold: float | None = None, max_features: int = 5000, group=None) -> dict:
+    """Train one arm. The decision threshold is chosen on ``valid_recs`` or, without it, on a 20%
+    dev split carved from TRAIN by ``seed`` (the model then trains on the other 80%); the SEM
+    threshold and the maximum coalition size, when not given, are chosen on the same dev split
+    (``nbcg.tuning``; frozen features only — with ``model_dir`` the defaults 0.3 / 8 are used)."""
     import torch
-    from sklearn.feature_extraction.text import TfidfVectorizer
 
     from .baselines import get_arm
     from .config import NBCGConfig, SEMConfig
-    from .core import dag_from_adjacency, fit_label_sem, form_coalitions, random_coalitions
+    from .core import (
+        COALITION_METHODS,
+        dag_from_adjacency,
+        fit_label_sem,
+        form_coalitions,
+        random_coalitions,
+    )
+    from .features import Featurizer
     from .train import choose_threshold, predict_scores, train
+    from .tuning import MAX_SIZES, SEM_THRESHOLDS, choose_on_dev
 
     try:
         arm = get_arm(method)
     except KeyError as exc:
         raise UserError(str(exc.args[0])) from None
+    if coalition_method not in COALITION_METHODS:
+        raise UserError(f"unknown --coalitions {coalition_method!r} (known: {', '.join(COALITION_METHODS)})")
     dev_source = "--valid"
     if valid_recs is None:
         if len(train_recs) < 10:
@@ -58,31 +73,56 @@ def fit(train_recs: list[dict], valid_recs: list[dict] | None, method: str, max_
         raise UserError(f"training data has {len(labels)} distinct label(s); need at least 2")
     index = {x: i for i, x in enumerate(labels)}
     Y, Ydev = _matrix(train_recs, index), _matrix(valid_recs, index)
-    vec = TfidfVectorizer(max_features=max_features, sublinear_tf=True)
-    try:
-        X = vec.fit_transform([r["text"] for r in train_recs]).toarray().astype(np.float32)
-    except ValueError:
-        raise UserError("training texts contain no words (empty vocabulary)") from None
-    Xdev = vec.transform([r["text"] for r in valid_recs]).toarray().astype(np.float32)
+    texts, dev_texts = [r["text"] for r in train_recs], [r["text"] for r in valid_recs]
     torch.set_num_threads(1)
     counts = Y.sum(0)
-    sem = SEMConfig()
-    A = fit_label_sem(Y, sem, seed=seed)
-    dag = dag_from_adjacency(A, sem.threshold)
-    cfg = NBCGConfig(max_coalition=max_coalition, epochs=epochs)
-    causal = form_coalitions(dag, counts, cfg.max_coalition)
+    A = fit_label_sem(Y, SEMConfig(), seed=seed)
+    cfg = NBCGConfig(max_coalition=max_coalition or 8, epochs=epochs)
+    chosen = {"sem_threshold": "given" if sem_threshold is not None else "default (--model)",
+              "max_coalition": "given" if max_coalition is not None else "default (--model)"}
+    feat, tok, grid = None, None, None
+    if model_dir is None:
+        feat = Featurizer(features, max_features).fit(texts)
+        X, Xdev = feat.transform(texts), feat.transform(dev_texts)
+    tune = model_dir is None and arm.partition != "one" and (sem_threshold is None or max_coalition is None)
+    if tune:
+        from .baselines import ARMS
+
+        sel_arm = arm if arm.partition == "causal" else ARMS["nbcg"]   # random mirrors causal sizes
+        best = choose_on_dev(A, counts, X, Y, Xdev, Ydev, sel_arm, cfg, seed, coalition_method,
+                             SEM_THRESHOLDS if sem_threshold is None else (sem_threshold,),
+                             MAX_SIZES if max_coalition is None else (max_coalition,))
+        sem_t, max_c, causal, grid = best["threshold"], best["max_coalition"], best["coalitions"], best["grid"]
+        for k in ("sem_threshold", "max_coalition"):
+            if chosen[k] != "given":
+                chosen[k] = dev_source
+    else:
+        sem_t, max_c = sem_threshold if sem_threshold is not None else 0.3, max_coalition or 8
+        causal = form_coalitions(dag_from_adjacency(A, sem_t), counts, max_c, coalition_method, weights=A)
+    dag = dag_from_adjacency(A, sem_t)
+    cfg = NBCGConfig(max_coalition=max_c, epochs=epochs)
     coal = {"causal": causal, "one": [list(range(len(labels)))],
             "random": random_coalitions([len(c) for c in causal], len(labels), seed + 1000)}[arm.partition]
-    model, log = train(X, Y, coal, arm, cfg, seed)
-    thr = choose_threshold(predict_scores(model, Xdev), Ydev)
+    if model_dir is not None:
+        from .finetune import encoder_scores, fit_encoder
+
+        model, tok, log = fit_encoder(texts, Y, coal, arm, cfg, seed, Path(model_dir), group=group)
+        S_dev = encoder_scores(model, tok, dev_texts)
+    else:
+        if tune and arm.partition == "causal":
+            model, log = best["model"], best["log"]     # the dev winner itself, not retrained
+        else:
+            model, log = train(X, Y, coal, arm, cfg, seed, group=group)
+        S_dev = predict_scores(model, Xdev)
+    thr = choose_threshold(S_dev, Ydev)
     meta = {"format": FORMAT, "method": method, "labels": labels, "counts": counts.tolist(),
             "threshold": thr, "threshold_chosen_on": dev_source, "coalitions": coal,
             "causal_coalitions": causal, "adjacency": A.tolist(), "dag": dag.astype(int).tolist(),
-            "hidden": cfg.hidden, "seed": seed, "epochs": epochs, "max_coalition": max_coalition,
+            "sem_threshold": sem_t, "max_coalition": max_c, "chosen_on": chosen, "tuning_grid": grid,
+            "coalition_method": coalition_method, "features": "encoder" if model_dir else features,
+            "hidden": cfg.hidden, "seed": seed, "epochs": epochs,
             "final_coalition_weights": np.asarray(log.final_coef).tolist()}
-    tfidf = {"vocabulary": {k: int(v) for k, v in vec.vocabulary_.items()}, "idf": vec.idf_.tolist(),
-             "max_features": max_features}
-    return {"model": model, "meta": meta, "tfidf": tfidf}
+    return {"model": model, "meta": meta, "features": feat.state() if feat else None, "tokenizer": tok}
 
 
 def save(bundle: dict, out: Path) -> Path:
@@ -96,9 +136,18 @@ def save(bundle: dict, out: Path) -> Path:
         raise UserError(f"{out.parent}: no such folder")
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
     try:
-        torch.save(bundle["model"].state_dict(), tmp / "model.pt")
+        model = bundle["model"]
+        if bundle.get("tokenizer") is not None:      # a fine-tuned encoder: HF folder + head
+            from .finetune import quiet
+
+            quiet()
+            model.encoder.save_pretrained(tmp / "encoder")
+            bundle["tokenizer"].save_pretrained(tmp / "encoder")
+            torch.save(model.head.state_dict(), tmp / "model.pt")
+        else:
+            torch.save(model.state_dict(), tmp / "model.pt")
+            (tmp / "features.json").write_text(json.dumps(bundle["features"]))
         (tmp / "meta.json").write_text(json.dumps(bundle["meta"]))
-        (tmp / "tfidf.json").write_text(json.dumps(bundle["tfidf"]))
         os.replace(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -119,35 +168,42 @@ def load_meta(folder: Path) -> dict:
     return meta
 
 
-def load(folder: Path) -> tuple[object, dict, object]:
-    """(model, meta, vectorizer) from a folder written by ``save``; ``UserError`` when corrupt."""
+def load(folder: Path):
+    """(scorer(texts) -> n×L scores, meta) from a folder written by ``save``; ``UserError`` when corrupt."""
     import torch
-    from sklearn.feature_extraction.text import TfidfVectorizer
 
-    from .train import CoalitionMLP
+    from .train import CoalitionMLP, predict_scores
 
     folder = Path(folder)
     meta = load_meta(folder)
     try:
-        tf = json.loads((folder / "tfidf.json").read_text())
-        vec = TfidfVectorizer(sublinear_tf=True, vocabulary=tf["vocabulary"])
-        vec.idf_ = np.asarray(tf["idf"], dtype=np.float64)
         state = torch.load(folder / "model.pt", map_location="cpu", weights_only=True)
-        model = CoalitionMLP(len(tf["vocabulary"]), meta["hidden"], meta["coalitions"], len(meta["labels"]))
-        model.load_state_dict(state)
+        L = len(meta["labels"])
+        if meta.get("features") == "encoder":
+            from .finetune import EncoderClassifier, encoder_scores, load_encoder
+
+            tok, enc = load_encoder(folder / "encoder")
+            model = EncoderClassifier(enc, meta["hidden"], meta["coalitions"], L)
+            model.head.load_state_dict(state)
+            model.eval()
+            return (lambda texts: encoder_scores(model, tok, texts)), meta
+        from .features import Featurizer
+
+        feat = Featurizer.from_state(json.loads((folder / "features.json").read_text()))
+        head = CoalitionMLP(state["enc.weight"].shape[1], meta["hidden"], meta["coalitions"], L)
+        head.load_state_dict(state)
+    except UserError:
+        raise
     except FileNotFoundError as exc:
         raise UserError(f"{folder}: incomplete model folder ({Path(exc.filename).name} missing)") from None
     except Exception as exc:  # noqa: BLE001 - any corruption is the user's folder, not a bug
         raise UserError(f"{folder}: corrupt model folder ({type(exc).__name__})") from None
-    return model, meta, vec
+    return (lambda texts: predict_scores(head, feat.transform(texts))), meta
 
 
 def predict(folder: Path, records: list[dict], threshold: float | None, top_k: int | None) -> list[dict]:
-    from .train import predict_scores
-
-    model, meta, vec = load(folder)
-    X = vec.transform([r["text"] for r in records]).toarray().astype(np.float32)
-    S = predict_scores(model, X)
+    score, meta = load(folder)
+    S = score([r["text"] for r in records])
     labels = meta["labels"]
     thr = meta["threshold"] if threshold is None else threshold
     out = []

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,21 +44,51 @@ class TrainLog:
     final_coef: np.ndarray | None = None
 
 
+class Local:
+    """One process: the identity all-reduce. ``nbcg.scale.AccelerateGroup`` is the multi-process
+    one (every rank trains on its shard of each batch, sums are all-reduced)."""
+
+    rank, world = 0, 1
+
+    def sum(self, t: torch.Tensor) -> torch.Tensor:
+        return t
+
+
 def coalition_losses(elem: torch.Tensor, coalitions: list[list[int]]) -> torch.Tensor:
     return torch.stack([elem[:, c].mean() for c in coalitions])
 
 
+def coalition_sums(elem: torch.Tensor, coalitions: list[list[int]]) -> torch.Tensor:
+    return torch.stack([elem[:, c].sum() for c in coalitions])
+
+
 def train(X: np.ndarray, Y: np.ndarray, coalitions: list[list[int]], arm: Arm,
-          cfg: NBCGConfig, seed: int) -> tuple[CoalitionMLP, TrainLog]:
-    """Train one arm; the coalition coefficients actually used are logged after warm-up."""
+          cfg: NBCGConfig, seed: int, *, model: torch.nn.Module | None = None,
+          forward: Callable[[torch.Tensor], torch.Tensor] | None = None,
+          group: Local | None = None, params: list | None = None
+          ) -> tuple[torch.nn.Module, TrainLog]:
+    """Train one arm; the coalition coefficients actually used are logged after warm-up.
+
+    ``model``/``forward(idx) -> logits`` replace the default MLP on ``X`` (fine-tuning a text
+    encoder); ``group`` shards every batch over processes: the coalition loss sums (and the
+    gradients) are all-reduced *before* the bargaining weights, so every process computes the same
+    weights and the run equals the one-process run on the same batches."""
+    group = group or Local()
     torch.manual_seed(seed)
-    Xt, Yt = torch.as_tensor(X, dtype=torch.float32), torch.as_tensor(Y, dtype=torch.float32)
+    Yt = torch.as_tensor(Y, dtype=torch.float32)
+    if model is None:
+        Xt = torch.as_tensor(X, dtype=torch.float32)
+        model = CoalitionMLP(Xt.shape[1], cfg.hidden, coalitions, Yt.shape[1])
+        forward = lambda idx: model(Xt[idx])  # noqa: E731
+    assert forward is not None
     counts = Yt.sum(0)
     n, L = Yt.shape
     K = len(coalitions)
     sizes = torch.tensor([len(c) for c in coalitions], dtype=torch.float32)
-    model = CoalitionMLP(Xt.shape[1], cfg.hidden, coalitions, L)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    groups = list(model.parameters()) if params is None else params
+    flat = [p for g in groups for p in (g["params"] if isinstance(g, dict) else [g])]
+    opt = torch.optim.Adam(groups, lr=cfg.lr)
+    shared = model.shared_params()
     loss_fn = LOSSES[arm.loss]
     bargain = NashBargaining(cfg)
     gen = torch.Generator().manual_seed(seed)
@@ -77,10 +108,13 @@ def train(X: np.ndarray, Y: np.ndarray, coalitions: list[list[int]], arm: Arm,
             perm = torch.randperm(n, generator=gen)
         warm = epoch < cfg.warmup_epochs
         for s in range(0, n, cfg.batch_size):
-            idx = perm[s:s + cfg.batch_size]
-            elem = loss_fn(model(Xt[idx]), Yt[idx], counts)
-            Lk = coalition_losses(elem, coalitions)
-            det = Lk.detach()
+            batch = perm[s:s + cfg.batch_size]
+            idx = batch[group.rank::group.world]            # this process's shard
+            elem = loss_fn(forward(idx), Yt[idx], counts)
+            # global per-coalition mean = all-reduced sums / (batch size · coalition size)
+            denom = float(len(batch)) * sizes
+            Lk = coalition_sums(elem, coalitions) / denom           # this shard's share
+            det = group.sum(Lk.detach().clone())                    # the batch's coalition losses
             smooth = det.clone() if smooth is None else 0.9 * smooth + 0.1 * det
             if arm.weighting == "uniform" or warm:
                 coef = sizes / L                       # = the plain label-mean loss
@@ -96,14 +130,20 @@ def train(X: np.ndarray, Y: np.ndarray, coalitions: list[list[int]], arm: Arm,
                 if step % cfg.nash_mtl_every == 0:
                     G = []
                     for k in range(K):
-                        g = torch.autograd.grad(Lk[k], model.shared_params(), retain_graph=True)
-                        G.append(torch.cat([t.reshape(-1) for t in g]).numpy())
+                        g = torch.autograd.grad(Lk[k], shared, retain_graph=True, allow_unused=True)
+                        flat = torch.cat([(t if t is not None else torch.zeros_like(p)).reshape(-1)
+                                          for t, p in zip(g, shared, strict=True)])
+                        G.append(group.sum(flat).numpy())
                     alpha = nash_mtl_alpha(np.stack(G, 1).astype(np.float64))
                     alpha = alpha / alpha.sum()
                 coef = torch.as_tensor(alpha, dtype=torch.float32)
             loss = (coef * Lk).sum()
             opt.zero_grad()
             loss.backward()
+            if group.world > 1:
+                for p in flat:
+                    if p.grad is not None:
+                        p.grad = group.sum(p.grad)
             opt.step()
             if not warm:
                 log.weights.append((coef / coef.sum()).numpy().copy())

@@ -1,0 +1,74 @@
+"""MiniLM features: 384-d normalised embeddings, cached by content hash (a second call loads no
+model); the fine-tuning path on a tiny random-init BERT saved here."""
+
+import json
+
+import numpy as np
+import pytest
+from nbcg import features
+from nbcg.cli import main
+
+
+def test_content_key_depends_on_every_text_and_the_setting():
+    k = features.content_key(["a b", "c"], "m", 128)
+    assert k == features.content_key(["a b", "c"], "m", 128)
+    assert k != features.content_key(["a", "b c"], "m", 128)      # length-prefixed, no ambiguity
+    assert k != features.content_key(["a b", "c"], "m", 64)
+    assert k != features.content_key(["a b", "c"], "other", 128)
+
+
+def test_minilm_embeds_then_reads_the_cache(tmp_path, monkeypatch):
+    pytest.importorskip("sentence_transformers")
+    monkeypatch.setenv("ICML26_CACHE", str(tmp_path))
+    texts = ["Compute the discrete Fourier transform.", "Fit a linear model with coordinate descent."]
+    E = features.embed_minilm(texts)
+    assert E.shape == (2, 384) and np.allclose(np.linalg.norm(E, axis=1), 1.0, atol=1e-5)
+    assert len(list((tmp_path / "nbcg" / "embeddings").glob("*.npy"))) == 1
+
+    def boom(*a, **k):
+        raise AssertionError("the model must not load on a cache hit")
+
+    real = features._require_minilm
+    monkeypatch.setattr(features, "_require_minilm", lambda: (boom, real()[1]))
+    assert np.array_equal(features.embed_minilm(texts), E)
+    with pytest.raises(AssertionError):            # a different text misses the cache
+        features.embed_minilm(texts + ["x"])
+
+
+def _tiny_bert(path):
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    path.mkdir()
+    words = [f"w{j}x{m}" for j in range(24) for m in range(4)] + [f"n{t}" for t in range(400)]
+    (path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words) + "\n")
+    tok = BertTokenizerFast(vocab_file=str(path / "vocab.txt"))
+    cfg = BertConfig(vocab_size=5 + len(words), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                     intermediate_size=32, max_position_embeddings=160)
+    import torch
+
+    torch.manual_seed(0)
+    BertModel(cfg).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def test_model_dir_fine_tunes_the_encoder(tmp_path, capsys):
+    pytest.importorskip("transformers")
+    from safetensors.torch import load_file
+
+    bert = _tiny_bert(tmp_path / "bert")
+    data = tmp_path / "d.jsonl"
+    assert main(["synth", "--n", "120", "--out", str(data)]) == 0
+    assert main(["train", str(data), "--model", str(bert), "--method", "nbcg", "--epochs", "2",
+                 "--out", str(tmp_path / "m")]) == 0
+    meta = json.loads((tmp_path / "m" / "meta.json").read_text())
+    assert meta["features"] == "encoder" and len(meta["coalitions"]) > 1
+    before = load_file(str(bert / "model.safetensors"))
+    after = load_file(str(tmp_path / "m" / "encoder" / "model.safetensors"))
+    moved = [k for k in before if k in after and not np.allclose(before[k].numpy(), after[k].numpy())]
+    assert moved, "the encoder's weights did not change: it was not fine-tuned"
+    assert main(["predict", str(tmp_path / "m"), str(data), "--top-k", "2", "--out", str(tmp_path / "p.jsonl")]) == 0
+    preds = [json.loads(x) for x in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert len(preds) == 120 and all(len(p["labels"]) == 2 for p in preds)
+    err = capsys.readouterr().err
+    assert "Loading" not in err and "%|" not in err        # no library progress bars leak
