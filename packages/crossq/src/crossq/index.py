@@ -325,8 +325,7 @@ class Index:
         ``docs[ptr[c]:ptr[c + 1]]`` (sorted, unique)."""
         n = len(self.codes)
         if cb:
-            books = np.ascontiguousarray(self.codec.codebooks()[:cb], np.float32)
-            books[0] = self.codec.coarse_cells()
+            books = np.ascontiguousarray(self.codec.codebooks()[:cb], np.float32)  # [0] = coarse_cells()
             assign = self.codes[:, 0].astype(np.int64)
             if cb == 2:
                 assign = assign * books.shape[1] + self.codes[:, 1]
