@@ -7,6 +7,7 @@ import torch
 from nbcg.config import NBCGConfig, SEMConfig, SynthConfig
 from nbcg.core import (
     NashBargaining,
+    choose_sem_threshold,
     dag_from_adjacency,
     edge_scores,
     fit_label_sem,
@@ -46,6 +47,21 @@ def test_sem_finds_planted_edge_and_is_acyclic():
     assert dag[0, 1] or dag[1, 0]          # the dependent pair is linked
     assert not (dag[0, 2] or dag[2, 0] or dag[1, 2] or dag[2, 1])  # the independent label is not
     assert abs(float(notears_h(torch.tensor(A)))) < 1e-2
+
+
+def test_bic_threshold_keeps_the_planted_edge_and_drops_noise():
+    rng = np.random.default_rng(2)
+    n = 3000
+    a = rng.random(n) < 0.4
+    b = np.where(a, rng.random(n) < 0.8, rng.random(n) < 0.02)
+    c = rng.random(n) < 0.3
+    Y = np.stack([a, b, c], 1).astype(int)
+    A = np.array([[0, 2.5, 0.04], [0, 0, 0.0], [0, 0.02, 0]])   # one real edge, two noise edges
+    t, rows = choose_sem_threshold(A, Y, (0.01, 0.03, 0.1, 3.0))
+    assert [r["edges"] for r in rows] == [3, 2, 1, 0]
+    assert t == 0.1 and min(rows, key=lambda r: r["bic"])["threshold"] == t
+    # the planted edge explains the data: the empty graph's BIC is far worse
+    assert rows[-1]["bic"] - rows[2]["bic"] > 100
 
 
 def test_dag_threshold_breaks_cycles():

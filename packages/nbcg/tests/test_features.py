@@ -57,6 +57,7 @@ def test_model_dir_fine_tunes_the_encoder(tmp_path, capsys):
     from safetensors.torch import load_file
 
     bert = _tiny_bert(tmp_path / "bert")
+    capsys.readouterr()      # the fixture's own save_pretrained may print a progress bar; nbcg's may not
     data = tmp_path / "d.jsonl"
     assert main(["synth", "--n", "120", "--out", str(data)]) == 0
     assert main(["train", str(data), "--model", str(bert), "--method", "nbcg", "--epochs", "2",
@@ -72,3 +73,21 @@ def test_model_dir_fine_tunes_the_encoder(tmp_path, capsys):
     assert len(preds) == 120 and all(len(p["labels"]) == 2 for p in preds)
     err = capsys.readouterr().err
     assert "Loading" not in err and "%|" not in err        # no library progress bars leak
+    # full's gradient-share diagnostic on the fine-tuned model: one share per coalition, a distribution
+    # that follows the coefficients (a coalition weighted 0 gets no share)
+    from nbcg.finetune import EncoderClassifier, encoder_gradient_shares, load_encoder
+    from nbcg.io import read_dataset
+    from nbcg.pipeline import _matrix
+
+    tok, enc = load_encoder(tmp_path / "m" / "encoder")
+    model = EncoderClassifier(enc, meta["hidden"], meta["coalitions"], len(meta["labels"]))
+    recs = read_dataset(data)
+    Y = _matrix(recs, {x: i for i, x in enumerate(meta["labels"])})
+    K = len(meta["coalitions"])
+    share = encoder_gradient_shares(model, tok, [r["text"] for r in recs[:40]], Y[:40], meta["coalitions"],
+                                    np.ones(K))
+    assert share.shape == (K,) and abs(share.sum() - 1) < 1e-6 and (share > 0).all()
+    coef = np.ones(K)
+    coef[0] = 0.0
+    assert encoder_gradient_shares(model, tok, [r["text"] for r in recs[:40]], Y[:40], meta["coalitions"],
+                                   coef)[0] == 0.0

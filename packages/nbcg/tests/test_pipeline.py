@@ -31,13 +31,15 @@ def test_train_predict_eval_roundtrip(trained, capsys):
                            for x in json.loads(line)["labels"]})
     assert meta["labels"] == train_labels and meta["method"] == "nbcg"
     assert "TRAIN" in meta["threshold_chosen_on"]           # chosen on the carved dev split
-    # the SEM threshold and max coalition size were chosen on that dev split, from the grid
-    assert meta["chosen_on"] == {"sem_threshold": meta["threshold_chosen_on"],
+    # the max coalition size was chosen on that dev split; the SEM threshold by BIC on TRAIN labels
+    assert meta["chosen_on"] == {"sem_threshold": "BIC of the label SEM on TRAIN",
                                  "max_coalition": meta["threshold_chosen_on"]}
     grid = meta["tuning_grid"]
     assert len(grid) > 1
     best = max(grid, key=lambda g: g["dev_macro_f1"])
     assert (meta["sem_threshold"], meta["max_coalition"]) == (best["threshold"], best["max_coalition"])
+    sem = meta["sem_grid"]
+    assert len(sem) > 1 and meta["sem_threshold"] == min(sem, key=lambda g: g["bic"])["threshold"]
     assert len(meta["coalitions"]) > 1                      # the mechanism is on
     flat = sorted(j for c in meta["coalitions"] for j in c)
     assert flat == list(range(len(train_labels))) and max(map(len, meta["coalitions"])) <= meta["max_coalition"]

@@ -200,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-coalition", type=positive_int, default=None,
                    help="largest coalition (default: chosen on dev from 4, 8, 16)")
     p.add_argument("--sem-threshold", type=float_in(0, 10, low_open=True), default=None,
-                   help="|A_ij| edge threshold of the DAG (default: chosen on dev from 0.2, 0.3, 0.5)")
+                   help="|A_ij| edge threshold of the DAG (default: the BIC of the label SEM on TRAIN, 0.05 ... 2)")
     p.add_argument("--epochs", type=positive_int, default=8)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, required=True, help="model folder to create (never overwritten)")

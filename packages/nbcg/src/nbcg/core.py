@@ -55,6 +55,62 @@ def fit_label_sem(Y: np.ndarray, cfg: SEMConfig | None = None, seed: int = 0) ->
     return (A * off).detach().numpy().astype(np.float64)
 
 
+def _weighted_rows(Y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, int]:
+    rows, cnt = np.unique(np.asarray(Y, np.int8), axis=0, return_counts=True)
+    return torch.as_tensor(rows, dtype=torch.float32), torch.as_tensor(cnt, dtype=torch.float64), len(Y)
+
+
+def sem_nll(Y: np.ndarray, support: np.ndarray, ridge: float = 1e-3, iters: int = 100) -> float:
+    """Total negative log-likelihood of the logistic SEM refitted (no L1, no constraint: the
+    support is a DAG, so this is one logistic regression per label on its parents) on ``Y``."""
+    Yt, cnt, n = _weighted_rows(Y)
+    M = torch.as_tensor(np.asarray(support, bool), dtype=torch.float32)
+    L = Yt.shape[1]
+    w = (cnt / n).float()[:, None]
+    p = (w * Yt).sum(0).clamp(1e-4, 1 - 1e-4)
+    b = torch.log(p / (1 - p)).clone().requires_grad_()
+    A = torch.zeros(L, L, requires_grad=True)
+    opt = torch.optim.LBFGS([A, b], max_iter=iters, line_search_fn="strong_wolfe", tolerance_grad=1e-7)
+
+    def loss_fn() -> torch.Tensor:
+        Am = A * M
+        z = b + Yt @ Am
+        ll = (w * torch.nn.functional.binary_cross_entropy_with_logits(z, Yt, reduction="none")).sum()
+        return ll + 0.5 * ridge * (Am * Am).sum() / n
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        loss = loss_fn()
+        loss.backward()
+        return loss
+
+    if M.any():
+        opt.step(closure)
+    with torch.no_grad():
+        z = b + Yt @ (A * M)
+        nll = (cnt[:, None] * torch.nn.functional.binary_cross_entropy_with_logits(
+            z, Yt, reduction="none").double()).sum()
+    return float(nll)
+
+
+def choose_sem_threshold(A: np.ndarray, Y: np.ndarray, thresholds) -> tuple[float, list[dict]]:
+    """The SEM threshold whose DAG minimises the BIC of the refitted logistic SEM on ``Y``:
+    2·NLL + (edges)·log n [R]. A criterion about the graph alone (no classifier, no true DAG);
+    the first of equal-BIC thresholds wins. Returns (threshold, one row per distinct DAG)."""
+    n = len(Y)
+    rows, seen, best = [], {}, None
+    for t in sorted(float(x) for x in thresholds):
+        D = dag_from_adjacency(A, t)
+        key = D.tobytes()
+        if key not in seen:
+            seen[key] = 2.0 * sem_nll(Y, D) + float(D.sum()) * np.log(n)
+            rows.append({"threshold": t, "edges": int(D.sum()), "bic": seen[key]})
+        if best is None or seen[key] < best[1]:
+            best = (t, seen[key])
+    assert best is not None
+    return best[0], rows
+
+
 def dag_from_adjacency(A: np.ndarray, threshold: float) -> np.ndarray:
     """Threshold |A| into a binary graph, then drop the weakest edge of each remaining cycle
     until it is acyclic (so the export is always a DAG) [R]."""
@@ -268,8 +324,13 @@ def nash_mtl_alpha(G: np.ndarray, tol: float = 1e-10) -> np.ndarray:
             beta = np.exp(np.clip(z, -50, 50))
             return beta * (Mn @ beta) - 1.0
 
+    def jac(z: np.ndarray) -> np.ndarray:   # ∂r_i/∂z_j = β_i M_ij β_j + δ_ij β_i (Mβ)_i
+        with np.errstate(over="ignore", invalid="ignore"):
+            beta = np.exp(np.clip(z, -50, 50))
+            return beta[:, None] * Mn * beta[None, :] + np.diag(beta * (Mn @ beta))
+
     z0 = np.zeros(K)  # β = 1 is the solution when the normalised gradients are orthonormal
-    sol = least_squares(resid, z0, method="lm", xtol=tol, ftol=tol, gtol=tol, max_nfev=5000)
+    sol = least_squares(resid, z0, jac=jac, method="lm", xtol=tol, ftol=tol, gtol=tol, max_nfev=5000)
     return np.exp(sol.x) / scale
 
 

@@ -54,6 +54,7 @@ def embed_minilm(texts: list[str], max_tokens: int = MAX_TOKENS, batch_size: int
             pass                                     # a corrupt cache entry is recomputed
     import torch
 
+    threads = torch.get_num_threads()
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
     import logging
 
@@ -61,10 +62,13 @@ def embed_minilm(texts: list[str], max_tokens: int = MAX_TOKENS, batch_size: int
 
     quiet()
     logging.getLogger("sentence_transformers").setLevel(logging.ERROR)
-    model = SentenceTransformer(str(mdir), device="cpu", local_files_only=True)
-    model.max_seq_length = max_tokens
-    E = model.encode(list(texts), batch_size=batch_size, show_progress_bar=False,
-                     normalize_embeddings=True, convert_to_numpy=True).astype(np.float32)
+    try:
+        model = SentenceTransformer(str(mdir), device="cpu", local_files_only=True)
+        model.max_seq_length = max_tokens
+        E = model.encode(list(texts), batch_size=batch_size, show_progress_bar=False,
+                         normalize_embeddings=True, convert_to_numpy=True).astype(np.float32)
+    finally:
+        torch.set_num_threads(threads)   # the caller's setting (the reproduction trains on one thread)
     if cache:
         from icml26_shared.io import atomic_write_bytes
 

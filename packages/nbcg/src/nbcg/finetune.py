@@ -106,3 +106,28 @@ def encoder_scores(model: EncoderClassifier, tok, texts: list[str], device: str 
             ids, mask = tokenize(tok, texts[s:s + batch_size], device)
             out.append(torch.sigmoid(model(ids, mask)).float().cpu().numpy())
     return np.concatenate(out) if out else np.zeros((0, model.head.head.out_features), np.float32)
+
+
+def pooled_features(model: EncoderClassifier, tok, texts: list[str], device: str = "cpu",
+                    batch_size: int = 32) -> np.ndarray:
+    """The mean-pooled encoder outputs (the head's input), without gradients."""
+    out = []
+    with torch.no_grad():
+        for s in range(0, len(texts), batch_size):
+            ids, mask = tokenize(tok, texts[s:s + batch_size], device)
+            h = model.encoder(input_ids=ids, attention_mask=mask).last_hidden_state
+            m = mask.unsqueeze(-1).to(h.dtype)
+            out.append(((h * m).sum(1) / m.sum(1).clamp(min=1.0)).float().cpu().numpy())
+    return np.concatenate(out)
+
+
+def encoder_gradient_shares(model: EncoderClassifier, tok, texts: list[str], Y: np.ndarray,
+                            coalitions: list[list[int]], coef: np.ndarray, device: str = "cpu") -> np.ndarray:
+    """Each coalition's share of the gradient norm on the head's shared layer (the parameters
+    every coalition reads), as ``train.gradient_shares`` for the frozen-feature MLP."""
+    from .train import gradient_shares
+
+    head = model.head.float().cpu()
+    shares = gradient_shares(head, pooled_features(model, tok, texts, device), Y, coalitions, coef)
+    model.head.to(device)
+    return shares

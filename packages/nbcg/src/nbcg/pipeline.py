@@ -35,9 +35,10 @@ def fit(train_recs: list[dict], valid_recs: list[dict] | None, method: str,
         model_dir: Path | None = None, coalition_method: str = "components",
         sem_threshold: float | None = None, max_features: int = 5000, group=None) -> dict:
     """Train one arm. The decision threshold is chosen on ``valid_recs`` or, without it, on a 20%
-    dev split carved from TRAIN by ``seed`` (the model then trains on the other 80%); the SEM
-    threshold and the maximum coalition size, when not given, are chosen on the same dev split
-    (``nbcg.tuning``; frozen features only — with ``model_dir`` the defaults 0.3 / 8 are used)."""
+    dev split carved from TRAIN by ``seed`` (the model then trains on the other 80%); the maximum
+    coalition size, when not given, is chosen on the same dev split
+    (``nbcg.tuning``); the SEM threshold, when not given, by the BIC of the label SEM on TRAIN
+    (a graph criterion). With ``model_dir`` the maximum size defaults to 8."""
     import torch
 
     from .baselines import get_arm
@@ -78,26 +79,28 @@ def fit(train_recs: list[dict], valid_recs: list[dict] | None, method: str,
     counts = Y.sum(0)
     A = fit_label_sem(Y, SEMConfig(), seed=seed)
     cfg = NBCGConfig(max_coalition=max_coalition or 8, epochs=epochs)
-    chosen = {"sem_threshold": "given" if sem_threshold is not None else "default (--model)",
+    chosen = {"sem_threshold": "given" if sem_threshold is not None else "BIC of the label SEM on TRAIN",
               "max_coalition": "given" if max_coalition is not None else "default (--model)"}
+    sem_grid = []
+    if sem_threshold is None:       # a graph criterion on TRAIN labels (no classifier, no dev)
+        from .core import choose_sem_threshold
+
+        sem_threshold, sem_grid = choose_sem_threshold(A, Y, SEM_THRESHOLDS)
     feat, tok, grid = None, None, None
     if model_dir is None:
         feat = Featurizer(features, max_features).fit(texts)
         X, Xdev = feat.transform(texts), feat.transform(dev_texts)
-    tune = model_dir is None and arm.partition != "one" and (sem_threshold is None or max_coalition is None)
+    tune = model_dir is None and arm.partition != "one" and max_coalition is None
     if tune:
         from .baselines import ARMS
 
         sel_arm = arm if arm.partition == "causal" else ARMS["nbcg"]   # random mirrors causal sizes
         best = choose_on_dev(A, counts, X, Y, Xdev, Ydev, sel_arm, cfg, seed, coalition_method,
-                             SEM_THRESHOLDS if sem_threshold is None else (sem_threshold,),
-                             MAX_SIZES if max_coalition is None else (max_coalition,))
+                             (sem_threshold,), MAX_SIZES)
         sem_t, max_c, causal, grid = best["threshold"], best["max_coalition"], best["coalitions"], best["grid"]
-        for k in ("sem_threshold", "max_coalition"):
-            if chosen[k] != "given":
-                chosen[k] = dev_source
+        chosen["max_coalition"] = dev_source
     else:
-        sem_t, max_c = sem_threshold if sem_threshold is not None else 0.3, max_coalition or 8
+        sem_t, max_c = sem_threshold, max_coalition or 8
         causal = form_coalitions(dag_from_adjacency(A, sem_t), counts, max_c, coalition_method, weights=A)
     dag = dag_from_adjacency(A, sem_t)
     cfg = NBCGConfig(max_coalition=max_c, epochs=epochs)
@@ -119,6 +122,7 @@ def fit(train_recs: list[dict], valid_recs: list[dict] | None, method: str,
             "threshold": thr, "threshold_chosen_on": dev_source, "coalitions": coal,
             "causal_coalitions": causal, "adjacency": A.tolist(), "dag": dag.astype(int).tolist(),
             "sem_threshold": sem_t, "max_coalition": max_c, "chosen_on": chosen, "tuning_grid": grid,
+            "sem_grid": sem_grid,
             "coalition_method": coalition_method, "features": "encoder" if model_dir else features,
             "hidden": cfg.hidden, "seed": seed, "epochs": epochs,
             "final_coalition_weights": np.asarray(log.final_coef).tolist()}
