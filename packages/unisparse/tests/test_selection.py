@@ -9,7 +9,7 @@ import pytest
 import torch
 from unisparse import SparseConfig, core, estimate_block_mask
 from unisparse.baselines import index_lists_to_blocks, search_minference
-from unisparse.fast import flex_attention_blocks, gather_attention
+from unisparse.fast import flex_attention_blocks, grouped_attention
 
 from icml26_kernels import block_sparse_attention
 
@@ -59,6 +59,29 @@ def test_row_budget_gives_every_row_its_share():
     forced = core.forced_blocks(512, 512, BS, 1, 1)
     want = torch.maximum(forced.sum(-1), torch.ceil(dens * valid.sum(-1).float() - 1e-6).long())
     assert torch.equal(mask.sum(-1), want.expand(1, 2, -1))
+
+
+def test_tau_allocation_is_a_per_row_threshold_meeting_the_budget():
+    """allocation="tau": one top-p threshold for the call, bisected to the density budget — a
+    concentrated row keeps few blocks, a diffuse row many; the mean density stays within it;
+    and it keeps the planted needle in the last rows."""
+    nq = 32
+    valid = torch.ones(nq, nq, dtype=torch.bool).tril()
+    sc = torch.full((1, 1, nq, nq), 1.0)
+    sc[..., : 3 * nq // 4, 0] = 1e4  # early rows: all mass on one block
+    sc = core.normalize_rows(sc, valid)
+    forced = core.forced_blocks(nq * BS, nq * BS, BS, 1, 1)
+    tau = core.select_blocks(sc, valid, forced, density=0.3, allocation="tau")
+    dens = float((tau & valid).sum() / valid.sum())
+    row = core.select_blocks(sc, valid, forced, density=0.3, allocation="row")
+    assert 0.2 < dens <= 0.3 + 1e-6
+    assert tau[0, 0, 20].sum() == forced[20].sum()  # concentrated row: only sink + diagonal
+    # fewer blocks in all, yet the diffuse last row gets more than its equal share
+    assert tau.sum() < row.sum() and tau[0, 0, -1].sum() > row[0, 0, -1].sum()
+    q, k, _ = planted()
+    mask = estimate_block_mask(q, k, block_size=BS, density=0.2, allocation="tau")
+    assert float(core.block_density(mask, 512, 512, BS).mean()) <= 0.2 + 1e-6
+    assert mask[0, :, 400 // BS:, NEEDLE_BLOCK].all()
 
 
 def test_head_allocation_can_starve_the_last_row():
@@ -149,13 +172,13 @@ def test_chunked_prefill_equals_one_shot_at_the_same_selection(method):
 
 
 @pytest.mark.parametrize("t,s,hkv", [(300, 300, 2), (100, 300, 1), (256, 256, 4)])
-def test_gather_and_flex_backends_equal_the_kernel(t, s, hkv):
+def test_grouped_and_flex_backends_equal_the_kernel(t, s, hkv):
     g = torch.Generator().manual_seed(t + s)
     q = torch.randn(1, 4, t, 16, generator=g)
     k, v = torch.randn(1, hkv, s, 16, generator=g), torch.randn(1, hkv, s, 16, generator=g)
     mask = estimate_block_mask(q, k, block_size=BS, density=0.3)
     ref = block_sparse_attention(q, k, v, mask, block_size=BS, causal=True)
-    torch.testing.assert_close(gather_attention(q, k, v, mask, BS), ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(grouped_attention(q, k, v, mask, BS), ref, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(flex_attention_blocks(q, k, v, mask, BS), ref, atol=1e-5, rtol=1e-5)
 
 
@@ -167,3 +190,42 @@ def test_metrics_of_the_full_mask():
     assert core.kept_flop_ratio(full, 256, 256, BS) == pytest.approx(
         (16 * 17 / 2 - 8) / (16 * 17 / 2))
     assert core.block_hit(full, [3], 2).all()
+
+
+def _dense_restricted(q, k, v, mask, bs):
+    """Dense causal attention in fp64 with every key outside the kept blocks masked out (a query
+    that sees no key gives 0)."""
+    t, s, grp = q.shape[2], k.shape[2], q.shape[1] // k.shape[1]
+    elem = mask.repeat_interleave(bs, -2).repeat_interleave(bs, -1)[..., :t, :s]
+    elem = elem & (torch.arange(s)[None, :] <= torch.arange(t)[:, None] + (s - t))
+    sc = q.double() @ k.double().repeat_interleave(grp, 1).transpose(-1, -2) / math.sqrt(q.shape[-1])
+    p = torch.softmax(sc.masked_fill(~elem, -math.inf), -1).nan_to_num(0.0)
+    return (p @ v.double().repeat_interleave(grp, 1)).float()
+
+
+@pytest.mark.parametrize("t,s,h,hkv,method", [(300, 300, 6, 2, "unisparse"),
+                                               (200, 330, 4, 1, "xattention"),
+                                               (256, 256, 4, 4, "random")])
+def test_grouped_backend_is_exact_on_the_kept_blocks(t, s, h, hkv, method):
+    """fp32 within 1e-5 of dense attention restricted to the same mask, at density < 1, with
+    GQA, a ragged tail and (t < s) a chunk's offset; plus a mask with empty and cut rows."""
+    g = torch.Generator().manual_seed(t * s + h)
+    q = torch.randn(2, h, t, 16, generator=g)
+    k, v = torch.randn(2, hkv, s, 16, generator=g), torch.randn(2, hkv, s, 16, generator=g)
+    mask = estimate_block_mask(q, k, method=method, block_size=BS, density=0.3)
+    assert float(core.block_density(mask, t, s, BS).mean()) < 0.5
+    got = grouped_attention(q, k, v, mask, BS)
+    torch.testing.assert_close(got, _dense_restricted(q, k, v, mask, BS), atol=1e-5, rtol=1e-5)
+    rough = torch.rand(mask.shape, generator=g) < 0.3  # no sink or diagonal guaranteed
+    torch.testing.assert_close(grouped_attention(q, k, v, rough, BS),
+                               _dense_restricted(q, k, v, rough, BS), atol=1e-5, rtol=1e-5)
+
+
+def test_grouped_backend_at_density_one_is_sdpa():
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(1, 4, 250, 16, generator=g)
+    k, v = torch.randn(1, 2, 250, 16, generator=g), torch.randn(1, 2, 250, 16, generator=g)
+    mask = estimate_block_mask(q, k, block_size=BS, density=1.0)
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), is_causal=True)
+    torch.testing.assert_close(grouped_attention(q, k, v, mask, BS), want, atol=1e-5, rtol=1e-5)

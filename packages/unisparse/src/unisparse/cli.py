@@ -95,11 +95,11 @@ def cmd_bench(args) -> int:
     _check_out(args.out, args.force)
     import torch
 
-    from icml26_kernels import block_sparse_attention
     from icml26_shared.eval import compare
 
     from .config import SparseConfig
     from .core import attention_recall, block_density, causal_block_valid, relative_error
+    from .fast import run_blocks
     from .sparse import estimate_block_mask
 
     if args.threads:
@@ -126,7 +126,7 @@ def cmd_bench(args) -> int:
 
         def sparse_fn(cfg, q=q, k=k, v=v):
             mask = estimate_block_mask(q, k, cfg)
-            return block_sparse_attention(q, k, v, mask, block_size=cfg.block_size, causal=True)
+            return run_blocks(q, k, v, mask, cfg.block_size, backend=args.backend)
 
         fns = {"dense_sdpa": dense_fn}
         fns.update({m: (lambda c=c: sparse_fn(c)) for m, c in cfgs.items()})
@@ -135,7 +135,7 @@ def cmd_bench(args) -> int:
         full = causal_block_valid(n, n, bs)
         for m, cfg in cfgs.items():
             mask = estimate_block_mask(q, k, cfg)
-            out = block_sparse_attention(q, k, v, mask, block_size=bs, causal=True)
+            out = run_blocks(q, k, v, mask, bs, backend=args.backend)
             row = {"length": n, "method": m, "density": float(block_density(mask, n, n, bs).mean()),
                    "recall": float(attention_recall(q, k, mask, bs).mean()),
                    "rel_error": float(relative_error(out, exact).mean()),
@@ -226,6 +226,9 @@ def build_parser() -> ArgumentParser:
     b.add_argument("--repeats", type=int, default=3)
     b.add_argument("--threads", type=int, default=1,
                    help="torch threads (default 1: steadier timings; 0 leaves torch's default)")
+    b.add_argument("--backend", choices=("auto", "grouped", "kernel", "flex"), default="auto",
+                   help="block-sparse execution (default: %(default)s = grouped on CPU, the "
+                        "Triton kernel on CUDA)")
     b.add_argument("--model", default=None,
                    help="capture real Q/K/V from this HF folder (or 'smollm2') instead of random")
     b.add_argument("--layer", type=int, default=None, help="layer to capture (default: middle)")

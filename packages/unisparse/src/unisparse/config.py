@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, replace
 
 GQA_POLICIES = ("head", "union")
 COMBINES = ("mean", "max")
+ALLOCATIONS = ("row", "head", "tau")
 MINFERENCE_PATTERNS = ("vertical_slash", "block_sparse", "ashape")
 
 
@@ -29,8 +30,10 @@ class SparseConfig:
     #: how the density budget is spread: "row" = every query-block row keeps ceil(density x its
     #: visible blocks), so the last rows (the question, the answer) get their share; "head" = one
     #: budget per (batch, head) spent on the highest-scoring blocks of any row (maximizes the
-    #: estimated *mean* recall but starves the last rows: issue 13). "row" was chosen on the dev
-    #: documents of the quick reproduction (last-rows recall, needle-block hit rate) [R]
+    #: estimated *mean* recall but starves the last rows: issue 13); "tau" = a per-row top-p
+    #: threshold (one per call) bisected so that the mean density meets the budget (XAttention's
+    #: rule on UniSparse's scores). "row" was chosen on the dev documents of the quick
+    #: reproduction (last-rows recall, needle-block hit rate) [R]
     allocation: str = "row"
     #: cumulative-mass budget (top-p): keep the fewest ranked blocks whose estimated mass reaches
     #: ``tau``; ``None`` = budget by ``density`` alone. XAttention uses 0.8–0.9, FlexPrefill 0.9 [C]
@@ -94,8 +97,8 @@ def validate(cfg: SparseConfig, methods: tuple[str, ...]) -> SparseConfig:
         raise UserError(f"combine must be one of {', '.join(COMBINES)}, got {cfg.combine!r}")
     if cfg.patterns is not None and any(p not in MINFERENCE_PATTERNS for p in cfg.patterns):
         raise UserError(f"patterns must be among {', '.join(MINFERENCE_PATTERNS)}, got {cfg.patterns}")
-    if cfg.allocation not in ("head", "row"):
-        raise UserError(f"allocation must be 'head' or 'row', got {cfg.allocation!r}")
+    if cfg.allocation not in ALLOCATIONS:
+        raise UserError(f"allocation must be one of {', '.join(ALLOCATIONS)}, got {cfg.allocation!r}")
     if cfg.gqa not in GQA_POLICIES:
         raise UserError(f"gqa must be one of {', '.join(GQA_POLICIES)}, got {cfg.gqa!r}")
     if not 0 < cfg.flex_js or cfg.last_q < 1:

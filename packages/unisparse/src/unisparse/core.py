@@ -117,11 +117,20 @@ def select_blocks(scores: torch.Tensor, valid: torch.Tensor, forced: torch.Tenso
     Every row keeps its forced blocks (sink, local band) and at least ``min_blocks``. With
     ``tau``, a row keeps at most the fewest top-ranked blocks whose cumulative score reaches
     ``tau`` (top-p, the forced blocks' mass counted first). ``density`` caps the kept fraction of
-    visible blocks: per row (``allocation="row"``: ``ceil(density · visible)`` each) or per
+    visible blocks: per row (``allocation="row"``: ``ceil(density · visible)`` each), per
     (batch, head) (``"head"``: the same total, spent on the highest-scoring blocks of any row;
-    with row-normalized scores this maximizes the estimated mean recall at that budget) [R].
+    with row-normalized scores this maximizes the estimated mean recall at that budget) or by a
+    per-row top-p threshold (``"tau"``: the threshold, one for the whole call, bisected so that
+    the mean density meets ``density``; XAttention's rule on these scores) [R].
     With neither budget, all visible blocks are kept.
     """
+    if allocation == "tau" and density is not None:
+        def make(p: float) -> torch.Tensor:
+            return select_blocks(scores, valid, forced, tau=p if tau is None else min(p, tau),
+                                 min_blocks=min_blocks)
+
+        nv = valid.sum()
+        return _bisect(make, density, 1e-6, 1.0, lambda m: float(((m & valid).sum((-1, -2)) / nv).mean()))
     n_valid = valid.sum(-1)  # [NQ]
     n_forced = (forced & valid).sum(-1)
     rank_key = torch.where(forced, torch.full_like(scores, 2.0), scores.clamp(0, 1))
@@ -241,6 +250,10 @@ def meet_density(make_mask, target: float, lo: float, hi: float, t: int, s: int,
     def dens(m):
         return float(block_density(m, t, s, block_size).mean())
 
+    return _bisect(make_mask, target, lo, hi, dens, iters, integer)
+
+
+def _bisect(make_mask, target, lo, hi, dens, iters: int = 14, integer: bool = False):
     best = make_mask(lo)
     if dens(best) > target:
         return best

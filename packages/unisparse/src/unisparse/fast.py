@@ -1,9 +1,10 @@
 """Execution backends for the kept blocks (exact softmax attention on them, causal prefill).
 
-- ``gather``: the kept key/value blocks of many query blocks and all heads are
-  gathered at once (padded to the longest row of a chunk of rows) and attended with two batched
-  matmuls; no Python loop per query block, no private aten op. Memory is bounded by
-  ``MAX_GATHER_ELEMS`` per chunk.
+- ``grouped`` (the CPU default; ``gather`` is its old name): all (batch, head, query block)
+  units that keep the same number of key blocks form one batched call over their gathered K/V
+  blocks (``index_select`` + ``bmm``, in-place softmax, element mask only where a block is cut by
+  the causal diagonal); no Python loop per query block, no private aten op, no padding to the
+  longest row. Memory is bounded by ``MAX_GROUP_ELEMS`` per call.
 - ``kernel``: ``icml26_kernels.block_sparse_attention`` (Triton on CUDA, its reference on CPU).
 - ``flex``: PyTorch FlexAttention with a ``BlockMask`` built from the same block mask (compiled
   on CUDA; eager, slow, on CPU — there for exactness tests).
@@ -18,54 +19,75 @@ import math
 
 import torch
 
-BACKENDS = ("auto", "gather", "kernel", "flex")
-#: largest gathered K (or V) chunk, in elements
-MAX_GATHER_ELEMS = 1 << 23
+BACKENDS = ("auto", "grouped", "gather", "kernel", "flex")
+#: largest score tile of one batched call (elements); the gathered K/V of a call are d/b of it
+MAX_GROUP_ELEMS = 1 << 22
 
 
-def gather_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
-                     block_size: int, scale: float | None = None) -> torch.Tensor:
-    """Exact causal attention restricted to the kept blocks, batched over heads and query blocks."""
+def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+                      block_size: int, scale: float | None = None) -> torch.Tensor:
+    """Exact causal attention restricted to the kept blocks, in fp32, public ops only.
+
+    Every (batch, head, query block) is a *unit* that keeps ``c`` key blocks. Units are sorted
+    by ``c`` (under per-row budgets consecutive rows of every head share it) and each run of
+    equal ``c`` is one batched call: its kept K/V blocks are gathered with ``index_select`` into
+    ``[G, c·b, D]``, scores ``K·Qᵀ`` (``[G, c·b, b]``, written into one reused buffer), an
+    in-place softmax whose element mask touches only the blocks that need one (the causal
+    diagonal, a ragged tail: a suffix of each sorted row), then one ``bmm`` with V (plus a ones
+    column: the denominator). No row is padded to a longer one, no full-size mask is built. A
+    query that sees no key gives 0.
+    """
     b, h, t, d = q.shape
-    hkv, s = k.shape[1], k.shape[2]
-    bs = block_size
+    hkv, s, dv = k.shape[1], k.shape[2], v.shape[3]
+    bs, dev = block_size, q.device
     nq, nk = math.ceil(t / bs), math.ceil(s / bs)
     scale = 1 / math.sqrt(d) if scale is None else float(scale)
     mask = mask.expand(b, h, nq, nk)
-    pad_t, pad_s = nq * bs - t, nk * bs - s
-    qb = torch.nn.functional.pad(q, (0, 0, 0, pad_t)).reshape(b, h, nq, bs, d)
-    kb = torch.nn.functional.pad(k, (0, 0, 0, pad_s)).reshape(b, hkv, nk, bs, d)
-    vb = torch.nn.functional.pad(v, (0, 0, 0, pad_s)).reshape(b, hkv, nk, bs, d)
-    counts = mask.sum(-1)  # [B, H, NQ]
-    # kept block indices first, in increasing order (stable sort of ~mask)
-    order = torch.argsort((~mask).to(torch.int8), dim=-1, stable=True)
-    out = q.new_zeros(b, h, nq, bs, d)
-    bi = torch.arange(b, device=q.device)[:, None, None, None]
-    hi = (torch.arange(h, device=q.device) // (h // hkv))[None, :, None, None]
-    qoff = s - t
-    i0 = 0
-    while i0 < nq:
-        kmax = max(int(counts[:, :, i0].max()), 1)
-        rows = max(1, MAX_GATHER_ELEMS // (b * h * kmax * bs * d))
-        i1 = min(nq, i0 + rows)
-        kmax = max(int(counts[:, :, i0:i1].max()), 1)
-        while i1 - i0 > 1 and b * h * (i1 - i0) * kmax * bs * d > 2 * MAX_GATHER_ELEMS:
-            i1 -= 1
-            kmax = max(int(counts[:, :, i0:i1].max()), 1)
-        idx = order[:, :, i0:i1, :kmax]  # [B, H, R, K]
-        kept = torch.arange(kmax, device=q.device) < counts[:, :, i0:i1, None]
-        kg = kb[bi, hi, idx].reshape(b, h, i1 - i0, kmax * bs, d)
-        vg = vb[bi, hi, idx].reshape(b, h, i1 - i0, kmax * bs, d)
-        kpos = (idx[..., None] * bs + torch.arange(bs, device=q.device)).reshape(b, h, i1 - i0, -1)
-        qpos = (torch.arange(i0 * bs, i1 * bs, device=q.device) + qoff).reshape(i1 - i0, bs)
-        ok = (kept[..., None].expand(*kept.shape, bs).reshape(kpos.shape) & (kpos < s))[..., None, :]
-        ok = ok & (kpos[..., None, :] <= qpos[None, None, :, :, None])
-        # PyTorch's public fused SDPA on the gathered tiles; a query row with no visible key -> 0
-        o = torch.nn.functional.scaled_dot_product_attention(qb[:, :, i0:i1], kg, vg, attn_mask=ok,
-                                                             scale=scale)
-        out[:, :, i0:i1] = torch.where(ok.any(-1, keepdim=True), o, o.new_zeros(()))
-        i0 = i1
-    return out.reshape(b, h, nq * bs, d)[:, :, :t]
+    pad = torch.nn.functional.pad
+    # queries pre-scaled and transposed per unit: [units, D, bs]
+    qb = (pad(q.float(), (0, 0, 0, nq * bs - t)) * scale).reshape(b * h * nq, bs, d)
+    qb = qb.transpose(1, 2).contiguous()
+    kb = pad(k.float(), (0, 0, 0, nk * bs - s)).reshape(b * hkv * nk, bs, d)
+    # values with a column of ones: one bmm gives the softmax numerator and its denominator
+    vb = pad(v.float(), (0, 1, 0, nk * bs - s), value=1.0).reshape(b * hkv * nk, bs, dv + 1)
+    counts = mask.sum(-1).reshape(-1)
+    order = torch.argsort(counts, stable=True)
+    runs = torch.unique_consecutive(counts[order], return_counts=True)
+    # each unit's kept key blocks, increasing (stable sort of ~mask), and its K/V row offset
+    kidx = torch.argsort((~mask).to(torch.int8), dim=-1, stable=True).reshape(-1, nk)
+    unit = torch.arange(b * h * nq, device=dev)
+    kv_base = ((unit // (h * nq)) * hkv + (unit // nq) % h // (h // hkv)) * nk
+    qfirst = (unit % nq) * bs + (s - t)  # first query position of each unit
+    local = torch.arange(bs, device=dev)
+    out = torch.zeros(b * h * nq, bs, dv, device=dev)
+    cmax = int(counts.max()) if counts.numel() else 0
+    work = torch.empty(max(MAX_GROUP_ELEMS, cmax * bs * bs), device=dev)
+    u0 = 0
+    for c, n in zip(runs[0].tolist(), runs[1].tolist()):
+        step = max(1, MAX_GROUP_ELEMS // (c * bs * bs)) if c else n
+        for g0 in range(u0, u0 + n, step) if c else ():
+            units = order[g0:min(u0 + n, g0 + step)]
+            g = len(units)
+            idx = kidx[units, :c]  # [G, c]
+            flat = (kv_base[units, None] + idx).reshape(-1)
+            kg = kb.index_select(0, flat).reshape(g, c * bs, d)
+            vg = vb.index_select(0, flat).reshape(g, c * bs, dv + 1)
+            sc = torch.bmm(kg, qb.index_select(0, units), out=work[:g * c * bs * bs].view(g, c * bs, bs))
+            # blocks that some query of the unit may not see whole: a suffix of the sorted row
+            qf = qfirst[units]
+            part = ((idx + 1) * bs - 1 > qf[:, None]) | ((idx + 1) * bs > s)
+            npart = int(part.sum(-1).max())
+            if npart:
+                kpos = (idx[:, c - npart:, None] * bs + local).reshape(g, npart * bs, 1)
+                bad = (kpos > (qf[:, None] + local)[:, None, :]) | (kpos >= s)
+                sc[:, (c - npart) * bs:].masked_fill_(bad, -math.inf)
+            m = sc.amax(1, keepdim=True)
+            sc.sub_(m.masked_fill_(torch.isinf(m), 0.0)).exp_()
+            o = torch.bmm(sc.transpose(1, 2), vg)  # [G, bs, dv + 1]
+            den = o[..., dv:].clamp(min=1e-38)  # 0: the query saw nothing -> output 0
+            out.index_copy_(0, units, o[..., :dv].div_(den))
+        u0 += n
+    return out.reshape(b, h, nq * bs, dv)[:, :, :t].to(q.dtype)
 
 
 def flex_attention_blocks(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
@@ -112,12 +134,12 @@ def _compiled_flex():
 
 def run_blocks(q, k, v, mask, block_size: int, scale: float | None = None,
                backend: str = "auto") -> torch.Tensor:
-    """Dispatch: ``auto`` = ``kernel`` (Triton on CUDA; on CPU the kernels package's reference,
-    measured faster than ``gather`` on our 2-core machine, see the README)."""
+    """Dispatch: ``auto`` = ``kernel`` on CUDA (the Triton kernel), ``grouped`` elsewhere
+    (measured faster than the kernels package's CPU reference, see the README)."""
     if backend == "auto":
-        backend = "kernel"
-    if backend == "gather":
-        return gather_attention(q, k, v, mask, block_size, scale)
+        backend = "kernel" if q.is_cuda else "grouped"
+    if backend in ("grouped", "gather"):
+        return grouped_attention(q, k, v, mask, block_size, scale)
     if backend == "flex":
         return flex_attention_blocks(q, k, v, mask, block_size, scale)
     from icml26_kernels import block_sparse_attention

@@ -17,6 +17,8 @@ from .config import SparseConfig
 #: methods of the fidelity study: name -> (registered method, config overrides)
 ARMS = {
     "unisparse": ("unisparse", {}),
+    "unisparse_row": ("unisparse", {"allocation": "row"}),  # equal share per row (0.2 default)
+    "unisparse_tau": ("unisparse", {"allocation": "tau"}),  # per-row top-p bisected to budget
     "unisparse_head": ("unisparse", {"allocation": "head"}),  # ablation: old per-head budget
     "unisparse_1g": ("unisparse", {"granularities": "block"}),  # ablation: one granularity
     "xattention": ("xattention", {}),
@@ -29,7 +31,7 @@ ARMS = {
 BASELINES = ("xattention", "flexprefill", "minference", "ashape")
 #: arms whose own selection rule meets a density through a bisected threshold / count: they are
 #: given UniSparse's *measured* density so that they never spend more blocks
-MATCHED = ("xattention", "flexprefill", "minference")
+MATCHED = ("xattention", "flexprefill", "minference", "unisparse_tau")
 
 
 class _Stop(Exception):
@@ -94,13 +96,17 @@ def unit_metrics(q, k, v, arms, densities, block: int, needle_blocks, *, seed: i
     exact = None
     out: dict = {}
     for dens in densities:
-        ref = estimate_block_mask(q, k, arm_config("unisparse", block, dens, seed,
-                                                   allocation=allocation))
-        measured = float(core.block_density(ref, t, t, block).mean())
+        # the budget: UniSparse's equal row shares (forced blocks included) at this density
+        ref_cfg = arm_config("unisparse_row", block, dens, seed)
+        masks = {ref_cfg: estimate_block_mask(q, k, ref_cfg)}  # same config, same mask
+        measured = float(core.block_density(masks[ref_cfg], t, t, block).mean())
         for arm in arms:
-            target = measured if arm in MATCHED else dens
-            cfg = arm_config(arm, block, target, seed, patterns, allocation)
-            mask = ref if arm == "unisparse" else estimate_block_mask(q, k, cfg)
+            cfg = arm_config(arm, block, dens, seed, patterns, allocation)
+            if arm in MATCHED or (cfg.method == "unisparse" and cfg.allocation == "tau"):
+                cfg = cfg.with_(density=measured)
+            if cfg not in masks:
+                masks[cfg] = estimate_block_mask(q, k, cfg)
+            mask = masks[cfg]
             cell = out.setdefault((arm, dens), {})
             cell["recall"] = core.attention_recall(q, k, mask, block, mass=mass)[0].tolist()
             cell["last_row_recall"] = core.row_recall(mass, mask, 1)[0].tolist()

@@ -25,13 +25,13 @@ DESCRIPTOR = MethodDescriptor(
     scales={
         "smoke": "tiny random Llama (no download), 256 tokens: dev choices, fidelity, end-to-end "
                  "and speed rows (seconds)",
-        "quick": "SmolLM2-135M, needle documents of 4096 tokens (1 dev, 3 test), Q/K/V captured at "
-                 "layers 3/8/14/20: last-row recall, needle-block hit, recall and error per method "
-                 "at densities 0.1-0.6; CPU speed vs dense SDPA at 8k/32k (one thread)",
+        "quick": "SmolLM2-135M, needle documents of 4096 tokens (1 dev, 2 test), Q/K/V captured at "
+                 "layers 2/8/14: last-row recall, needle-block hit and recall per method at "
+                 "densities 0.1-0.6; CPU speed vs dense SDPA at 8k/32k (one thread)",
         "full": "GPU recipe: needs a CUDA device and UNISPARSE_MODEL=<local HF causal-LM folder>; "
                 "end-to-end needle accuracy over 24 documents at 4096 tokens per method with "
                 "paired intervals, then the Triton / FlexAttention kernels vs SDPA at 32k-128k "
                 "(unisparse.gpu_bench); refused at once when either is missing",
     },
-    quick_minutes=21.2,  # measured on 2 shared cores at load average ~14; the 32k speed rows dominate
+    quick_minutes=4.4,  # CPU-minutes (user+sys), 0.3.0 run; 18 min wall on 2 cores at load ~18
 )
