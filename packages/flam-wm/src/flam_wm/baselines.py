@@ -1,5 +1,6 @@
 """The models compared, behind one interface: a registry of ``ModelConfig`` builders. A new
-variant is one decorated function ``(entities, width, latent_dim, beta, k_offset) -> ModelConfig``."""
+variant is one decorated function ``(entities, width, latent_dim, beta, k_offset, **tok) -> ModelConfig``
+(``tok``: the tokenizer fields of ``ModelConfig``, the same for every model)."""
 
 from __future__ import annotations
 
@@ -18,46 +19,47 @@ def variant(name: str):
 
 
 @variant("flam")
-def flam(entities: int, width: int, latent_dim: int, beta: float, k_offset: int = 1) -> ModelConfig:
+def flam(entities: int, width: int, latent_dim: int, beta: float, k_offset: int = 1, **tok) -> ModelConfig:
     """FLAM: K = E + k_offset slots (default one extra for the background) [R], temporal attention
     and per-slot KL on [P]; d is cut to a multiple of K."""
     k = entities + k_offset
     return ModelConfig(model="flam", slots=k, latent_dim=latent_dim - latent_dim % k, width=width,
-                       beta=beta, temporal=True)
+                       beta=beta, temporal=True, **tok)
 
 
 @variant("flam-no-temporal")
-def flam_no_temporal(entities: int, width: int, latent_dim: int, beta: float, k_offset: int = 1) -> ModelConfig:
+def flam_no_temporal(entities: int, width: int, latent_dim: int, beta: float, k_offset: int = 1,
+                     **tok) -> ModelConfig:
     """Ablation [P]: FLAM with slots re-initialised every frame and no causal temporal attention."""
-    cfg = flam(entities, width, latent_dim, beta, k_offset)
+    cfg = flam(entities, width, latent_dim, beta, k_offset, **tok)
     return ModelConfig(**{**cfg.to_dict(), "temporal": False})
 
 
 @variant("lam")
-def lam(entities: int, width: int, latent_dim: int, beta: float, k_offset: int = 1) -> ModelConfig:
+def lam(entities: int, width: int, latent_dim: int, beta: float, k_offset: int = 1, **tok) -> ModelConfig:
     """Monolithic continuous latent action model (AdaWorld-style) [P baseline; R architecture]:
     one latent of size d per transition, same IDM / FDM / aggregator code with K = 1; its width
     is set so that its parameter count is closest to FLAM's (within 10%, checked)."""
     from .core import WorldModel, n_params
 
-    target = n_params(WorldModel(flam(entities, width, latent_dim, beta, k_offset)))
+    target = n_params(WorldModel(flam(entities, width, latent_dim, beta, k_offset, **tok)))
     best = min(range(8, 4 * width + 1, 2),
                key=lambda w: abs(n_params(WorldModel(ModelConfig(model="lam", slots=1, latent_dim=latent_dim,
-                                                                  width=w, beta=beta))) - target))
-    return ModelConfig(model="lam", slots=1, latent_dim=latent_dim, width=best, beta=beta)
+                                                                  width=w, beta=beta, **tok))) - target))
+    return ModelConfig(model="lam", slots=1, latent_dim=latent_dim, width=best, beta=beta, **tok)
 
 
 @variant("lam-vq")
-def lam_vq(entities: int, width: int, latent_dim: int, beta: float, k_offset: int = 1) -> ModelConfig:
+def lam_vq(entities: int, width: int, latent_dim: int, beta: float, k_offset: int = 1, **tok) -> ModelConfig:
     """Monolithic VQ latent action model (Genie-style) [P baseline; R architecture]: the IDM's output
     snapped to the nearest of 8 codes (straight-through, codebook + commitment loss instead of the
     KL); same IDM / FDM / aggregator code with K = 1, width matched to FLAM's parameter count."""
-    cfg = lam(entities, width, latent_dim, beta, k_offset)
+    cfg = lam(entities, width, latent_dim, beta, k_offset, **tok)
     return ModelConfig(**{**cfg.to_dict(), "model": "lam-vq"})
 
 
 def build(name: str, entities: int, width: int = 32, latent_dim: int = 10, beta: float = 0.01,
-          k_offset: int = 1) -> ModelConfig:
+          k_offset: int = 1, **tok) -> ModelConfig:
     if name not in VARIANTS:
         raise ValueError(f"unknown model {name!r} (choose from {', '.join(VARIANTS)})")
-    return VARIANTS[name](entities, width, latent_dim, beta, k_offset)
+    return VARIANTS[name](entities, width, latent_dim, beta, k_offset, **tok)

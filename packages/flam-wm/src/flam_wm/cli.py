@@ -57,10 +57,17 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from .config import ModelConfig, TrainConfig
     from .io import finish_run, open_run, read_dataset
 
+    tok, tok_info, tok_kw = None, None, {}
+    if args.tokenizer is not None:  # a user's frozen tokenizer: refused at once when made for another size
+        from .tokenizer import load_tokenizer
+
+        tok = load_tokenizer(args.tokenizer, size=args.size)
+        tok_kw = dict(tokenizer="conv", token_grid=tok.grid, token_channels=tok.channels, token_hidden=tok.hidden)
+        tok_info = {"path": str(Path(args.tokenizer).resolve()), "sha256": _sha256(args.tokenizer)}
     try:
         slots = args.slots if args.model == "flam" else 1
         mcfg = ModelConfig(model=args.model, slots=slots, latent_dim=args.latent_dim, beta=args.beta,
-                           size=args.size, temporal=not args.no_temporal)
+                           size=args.size, temporal=not args.no_temporal, **tok_kw)
         tcfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, seed=args.seed, lr=args.lr)
     except ValueError as exc:
         raise UserError(str(exc)) from None
@@ -71,6 +78,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     config = {"model": mcfg.to_dict(), "train": {"steps": tcfg.steps, "batch_size": tcfg.batch_size,
                                                  "window": tcfg.window, "seed": tcfg.seed, "lr": tcfg.lr},
               "data": str(Path(args.data).resolve()), "clips": int(video.shape[0])}
+    if tok_info is not None:
+        config["tokenizer"] = tok_info
     main = acc is None or acc.is_main_process
     resumed = open_run(args.out, config) if main else True
     if acc is not None:
@@ -84,7 +93,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if resumed and main and (args.out / CHECKPOINT).is_file():
         print(f"resuming {args.out} from its checkpoint", file=sys.stderr)
     try:
-        model = train(mcfg, tcfg, video, run_dir=args.out, every=args.checkpoint_every, accelerator=acc)
+        model = train(mcfg, tcfg, video, run_dir=args.out, every=args.checkpoint_every, accelerator=acc,
+                      tokenizer=tok)
     except Interrupted as exc:
         print(f"flam-wm: interrupted at step {exc.step} of {tcfg.steps}; checkpoint written to {args.out} "
               "(run the same command to resume)", file=sys.stderr)
@@ -97,6 +107,40 @@ def _cmd_train(args: argparse.Namespace) -> int:
     h = metrics["horizon"]
     print(f"trained {args.model} for {args.steps} steps -> {args.out}; PSNR 1-step {metrics['psnr_1']:.2f} dB, "
           f"{h}-step {metrics[f'psnr_{h}']:.2f} dB (copy frame 0: {metrics[f'copy_{h}']:.2f} dB, training clips)")
+    return 0
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _cmd_tokenizer(args: argparse.Namespace) -> int:
+    """Fit the small convolutional autoencoder on every frame of --data, freeze it, save it."""
+    from .io import read_dataset
+    from .tokenizer import fit_tokenizer, save_tokenizer
+
+    if args.out.exists():
+        raise UserError(f"{args.out} already exists (choose a new --out)")
+    if args.out.suffix != ".safetensors":
+        raise UserError(f"--out must end in .safetensors, got {args.out.name!r}")
+    video, _ = read_dataset(args.data, args.size)
+    try:
+        import torch
+
+        torch.set_num_threads(min(2, torch.get_num_threads()))
+        tok = fit_tokenizer(video, grid=args.grid, channels=args.channels, steps=args.steps, seed=args.seed)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    from .evaluate import frame_metrics
+
+    sample = video.reshape(-1, *video.shape[-3:])[:512]
+    rec = tok.decode(tok.encode(torch.from_numpy(sample))).clamp(0, 1).numpy()
+    m = frame_metrics(rec, sample.astype("float32") / 255.0)
+    save_tokenizer(tok, args.out)
+    print(f"wrote a frozen {args.grid}x{args.grid}x{args.channels} tokenizer -> {args.out}; reconstruction "
+          f"PSNR {m['psnr']:.2f} dB on {len(sample)} of its training frames")
     return 0
 
 
@@ -265,6 +309,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--out", type=Path, required=True, help="new folder to write")
     g.set_defaults(fn=_cmd_gen)
+    k = sub.add_parser("fit-tokenizer", help="fit the frozen convolutional autoencoder tokenizer on a clip folder")
+    k.add_argument("--data", type=Path, required=True)
+    k.add_argument("--size", type=positive_int, default=32)
+    k.add_argument("--grid", type=positive_int, default=8, help="tokens per side (size / 2^n)")
+    k.add_argument("--channels", type=positive_int, default=8, help="values per token")
+    k.add_argument("--steps", type=positive_int, default=300)
+    k.add_argument("--seed", type=int, default=0)
+    k.add_argument("--out", type=Path, required=True, help="new FILE.safetensors")
+    k.set_defaults(fn=_cmd_tokenizer)
     t = sub.add_parser("train", help="train FLAM or a monolithic LAM on a clip folder (resumes its own RUN)")
     t.add_argument("--data", type=Path, required=True)
     t.add_argument("--model", choices=["flam", "lam", "lam-vq"], default="flam")
@@ -276,6 +329,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--batch-size", type=positive_int, default=16)
     t.add_argument("--lr", type=float_in(0, 1, low_open=True, high_open=True), default=2e-3)
     t.add_argument("--no-temporal", action="store_true", help="ablation: no causal temporal attention")
+    t.add_argument("--tokenizer", type=Path, default=None,
+                   help="a frozen tokenizer (flam-wm fit-tokenizer); default: the exact 4x4 patch tokenizer")
     t.add_argument("--checkpoint-every", type=positive_int, default=200, help="steps between checkpoints")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--out", type=Path, required=True, help="RUN folder: new, or one of the same config to resume")

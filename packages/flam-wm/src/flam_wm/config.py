@@ -14,23 +14,32 @@ class ModelConfig:
     latent_dim: int = 10         # d: total latent-action size, d/K per slot [P]; value [R]
     beta: float = 0.01           # weight of the KL term in L = ||z' - z'_hat||^2 + beta * sum_k KL [P]; value [R]
     size: int = 32               # frame side (SpriteWorld 32x32) [R]
-    patch: int = 4               # frozen patch tokenizer: z_t = 4x4 patches (stands in for the VQ-VAE) [R]
+    patch: int = 4               # "patch" tokenizer: z_t = exact 4x4 patches [R]
+    tokenizer: str = "patch"     # frozen tokenizer [P: frozen VQ-VAE]: "patch" (exact) or "conv" (learned AE) [R]
+    token_grid: int = 8          # "conv": tokens on a grid x grid map (size / 2^n) [R]
+    token_channels: int = 8      # "conv": values per token [R]
+    token_hidden: int = 16       # "conv": the autoencoder's first conv width [R]
     width: int = 48              # slot / feature width D [R]
-    iters: int = 3               # Slot Attention iterations [R] (3 as in Locatello et al.)
+    iters: int = 3               # Slot Attention iterations on the first frame [R] (3 as in Locatello et al.)
+    iters_carry: int = 1         # iterations on later frames, from the carried slots [R] (as in SAVi)
     temporal: bool = True        # slots carried over time + causal temporal attention [P]; False = ablation
-    recon: float = 1.0           # auxiliary slot-reconstruction weight ||z_0 - Agg(s_0)||^2, first frame [R]
+    recon: float = 1.0           # auxiliary slot-reconstruction weight ||z_t - Agg(s_t)||^2 [R]
+    residual: bool = False       # True: z_hat_{t+1} = z_t + Agg(s_hat_{t+1}) - Agg(s_t) (a change decoder) [R]; False: Agg(s_hat_{t+1}) [P]
     codes: int = 8               # lam-vq codebook size (Genie's latent actions are a small codebook [P]; 8 [R])
 
     def __post_init__(self) -> None:
         if self.model not in MODELS:
             raise ValueError(f"unknown model {self.model!r} (choose from {', '.join(MODELS)})")
-        for name in ("slots", "latent_dim", "size", "patch", "width", "iters", "codes"):
+        if self.tokenizer not in ("patch", "conv"):
+            raise ValueError(f"unknown tokenizer {self.tokenizer!r} (patch or conv)")
+        for name in ("slots", "latent_dim", "size", "patch", "width", "iters", "iters_carry", "codes",
+                     "token_grid", "token_channels", "token_hidden"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
         if self.model == "flam" and self.latent_dim % self.slots:
             raise ValueError(f"latent dim {self.latent_dim} is not divisible by the {self.slots} slots")
-        if self.size % self.patch:
+        if self.tokenizer == "patch" and self.size % self.patch:
             raise ValueError(f"size {self.size} is not a multiple of the patch {self.patch}")
         for name in ("beta", "recon"):
             v = getattr(self, name)

@@ -43,6 +43,7 @@ class SlotFactorizer(nn.Module):
     def __init__(self, cfg: ModelConfig, token_dim: int, n_tokens: int):
         super().__init__()
         d, self.k, self.iters, self.temporal = cfg.width, cfg.slots, cfg.iters, cfg.temporal
+        self.iters_carry = cfg.iters_carry
         self.embed = mlp(token_dim, d, d)
         self.pos = nn.Parameter(torch.randn(n_tokens, d) * 0.1)
         self.init = nn.Parameter(torch.randn(cfg.slots, d) * 0.5)
@@ -53,10 +54,10 @@ class SlotFactorizer(nn.Module):
         self.time_attn = nn.MultiheadAttention(d, 2, batch_first=True)
         self.scale = d ** -0.5
 
-    def _attend(self, x: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    def _attend(self, keys: torch.Tensor, vals: torch.Tensor, slots: torch.Tensor, iters: int) -> torch.Tensor:
+        """``iters`` Slot Attention updates of ``slots [B, K, D]`` over ``keys / vals [B, N, D]``."""
         b, k, d = slots.shape
-        keys, vals = self.kk(x), self.v(x)
-        for _ in range(self.iters):
+        for _ in range(iters):
             q = self.q(self.norm_s(slots))
             attn = torch.softmax(torch.einsum("bnd,bkd->bnk", keys, q) * self.scale, dim=-1) + 1e-8
             attn = attn / attn.sum(1, keepdim=True)
@@ -67,18 +68,21 @@ class SlotFactorizer(nn.Module):
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         """``z [B, T, N, token_dim]`` -> slots ``[B, T, K, D]``."""
-        b, t, _, _ = z.shape
+        b, t, n, _ = z.shape
         x = self.norm_in(self.embed(z) + self.pos)
-        init = self.init.expand(b, -1, -1)
-        slots, prev = [], init
+        keys, vals = self.kk(x), self.v(x)  # every frame at once
+        d = keys.shape[-1]
+        if not self.temporal:  # frames independent: one batched call over B*T, same init every frame
+            init = self.init.expand(b * t, -1, -1)
+            s = self._attend(keys.reshape(b * t, n, d), vals.reshape(b * t, n, d), init, self.iters)
+            return s.reshape(b, t, self.k, d)
+        # slots carried over time (the causal recurrence is sequential): `iters` updates on frame 0,
+        # `iters_carry` on each later frame starting from the previous frame's slots [R, as in SAVi]
+        prev, slots = self.init.expand(b, -1, -1), []
         for i in range(t):
-            s = self._attend(x[:, i], prev if self.temporal else init)
-            slots.append(s)
-            prev = s
+            prev = self._attend(keys[:, i], vals[:, i], prev, self.iters if i == 0 else self.iters_carry)
+            slots.append(prev)
         s = torch.stack(slots, 1)
-        if not self.temporal:
-            return s
-        d = s.shape[-1]
         seq = s.transpose(1, 2).reshape(b * self.k, t, d)  # each slot's own history
         mask = torch.triu(torch.ones(t, t, dtype=torch.bool, device=z.device), 1)
         out, _ = self.time_attn(seq, seq, seq, attn_mask=mask, need_weights=False)
@@ -117,19 +121,18 @@ class SharedFDM(nn.Module):
 
 
 class Aggregator(nn.Module):
-    """z_hat = sum_k softmax_k(m_k) * x_k with (x_k, m_k) = g(slot_k + pos) for every token: a
-    spatial-broadcast mixture decoder, invariant to slot order [R]."""
+    """z_hat = sum_k softmax_k(m_k) * x_k with (x_k, m_k) for every token n = g(slot_k)[n]: one MLP
+    shared by the slots maps a slot to every token's content and mixing logit (position-specific
+    output weights), a mixture decoder invariant to slot order [R] (0.2's spatial-broadcast
+    g(slot_k + pos_n) was 4x slower and learned far more slowly)."""
 
     def __init__(self, width: int, token_dim: int, n_tokens: int):
         super().__init__()
-        self.pos = nn.Parameter(torch.randn(n_tokens, width) * 0.1)
-        self.net = mlp(width, 2 * width, token_dim + 1)
+        self.n, self.c = n_tokens, token_dim
+        self.net = mlp(width, 2 * width, n_tokens * (token_dim + 1))
 
     def forward(self, s: torch.Tensor) -> torch.Tensor:
-        first, act, last = self.net
-        # net(s_k + pos_n) with the first (linear) layer split: W s_k + b and W pos_n computed once each
-        h = first(s).unsqueeze(-2) + torch.nn.functional.linear(self.pos, first.weight)
-        out = last(act(h))  # [..., K, N, token_dim + 1]
+        out = self.net(s).unflatten(-1, (self.n, self.c + 1))  # [..., K, N, token_dim + 1]
         x, m = out[..., :-1], out[..., -1:]
         return (torch.softmax(m, dim=-3) * x).sum(-3)
 
@@ -165,7 +168,9 @@ class WorldModel(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
-        n_tokens, token_dim = (cfg.size // cfg.patch) ** 2, cfg.patch * cfg.patch * 3
+        # the frozen tokenizer: a submodule (its weights travel in the RUN's files) that is never trained
+        self.tokenizer = make_tokenizer(cfg)
+        n_tokens, token_dim = self.tokenizer.n_tokens, self.tokenizer.token_dim
         if cfg.model == "flam":
             self.factorizer = SlotFactorizer(cfg, token_dim, n_tokens)
         else:
@@ -175,6 +180,22 @@ class WorldModel(nn.Module):
         self.agg = Aggregator(cfg.width, token_dim, n_tokens)
         if cfg.model == "lam-vq":
             self.codebook = nn.Parameter(torch.randn(cfg.codes, cfg.slot_latent))
+
+    def train(self, mode: bool = True) -> WorldModel:
+        super().train(mode)
+        self.tokenizer.eval()  # frozen, always
+        return self
+
+    def tokenize(self, frames) -> torch.Tensor:
+        """``[..., H, W, 3]`` uint8 frames -> tokens ``[..., N, token_dim]`` (frozen, no gradients)."""
+        from .tokenizer import encode_batched
+
+        return encode_batched(self.tokenizer, frames)
+
+    def detokenize(self, z: torch.Tensor) -> torch.Tensor:
+        """Tokens -> frames ``[..., H, W, 3]`` floats in [0, 1]."""
+        with torch.no_grad():
+            return self.tokenizer.decode(z).clamp(0, 1)
 
     def slots(self, z: torch.Tensor) -> torch.Tensor:
         return self.factorizer(z)
@@ -189,8 +210,10 @@ class WorldModel(nn.Module):
 
     def loss(self, z: torch.Tensor, gen: torch.Generator | None = None,
              eps: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
-        """L = ||z_{t+1} - z_hat_{t+1}||^2 + beta * sum_k KL(q(a^k) || N(0, I)) [P], + recon [R]
-        (the slots of the window's first frame decoded back by the aggregator).
+        """L = ||z_{t+1} - z_hat_{t+1}||^2 + beta * sum_k KL(q(a^k) || N(0, I)) [P], + recon [R].
+        With ``residual`` (default) the aggregator decodes the change the FDM makes to the slots,
+        z_hat_{t+1} = z_t + Agg(s_hat_{t+1}) - Agg(s_t), and recon = ||z_t - Agg(s_t)||^2 over the
+        window's frames but the last; else z_hat_{t+1} = Agg(s_hat_{t+1}) and recon covers frame 0.
         ``lam-vq`` replaces the KL by the VQ codebook + commitment loss [P: Genie]. ``eps`` (the
         reparameterisation noise, shape of the latents) is drawn from ``gen`` unless given."""
         s = self.slots(z)
@@ -203,9 +226,15 @@ class WorldModel(nn.Module):
                 eps = torch.randn(mu.shape, generator=gen, device=mu.device)
             a = mu + eps * (0.5 * logvar).exp()
             reg = self.cfg.beta * kl
-        z_hat = self.agg(self.fdm(s[:, :-1], a))
+        nxt = self.agg(self.fdm(s[:, :-1], a))
+        if self.cfg.residual:
+            here = self.agg(s[:, :-1])
+            z_hat = z[:, :-1] + nxt - here
+            recon = (z[:, :-1] - here).pow(2).sum(-1).mean()
+        else:
+            z_hat = nxt
+            recon = (z[:, :1] - self.agg(s[:, :1])).pow(2).sum(-1).mean()  # frame 0, where rollouts start [R]
         pred = (z[:, 1:] - z_hat).pow(2).sum(-1).mean()
-        recon = (z[:, :1] - self.agg(s[:, :1])).pow(2).sum(-1).mean()  # frame 0, where rollouts start [R]
         total = pred + reg + self.cfg.recon * recon
         return total, {"pred": pred.item(), "kl": kl.item(), "reg": reg.item(), "recon": recon.item()}
 
@@ -221,9 +250,15 @@ class WorldModel(nn.Module):
         if latents is None:
             latents = self.infer(s)[0]
         cur, preds = s[:, 0], []
+        z_cur, dec_cur = z[:, 0], self.agg(s[:, 0])
         for t in range(latents.shape[1]):
             cur = self.fdm(cur, latents[:, t])
-            preds.append(self.agg(cur))
+            dec = self.agg(cur)
+            if self.cfg.residual:  # z_hat_{t+1} = z_hat_t + Agg(s_hat_{t+1}) - Agg(s_hat_t)
+                z_cur, dec_cur = z_cur + dec - dec_cur, dec
+            else:
+                z_cur = dec
+            preds.append(z_cur)
         return torch.stack(preds, 1)
 
 
@@ -234,7 +269,18 @@ def psnr(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 
 def n_params(module: nn.Module) -> int:
-    return sum(p.numel() for p in module.parameters())
+    """Trainable parameters (the frozen tokenizer is not counted)."""
+    return sum(p.numel() for p in module.parameters() if p.requires_grad)
+
+
+def make_tokenizer(cfg: ModelConfig) -> nn.Module:
+    """The frozen tokenizer ``cfg`` names, its parameters never trained: the exact patch tokenizer or
+    a ``ConvTokenizer`` (weights loaded afterwards from a fitted one)."""
+    from .tokenizer import ConvTokenizer, PatchTokenizer, freeze
+
+    if cfg.tokenizer == "patch":
+        return PatchTokenizer(cfg.size, cfg.patch)
+    return freeze(ConvTokenizer(cfg.size, cfg.token_grid, cfg.token_channels, cfg.token_hidden))
 
 
 def chance(y) -> float:

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
 
-from .core import WorldModel, chance, detokenize, tokenize
+from .core import WorldModel, chance
 
 
 def frame_metrics(pred: np.ndarray, true: np.ndarray) -> dict[str, float]:
@@ -29,10 +29,9 @@ def rollout_metrics(model: WorldModel, video: np.ndarray, horizon: int) -> dict[
     """PSNR / SSIM / MSE at 1 and ``horizon`` autoregressive steps (latents inferred from the true
     frames, posterior means) beside the copy-previous-frame baseline (frame 0 held); keys
     ``psnr_1, psnr_h, ssim_1, …, copy_1, copy_h`` (copy = PSNR), ``copy_ssim_*`` and ``horizon``."""
-    cfg = model.cfg
     h = min(horizon, video.shape[1] - 1)
-    z = tokenize(torch.from_numpy(video[:, :h + 1]), cfg.patch)
-    pred = detokenize(model.rollout(z), cfg.size, cfg.patch).numpy()
+    z = model.tokenize(video[:, :h + 1])
+    pred = model.detokenize(model.rollout(z)).numpy()
     true = video[:, 1:h + 1].astype(np.float32) / 255.0
     first = np.broadcast_to(video[:, :1].astype(np.float32) / 255.0, true.shape)
     out: dict[str, float] = {"horizon": h}
@@ -49,7 +48,7 @@ rollout_psnr = rollout_metrics  # the 0.1 name
 @torch.no_grad()
 def latents(model: WorldModel, video: np.ndarray) -> np.ndarray:
     """Posterior means ``[N*(T-1), K, d/K]`` of every transition of ``video``."""
-    z = tokenize(torch.from_numpy(video), model.cfg.patch)
+    z = model.tokenize(video)
     mu, _ = model.infer(model.slots(z))
     return mu.reshape(-1, *mu.shape[2:]).numpy()
 
@@ -100,11 +99,10 @@ def render_rollout(model: WorldModel, clip: np.ndarray, edit_slot: int | None = 
     """``[T, size, size, 3]`` uint8: frame 0 of ``clip`` then the model's autoregressive rollout
     with the latent actions inferred from the true frames (posterior means); with ``edit_slot``,
     that slot's latent action is replaced by ``action`` (size d/K) at every step, the others kept."""
-    cfg = model.cfg
-    z = tokenize(torch.from_numpy(clip[None]), cfg.patch)
+    z = model.tokenize(clip[None])
     mu, _ = model.infer(model.slots(z))
     if edit_slot is not None:
         mu[:, :, edit_slot] = torch.as_tensor(action, dtype=mu.dtype)
-    pred = detokenize(model.rollout(z, mu), cfg.size, cfg.patch)[0]
+    pred = model.detokenize(model.rollout(z, mu))[0]
     frames = (pred.clamp(0, 1) * 255).round().to(torch.uint8).numpy()
     return np.concatenate([clip[:1], frames])

@@ -1,6 +1,7 @@
 """The laptop-scale reproduction on SpriteWorld 32x32: FLAM vs the monolithic LAMs (continuous
-``lam`` and VQ ``lam-vq``, parameter counts matched) and FLAM without temporal attention, equal
-data / steps / seeds; clips split train / dev / test. On dev: the learning rate and beta of every
+``lam``; VQ ``lam-vq`` in ``full``; parameter counts matched) and FLAM without temporal attention,
+equal data / steps / seeds, one frozen learned tokenizer per data set (fit on its training clips);
+clips split train / dev / test. On dev: the learning rate and beta of every
 model, FLAM's K, the probes' and the BC decoder's C and the strongest baseline; every claimed figure
 on test. At the largest E the data are ``--controlled`` and pseudo-label BC is measured."""
 
@@ -24,18 +25,20 @@ from .registry import DESCRIPTOR
 from .sprites import generate
 from .train import train
 
+QUICK_STEPS = 300  # Adam steps x batch 32 for every model: what the <= 8 CPU-minute budget affords [R]
 CFG = {
     "smoke": dict(entities=(1, 2), clips=20, frames=6, steps=3, batch=4, seeds=2, horizon=4, width=16,
                   device="cpu", probe_c=(1.0,), lr=(2e-3,), beta=(0.01,), k_offset=(1,), grid_steps=2,
-                  labels=(0.1,), bc_steps=5, episodes=10, fit_clips=14, models=("flam", "lam"), decoder_c=(1.0,)),
-    "quick": dict(entities=(1, 4), clips=600, frames=12, steps=120, batch=16, seeds=3, horizon=10, width=32,
-                  device="cpu", probe_c=(0.1, 1.0), lr=(1e-3, 3e-3), beta=(0.001, 0.01), k_offset=(1, 2),
-                  grid_steps=60, labels=(0.01, 0.1), bc_steps=400, episodes=200, fit_clips=210,
-                  models=("flam", "lam", "lam-vq"), decoder_c=DECODER_C),
+                  labels=(0.1,), bc_steps=5, episodes=10, fit_clips=14, models=("flam", "lam"), decoder_c=(1.0,),
+                  tok=dict(grid=8, channels=8, hidden=8, steps=5)),
+    "quick": dict(entities=(1, 4), clips=600, frames=12, steps=QUICK_STEPS, batch=32, seeds=3, horizon=10, width=32,
+                  device="cpu", probe_c=(0.1, 1.0), lr=(3e-3, 1e-2), beta=(0.001, 0.01), k_offset=(1, 2),
+                  grid_steps=80, labels=(0.01, 0.1), bc_steps=400, episodes=200, fit_clips=210,
+                  models=("flam", "lam"), decoder_c=DECODER_C, tok=dict(grid=8, channels=8, hidden=16, steps=300)),
     "full": dict(entities=(1, 2, 4, 6), clips=2000, frames=16, steps=3000, batch=32, seeds=5, horizon=10,
                  width=64, device="cuda", probe_c=(0.1, 1.0), lr=(3e-4, 1e-3, 3e-3), beta=(0.001, 0.01, 0.1),
                  k_offset=(1, 2, 4), grid_steps=1000, labels=(0.01, 0.1), bc_steps=2000, episodes=500, fit_clips=1400,
-                 models=("flam", "lam", "lam-vq"), decoder_c=DECODER_C),
+                 models=("flam", "lam", "lam-vq"), decoder_c=DECODER_C, tok=dict(grid=8, channels=16, hidden=32, steps=3000)),
 }
 PROBE_C = (0.1, 1.0)
 LATENT_DIM = 12  # d, divisible by K = 2..6 [R]
@@ -63,17 +66,37 @@ def _evaluate(model, video, acts, sl, horizon, grid=PROBE_C, fit_clips=None) -> 
     return out
 
 
-def _model_cfg(name: str, e: int, width: int, choice: dict):
-    return build(name, e, width=width, latent_dim=LATENT_DIM, beta=choice["beta"], k_offset=choice.get("k_offset", 1))
+def _model_cfg(name: str, e: int, width: int, choice: dict, tok=None):
+    kw = {} if tok is None else dict(tokenizer="conv", token_grid=tok.grid, token_channels=tok.channels,
+                                     token_hidden=tok.hidden)
+    return build(name, e, width=width, latent_dim=LATENT_DIM, beta=choice["beta"], k_offset=choice.get("k_offset", 1),
+                 **kw)
 
 
-def _choose(name: str, e: int, cfg: dict, video, sl, seed: int, log: list) -> dict:
+def _tokenizer(cfg: dict, video, sl, seed: int) -> tuple:
+    """One frozen tokenizer per data set, fit on its training clips; (tokenizer, test PSNR, CPU s)."""
+    from .evaluate import frame_metrics
+    from .tokenizer import fit_tokenizer
+
+    t0 = time.process_time()
+    k = cfg["tok"]
+    tok = fit_tokenizer(video[sl[0]], grid=k["grid"], channels=k["channels"], hidden=k["hidden"], steps=k["steps"],
+                        seed=seed)
+    cpu = time.process_time() - t0
+    test = video[sl[2]].reshape(-1, *video.shape[-3:])
+    with torch.no_grad():
+        rec = tok.decode(tok.encode(torch.from_numpy(test))).clamp(0, 1).numpy()
+    return tok, frame_metrics(rec, test.astype("float32") / 255.0)["psnr"], cpu
+
+
+def _choose(name: str, e: int, cfg: dict, video, sl, seed: int, log: list, tok=None) -> dict:
     """A small grid on dev at ``grid_steps`` steps and the first seed: lr x beta (lr only for
     lam-vq, which has no KL), then FLAM's K = E + offset; the best dev 10-step PSNR wins."""
     def score(choice):
-        mcfg = _model_cfg(name, e, cfg["width"], choice)
+        mcfg = _model_cfg(name, e, cfg["width"], choice, tok)
         tcfg = TrainConfig(steps=cfg["grid_steps"], batch_size=cfg["batch"], window=5, lr=choice["lr"], seed=seed)
-        m = rollout_metrics(train(mcfg, tcfg, video[sl[0]], device=cfg["device"]), video[sl[1]], cfg["horizon"])
+        m = rollout_metrics(train(mcfg, tcfg, video[sl[0]], device=cfg["device"], tokenizer=tok), video[sl[1]],
+                            cfg["horizon"])
         val = m[f"psnr_{m['horizon']}"]
         log.append({"entities": e, "model": name, **choice, "dev_psnr_h": val})
         return val
@@ -131,22 +154,28 @@ def _run(res: Results, cfg: dict, seed: int) -> tuple[list, list, list]:
         controlled = e == big
         video, acts = generate(e, cfg["clips"], cfg["frames"], seed=seed * 1000 + e, controlled=controlled)
         sl = _split(cfg["clips"])
+        tok, tok_psnr, tok_cpu = _tokenizer(cfg, video, sl, seed)
+        res.add(f"sprites_E{e}", "tokenizer", "recon_psnr", [tok_psnr], seeds=[seed], unit="dB", split="test",
+                grid=tok.grid, channels=tok.channels, fit_cpu_s=round(tok_cpu, 1))
         if e == big:
-            chosen = {n: _choose(n, e, cfg, video, sl, seeds[0], grid_log) for n in cfg["models"]}
+            chosen = {n: _choose(n, e, cfg, video, sl, seeds[0], grid_log, tok) for n in cfg["models"]}
             chosen["flam-no-temporal"] = chosen["flam"]
         names = list(cfg["models"]) + (["flam-no-temporal"] if e == big else [])
         for name in names:
             choice = chosen[name]
-            mcfg = _model_cfg(name, e, cfg["width"], choice)
+            mcfg = _model_cfg(name, e, cfg["width"], choice, tok)
             probe_c: list[float] = []  # the probes' C is chosen on dev at the first seed, then kept
             for sd in seeds:
                 tcfg = TrainConfig(steps=cfg["steps"], batch_size=cfg["batch"], window=5, lr=choice["lr"], seed=sd)
-                model = train(mcfg, tcfg, video[sl[0]], device=cfg["device"])
+                t0 = time.process_time()
+                model = train(mcfg, tcfg, video[sl[0]], device=cfg["device"], tokenizer=tok)
+                train_cpu = time.process_time() - t0
                 ev = _evaluate(model, video, acts, sl, cfg["horizon"], (probe_c[0],) if probe_c else cfg["probe_c"],
                                cfg["fit_clips"])
                 probe_c.append(ev["probe_c"])
                 t, d, h = ev["test"], ev["dev"], ev["test"]["horizon"]
                 recs.append({"entities": e, "model": name, "seed": sd, "params": n_params(model),
+                             "steps": cfg["steps"], "batch": cfg["batch"], "train_cpu_s": round(train_cpu, 1),
                              "slots": mcfg.slots, "latent_per_slot": mcfg.slot_latent, "lr": choice["lr"],
                              "beta": mcfg.beta, "psnr_1": t["psnr_1"], "psnr_h": t[f"psnr_{h}"],
                              "ssim_1": t["ssim_1"], "ssim_h": t[f"ssim_{h}"], "mse_h": t[f"mse_{h}"],

@@ -31,11 +31,13 @@ DESCRIPTOR = MethodDescriptor(
             "attention, shared IDM / FDM, aggregator) beside a parameter-matched monolithic LAM.",
     scales={
         "smoke": "SpriteWorld E in {1, 2}, 20 clips x 6 frames, 3 steps, 2 seeds, a few BC steps (seconds)",
-        "quick": "SpriteWorld 32x32, E in {1, 4} (E=4 --controlled), 600 clips x 12 frames; lr / beta / K chosen "
-                 "on dev; FLAM (K=E+offset) vs lam and lam-vq (params matched) + no-temporal ablation at E=4, "
-                 "120 steps x batch 16, 3 seeds; pseudo-label BC at 1% / 10% labels (minutes, 2 CPUs)",
+        "quick": "SpriteWorld 32x32, E in {1, 4} (E=4 --controlled), 600 clips x 12 frames, one frozen 8x8x8 conv "
+                 "autoencoder tokenizer per data set; lr / beta / K chosen on dev; FLAM (K=E+offset) vs lam "
+                 "(params matched) + no-temporal ablation at E=4, 300 steps x batch 32, 3 seeds; pseudo-label BC "
+                 "at 1% / 10% labels (minutes, 2 CPUs)",
         "full": "the same recipe scaled up on a CUDA device: E in {1, 2, 4, 6}, 2000 clips x 16 frames, "
-                "3000 steps x batch 32, width 64, 5 seeds; refuses at once without CUDA",
+                "3000 steps x batch 32, width 64, lam-vq beside lam, 5 seeds, an 8x8x16 conv autoencoder "
+                "tokenizer (not a VQ-VAE); refuses at once without CUDA",
     },
-    quick_minutes=6.5,  # 6.4 CPU-min measured (one torch thread): 24.6 min wall on a shared 2-core box
+    quick_minutes=7.0,  # 6.8 CPU-min measured (0.3.0, one torch thread): 28.5 min wall on a shared 2-core box
 )

@@ -86,10 +86,13 @@ def claims(res: Results, recs: list[dict], bc_recs: list[dict], cfg: dict, seed:
     bcol = lambda m, k: _col(bc_recs, big, m, k, seeds, labels=frac)  # noqa: E731
     true = _col(bc_recs, big, "true-actions", "success", seeds)
     flam = bcol("flam", "success")
-    ratio = flam / np.maximum(true, 1e-9)
-    _check(res, "bc_ratio", ratio, threshold=0.8,
-           note=f"E={big} --controlled, {frac:.0%} labels; FLAM {flam.mean():.3f} vs true-action BC {true.mean():.3f} "
-                "reach-target success (ratio per seed)")
+    bc_note = (f"E={big} --controlled, {frac:.0%} labels; FLAM {flam.mean():.3f} vs true-action BC "
+               f"{true.mean():.3f} reach-target success (ratio per seed)")
+    if (true > 0).all():
+        _check(res, "bc_ratio", flam / true, threshold=0.8, note=bc_note)
+    else:  # a ratio to a policy that never succeeds is undefined (smoke's few steps): not checked
+        res.claims.append(ClaimCheck.compare(CLAIM["bc_ratio"], None, note=bc_note + "; true-action BC "
+                                             "never succeeded in some seed, so the ratio is undefined"))
     dev_acc = {m: bcol(m, "decoder_dev_acc").mean() for m in mono_names}
     mb = max(dev_acc, key=dev_acc.get)
     _check(res, "bc_vs_lam", flam, bcol(mb, "success"), f"{mb} pseudo-labels", margin=0.1,
@@ -110,9 +113,11 @@ def notes(cfg: dict, elapsed: float) -> list[str]:
         "N(0, I) prior, Slot Attention with slots carried over time and causal temporal attention, IDM and FDM "
         "shared across slots, an aggregator rebuilding z_{t+1}, the monolithic baselines (continuous lam, "
         "VQ lam-vq) and the no-temporal-attention ablation, pseudo-label BC. Reconstructed [R]: the tokenizer "
-        "(a frozen exact 4x4 patch tokenizer instead of a VQ-VAE), the FDM's cross-slot attention, the "
-        "mixture aggregator, the first-frame reconstruction term, SpriteWorld, the correspondence score, "
-        "the BC policy (keypoint MLP) and the reach-target task.",
+        "(a small convolutional autoencoder fit once per data set on its training clips and frozen, "
+        "instead of a VQ-VAE; tokens standardised per channel), the FDM's cross-slot attention, the "
+        "mixture aggregator (one MLP per slot to every token's content and mixing logit), the first-frame "
+        "reconstruction term, one Slot Attention iteration per frame after the first (slots carried), "
+        "SpriteWorld, the correspondence score, the BC policy (keypoint MLP) and the reach-target task.",
         "Splits: 70/15/15 clips train/dev/test per data set. Chosen on dev (first seed, E = max): lr from "
         f"{cfg['lr']} and beta from {cfg['beta']} for every model (lam-vq: lr only), FLAM's K = E + offset "
         f"with offset from {cfg['k_offset']} (grid runs of {cfg['grid_steps']} steps, dev 10-step PSNR; "
@@ -122,6 +127,8 @@ def notes(cfg: dict, elapsed: float) -> list[str]:
         f"Budget: {cfg['steps']} Adam steps x batch {cfg['batch']} x 5-frame windows for every model, "
         f"{cfg['seeds']} seeds, {cfg['clips']} clips x {cfg['frames']} frames (world models train on all "
         f"training clips; probes, BC decoders and policies fit on the first {cfg['fit_clips']}); BC policies "
-        f"{cfg['bc_steps']} steps, {cfg['episodes']} reach-target episodes per policy; one torch thread. Wall time {elapsed:.0f} s (the 2-core machine "
-        "may be shared).",
+        f"{cfg['bc_steps']} steps, {cfg['episodes']} reach-target episodes per policy; one torch thread; "
+        f"tokenizer {cfg['tok']['grid']}x{cfg['tok']['grid']}x{cfg['tok']['channels']}, {cfg['tok']['steps']} "
+        f"steps per data set. Models compared: {', '.join(cfg['models'])}. Wall time {elapsed:.0f} s (the 2-core "
+        "machine may be shared; train_cpu_s in runs.csv is each run's CPU time).",
     ]

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from .config import ModelConfig, TrainConfig
-from .core import WorldModel, tokenize
+from .core import WorldModel
 from .evaluate import (  # noqa: F401  (re-exported: the evaluations used to live here)
     chance_per_entity,
     correspondence,
@@ -96,17 +96,23 @@ class _StopFlag:
 
 def train(model_cfg: ModelConfig, train_cfg: TrainConfig, video: np.ndarray, *,
           run_dir: Path | None = None, every: int = 200, on_step=None, device: str = "cpu",
-          accelerator=None) -> WorldModel:
+          accelerator=None, tokenizer: torch.nn.Module | None = None) -> WorldModel:
     """Train on random ``window``-frame crops of ``video [N, T, H, W, 3]`` uint8 until ``steps``.
 
     With ``run_dir``, a checkpoint is written there every ``every`` steps, at the end, and on
     SIGTERM / SIGINT (then ``Interrupted`` is raised); a checkpoint found there is resumed. With an
     ``accelerate.Accelerator`` of P processes, every process draws the same global batch and noise
     and trains on its 1/P slice (gradients averaged by DDP), so P processes take the same step as one.
+    ``tokenizer``: the fitted frozen ``ConvTokenizer`` a ``tokenizer="conv"`` config needs (its
+    weights are copied into the model, never trained).
     """
     torch.manual_seed(train_cfg.seed)
     model = WorldModel(model_cfg)
-    opt = torch.optim.Adam(model.parameters(), lr=train_cfg.lr)
+    if model_cfg.tokenizer == "conv":
+        if tokenizer is None:
+            raise ValueError("a conv-tokenizer model needs its fitted tokenizer (train(..., tokenizer=))")
+        model.tokenizer.load_state_dict(tokenizer.state_dict())
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=train_cfg.lr)
     gen = torch.Generator().manual_seed(train_cfg.seed + 1)
     rng = np.random.default_rng(train_cfg.seed)
     ckpt = None if run_dir is None else Path(run_dir) / CHECKPOINT
@@ -123,7 +129,7 @@ def train(model_cfg: ModelConfig, train_cfg: TrainConfig, video: np.ndarray, *,
     if b % procs:
         raise ValueError(f"batch size {b} is not divisible by the {procs} processes")
     lo, hi = rank * b // procs, (rank + 1) * b // procs
-    z_all = tokenize(torch.from_numpy(video), model_cfg.patch).to(device)
+    z_all = model.tokenize(video).to(device)  # frozen: encoded once
     n, t = z_all.shape[:2]
     w = min(train_cfg.window, t)
     lat_shape = (b, w - 1, model_cfg.slots, model_cfg.slot_latent)
