@@ -100,3 +100,52 @@ def test_layer_out_of_range_is_refused(setup):
     ad, _ = setup
     with pytest.raises(ValueError, match="out of range"):
         SteeringHook([7], np.ones(16), 1.0).attach(ad)
+
+
+class Planted:
+    """A mock adapter whose single-mode answer is vision for even items and text for odd ones,
+    with the last-position state at layer 0 = +d or -d (plus noise) accordingly."""
+
+    def __init__(self, d, seed=0):
+        self.d, self.rng = d, np.random.default_rng(seed)
+
+    def _vision(self, it):
+        return int(it.id[1:]) % 2 == 0
+
+    def answer(self, items, mode, order, answer_mode="letter", follow=None):
+        from mc2_bench.core import modality_to_letter
+
+        return [{"letter": modality_to_letter("vision" if self._vision(it) else "text", order),
+                 "text": "", "prompt": ""} for it in items]
+
+    def hidden(self, items, mode, order, follow=None):
+        assert mode == "single" and follow is None
+        s = np.array([1.0 if self._vision(it) else -1.0 for it in items])
+        return (s[:, None] * self.d + 0.05 * self.rng.standard_normal((len(items), len(self.d))))[:, None]
+
+
+def test_answer_contrast_groups_states_by_the_models_own_answer():
+    from mc2_bench.core import MC2Item
+    from mc2_bench.protocol import fit_direction, hidden_pairs
+
+    d = np.random.default_rng(5).standard_normal(12)
+    d /= np.linalg.norm(d)
+    items = [MC2Item(f"i{k}", "t", "q", "one", "two", "Report 1: two.") for k in range(10)]
+    hv, ht = hidden_pairs(Planted(d), items, 0, "answer")
+    assert len(hv) == len(ht) == 10  # 5 vision + 5 text items, both orders
+    v, (c_vis, c_txt) = fit_direction(Planted(d), items, 0, contrast="answer")
+    assert float(v @ d) > 0.99 and c_vis > 0 > c_txt  # points toward the vision-answered states
+    with pytest.raises(ValueError, match="contrast"):
+        hidden_pairs(Planted(d), items, 0, "nope")
+    with pytest.raises(ValueError, match="each modality"):
+        hidden_pairs(Planted(d), items[:1], 0, "answer")  # only vision answers: no contrast
+
+
+def test_amps_takes_one_statistic_per_layer(setup):
+    ad, items = setup
+    v = np.random.default_rng(4).standard_normal(16)
+    _, ref = _states(ad, items)
+    # layer 0 thinks every state is already on the vision side (no step); layer 1 pushes fully
+    hook = SteeringHook([0, 1], v, 1.0, adaptive="amps", amps_stats={0: (-9.0, -10.0), 1: (10.0, 9.0)})
+    _, out = _states(ad, items, hook)
+    assert torch.equal(out[0], ref[0]) and not torch.equal(out[1], ref[1])

@@ -130,7 +130,7 @@ def _cmd_eval(args) -> int:
 
 def _cmd_steer(args) -> int:
     from .baselines import direction
-    from .protocol import alpha_sweep, fit_direction, hidden_pairs
+    from .protocol import alpha_sweep, amps_stats, hidden_pairs
 
     adapter = _load_model(args.model)
     items = _items(args)
@@ -139,13 +139,16 @@ def _cmd_steer(args) -> int:
     if bad:
         raise UserError(f"layer {bad[0]} out of range (the model has layers 0-{adapter.n_layers - 1})")
     fit = items if args.fit_data is None else load_fit(args)
-    hv, ht = hidden_pairs(adapter, fit, args.layers[-1])
+    try:
+        hv, ht = hidden_pairs(adapter, fit, args.layers[-1], args.contrast, args.answer_mode)
+    except ValueError as exc:  # the answer contrast needs both answers among the fit items
+        raise UserError(f"--contrast {args.contrast}: {exc}") from None
     out = {"layers": list(args.layers), "positions": args.positions, "adaptive": args.adaptive,
-           "direction": args.direction, "sweeps": {}}
+           "direction": args.direction, "contrast": args.contrast, "sweeps": {}}
     names = [args.direction] + (["random"] if args.control == "random" else [])
     for name in names:
         v = direction(name, hv, ht, args.seed)
-        stats = fit_direction(adapter, fit, args.layers[-1])[1] if args.adaptive else None
+        stats = amps_stats(hv, ht, v) if args.adaptive else None
         rows = alpha_sweep(adapter, items, args.layers, v, args.alpha_grid, args.answer_mode,
                            args.positions, args.adaptive, stats)
         out["sweeps"][name] = [{k: r[k] for k in ("alpha", "vision_ratio", "single_accuracy",
@@ -272,6 +275,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layers", type=_layers, required=True, help="e.g. 20-23")
     p.add_argument("--alpha-grid", type=_alphas, required=True, help="e.g. -1,-0.5,0,0.5,1")
     p.add_argument("--direction", choices=DIRECTIONS, default="diffmean")
+    p.add_argument("--contrast", choices=("instruction", "answer"), default="instruction",
+                   help="states the direction separates: icc follow-image vs follow-text prompts "
+                        "(the authors'), or no-instruction prompts grouped by the model's own answer")
     p.add_argument("--positions", choices=POSITIONS, default="all")
     p.add_argument("--adaptive", choices=("amps",), default=None)
     p.add_argument("--control", choices=("random", "none"), default="none")

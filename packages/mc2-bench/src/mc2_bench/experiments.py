@@ -23,16 +23,18 @@ from .baselines import direction
 from .config import ToyConfig
 from .core import probe_accuracy
 from .io import digits_items, write_jsonl
-from .protocol import alpha_sweep, evaluate, fit_direction, hidden_pairs
+from .protocol import alpha_sweep, evaluate, hidden_pairs
 from .registry import CLAIMS, DESCRIPTOR
 from .toy import load_digits, train_toy
 
 CFG = {
     "smoke": dict(prefs=(0.5,), steps=8, batch=16, n_dev=12, n_test=16, alphas=(-1.0, 0.0, 1.0),
-                  layers=(1,), steer_pref=0.5, directions=("diffmean", "random"), probes=False),
+                  layers=(1,), steer_pref=0.5, directions=("diffmean", "random"), probes=False,
+                  contrasts=("instruction", "answer")),
     "quick": dict(prefs=(0.2, 0.5, 0.8), steps=600, batch=64, n_dev=100, n_test=200,
                   alphas=(-1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5), layers=(0, 1, 2, 3), steer_pref=0.5,
-                  directions=("diffmean", "pca", "probe", "random"), probes=True),
+                  directions=("diffmean", "pca", "probe", "random"), probes=True,
+                  contrasts=("instruction", "answer")),
 }
 
 
@@ -77,6 +79,11 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
 
             run_full(res, needs, out_dir, seed)
         _run(res, cfg, out_dir, seed)
+        if scale == "smoke":  # the HF path from the wheel: a tiny random-init LLaVA built here
+            from .smol_experiment import run_tiny_llava
+
+            X, y = load_digits()
+            run_tiny_llava(res, X, y, _split(len(y)), seed)
         if scale in ("quick", "full"):
             from .smol_experiment import run_smol
 
@@ -164,25 +171,34 @@ def _claims_preference(res: Results, cfg: dict, worst: dict) -> None:
 
 
 def _steering(res: Results, cfg: dict, ad, dev, test, seed: int) -> None:
+    from .core import monotone_share
+    from .protocol import direction_and_stats
     from .steer_report import steering_claims
 
     alphas = cfg["alphas"]
-    # layer chosen on dev: the widest diffmean sweep of the vision ratio
-    spans = {}
-    for L in cfg["layers"]:
-        v, _ = fit_direction(ad, dev, L, "diffmean", seed)
-        rows = alpha_sweep(ad, dev, [L], v, alphas, accuracy=False)
-        vr = [r["vision_ratio"] for r in rows]
-        spans[L] = (max(vr) - min(vr), rows)
-        res.add("steer_dev", "diffmean", f"vision_span_layer{L}", spans[L][0])
-    layer = max(spans, key=lambda L: spans[L][0])
-    dev_rows = spans[layer][1]
+    # contrast and layer chosen on dev: the dev sweep of the diffmean direction whose vision ratio
+    # moves furthest toward vision from the lowest to the highest alpha, weighted by its monotone share
+    cand = {}
+    for contrast in cfg["contrasts"]:
+        for L in cfg["layers"]:
+            try:
+                hv, ht = hidden_pairs(ad, dev, L, contrast)
+            except ValueError:  # the model gave only one modality's answer on dev: no contrast
+                res.add("steer_dev", f"diffmean_{contrast}", f"contrast_available_layer{L}", 0.0)
+                continue
+            rows = alpha_sweep(ad, dev, [L], direction("diffmean", hv, ht, seed), alphas, accuracy=False)
+            vr = [r["vision_ratio"] for r in rows]
+            score = (vr[-1] - vr[0]) * monotone_share(vr)
+            cand[(contrast, L)] = (score, rows, hv, ht)
+            res.add("steer_dev", f"diffmean_{contrast}", f"score_layer{L}", score)
+    contrast, layer = max(cand, key=lambda k: cand[k][0])
+    _, dev_rows, hv, ht = cand[(contrast, layer)]
     base = next(r["vision_ratio"] for r in dev_rows if r["alpha"] == 0.0)
     pos = [r for r in dev_rows if r["alpha"] > 0]
     flip = next((r["alpha"] for r in pos if r["vision_ratio"] >= base + 0.25), pos[-1]["alpha"])
-    res.add("steer_dev", "diffmean", "chosen_layer", layer)
+    res.add("steer_dev", "diffmean", "chosen_layer", layer, contrast=contrast)
+    res.add("steer_dev", "diffmean", "chosen_contrast_is_answer", float(contrast == "answer"))
     res.add("steer_dev", "diffmean", "flip_alpha", flip)
-    hv, ht = hidden_pairs(ad, dev, layer)
     sweeps = {}
     for name in cfg["directions"]:
         v = direction(name, hv, ht, seed)
@@ -190,12 +206,12 @@ def _steering(res: Results, cfg: dict, ad, dev, test, seed: int) -> None:
         for r in sweeps[name]:
             res.add("steer_test", name, f"vision_ratio_alpha{r['alpha']:+g}", r["vision_ratio"],
                     layers=r["hook"]["layers"], positions=r["hook"]["positions"],
-                    touched=r["hook"]["touched_positions"])
+                    touched=r["hook"]["touched_positions"], contrast=contrast)
             res.add("steer_test", name, f"single_accuracy_alpha{r['alpha']:+g}", r["single_accuracy"])
-    v, stats = fit_direction(ad, dev, layer, "diffmean", seed)
+    v, stats = direction_and_stats(hv, ht, "diffmean", seed)
     amps = {a: alpha_sweep(ad, test, [layer], v, [a], adaptive="amps", amps_stats=stats)[0]
             for a in (0.0, flip)}
     for a, r in amps.items():
         res.add("steer_test", "diffmean_amps", f"vision_ratio_alpha{a:+g}", r["vision_ratio"])
         res.add("steer_test", "diffmean_amps", f"single_accuracy_alpha{a:+g}", r["single_accuracy"])
-    steering_claims(res, sweeps, amps, flip, layer)
+    steering_claims(res, sweeps, amps, flip, layer, contrast)

@@ -88,20 +88,53 @@ def metrics_from_records(records: Sequence[dict]) -> dict[str, float]:
                               [r["modality_order1"] for r in records])
 
 
-def hidden_pairs(adapter, items, layer: int) -> tuple[np.ndarray, np.ndarray]:
-    """Last-prompt-position states at ``layer`` under icc follow-image and follow-text, both
-    option orders stacked [C] (the authors probe the last prompt positions)."""
-    hv = np.concatenate([adapter.hidden(items, "icc", o, "vision")[:, layer] for o in (0, 1)])
-    ht = np.concatenate([adapter.hidden(items, "icc", o, "text")[:, layer] for o in (0, 1)])
+CONTRASTS = ("instruction", "answer")
+
+
+def hidden_pairs(adapter, items, layer: int, contrast: str = "instruction",
+                 answer_mode: str = "letter") -> tuple[np.ndarray, np.ndarray]:
+    """Last-prompt-position states at ``layer`` of the two groups a preference direction
+    separates, both option orders stacked.
+
+    ``instruction`` [C]: icc prompts told to follow the image vs the text (the authors probe and
+    plot these, pca.py). ``answer`` [R]: the no-instruction conflict prompts (``single``) grouped
+    by the model's own answer, vision vs text: the preference as the model expresses it."""
+    if contrast == "instruction":
+        hv = np.concatenate([adapter.hidden(items, "icc", o, "vision")[:, layer] for o in (0, 1)])
+        ht = np.concatenate([adapter.hidden(items, "icc", o, "text")[:, layer] for o in (0, 1)])
+        return hv, ht
+    if contrast != "answer":
+        raise ValueError(f"unknown contrast {contrast!r} (choose one of {', '.join(CONTRASTS)})")
+    hs, mods = [], []
+    for o in (0, 1):
+        hs.append(adapter.hidden(items, "single", o)[:, layer])
+        mods += [r["modality"] for r in _modalities(adapter, items, "single", o, answer_mode)]
+    h, m = np.concatenate(hs), np.array(mods, dtype=object)
+    hv, ht = h[m == "vision"], h[m == "text"]
+    if len(hv) == 0 or len(ht) == 0:
+        raise ValueError("the answer contrast needs items answered with each modality "
+                         f"(got {len(hv)} vision, {len(ht)} text answers)")
     return hv, ht
 
 
-def fit_direction(adapter, items, layer: int, method: str = "diffmean", seed: int = 0):
-    """(unit direction, amps stats (c_vision, c_text)) at one layer from icc hidden states."""
-    hv, ht = hidden_pairs(adapter, items, layer)
+def fit_direction(adapter, items, layer: int, method: str = "diffmean", seed: int = 0,
+                  contrast: str = "instruction", answer_mode: str = "letter"):
+    """(unit direction, amps stats (c_vision, c_text)) at one layer from ``hidden_pairs``."""
+    hv, ht = hidden_pairs(adapter, items, layer, contrast, answer_mode)
+    return direction_and_stats(hv, ht, method, seed)
+
+
+def direction_and_stats(hv, ht, method: str = "diffmean", seed: int = 0):
+    """The unit direction and the AMPS statistics (mean normalised projections of each group)."""
     v = preference_direction(hv, ht, method, seed)
-    cn = lambda h: float(np.mean(h @ v / np.linalg.norm(h, axis=1)))  # noqa: E731
-    return v, (cn(hv), cn(ht))
+    return v, amps_stats(hv, ht, v)
+
+
+def amps_stats(hv, ht, v) -> tuple[float, float]:
+    """(c_vision, c_text): each group's mean normalised projection <h, v_hat> / ||h|| (AMPS)."""
+    v = np.asarray(v, float) / np.linalg.norm(v)
+    cn = lambda h: float(np.mean(np.asarray(h, float) @ v / np.linalg.norm(h, axis=1)))  # noqa: E731
+    return cn(hv), cn(ht)
 
 
 def single_modality_scores(adapter, items, answer_mode) -> np.ndarray:

@@ -29,6 +29,12 @@ CLAIMS = (
     Claim("smol_sweep_movement", "a monotone alpha sweep moves smol-vlm's vision ratio across >= 0.5",
           "vision_ratio_movement", "higher", paper_value=None,
           source="issue 27 target; abstract: steering shifts the preference"),
+    Claim("smol_accuracy_at_flip", "smol-vlm: single-modality accuracy within 2 points at the alpha "
+          "that flips the preference", "single_accuracy_change", "higher", paper_value=None,
+          source="issue 27 target"),
+    Claim("smol_amps_vs_uniform", "smol-vlm: AMPS gets the same shift with <= half of uniform "
+          "steering's accuracy loss", "accuracy_loss", "lower", paper_value=None,
+          source="issue 27 target; AMPS arXiv 2602.12533 (reconstructed)"),
 )
 
 DESCRIPTOR = MethodDescriptor(
@@ -42,18 +48,20 @@ DESCRIPTOR = MethodDescriptor(
             "following), linear probes and RepE-style steering with image-token-aware hooks, on "
             "in-process toy VLMs.",
     scales={
-        "smoke": "one toy VLM trained for seconds, 30 test items, a 3-point alpha sweep (seconds)",
+        "smoke": "one toy VLM trained for seconds (16 test items, a 3-point alpha sweep) and a tiny "
+                 "random-init LLaVA through HFVisionChatAdapter (every mode, a 3-point sweep)",
         "quick": "toys at P = 0.2, 0.5, 0.8 (600 steps each), 100 dev / 200 test digit conflicts: "
                  "preference, instruction following, per-layer probes, 7-point alpha sweeps of "
                  "diffmean / pca / probe / random directions, AMPS vs uniform; smol-vlm (LLaVA around "
                  "frozen SmolLM2-135M) on 16 dev / 24 test items: single-modality accuracy, preference, "
-                 "blank-image ablation, 3-point alpha sweep at logit-lens layers",
+                 "blank-image ablation, 3-point alpha sweep at logit-lens layers with single-modality "
+                 "accuracy, the random control and AMPS vs uniform",
         "full": "the GPU recipe (Qwen2.5-VL-7B / LLaVA on the MC2 JSON + COCO-2014, bf16, layers "
                 "20-23, 7-point sweep with a random control) plus quick and smol-vlm's 7-point sweep "
                 "with its random control: needs a CUDA device and MC2_MODEL, MC2_JSON, MC2_IMAGES; "
                 "refuses within seconds when any is missing",
     },
-    # measured CPU time 4.4 min (torch pinned to 1 thread, so ~ quiet-machine wall time) + ~0.6 min for a
-    # cold smol-vlm build; the shared-machine wall time was 21.0 min (load average 8-10)
-    quick_minutes=5.0,
+    # measured 0.2.1: 6.4 CPU-min (user 377.3 s + sys 5.5 s) with the smol-vlm build from an empty cache,
+    # torch pinned to 1 thread (so ~ quiet-machine wall time); shared-machine wall 19.6 min (load 12-15)
+    quick_minutes=6.5,
 )

@@ -21,17 +21,48 @@ from .registry import CLAIMS
 from .smolvlm import SmolVLMConfig, _to_rgb16, cached_smol_vlm
 
 SMOL = {
-    # alpha magnitude 0.3 chosen on the 16 dev items (one-off dev sweep over +-0.1, +-0.3: the widest
-    # monotone symmetric sweep; README); the sweep skips single-modality accuracy at alpha != 0 (budget)
-    "quick": dict(n_dev=16, n_test=24, alphas=(-0.3, 0.0, 0.3), window=4, accuracy=False),
+    # alpha magnitude 0.3 chosen on the 16 dev items (one-off dev sweep over +-0.1, +-0.3 in 0.2.0;
+    # README); quick: single-modality accuracy at every alpha of the direction, the random control's
+    # vision ratio only (budget); full: the 7-point sweep with the control's accuracy too
+    "quick": dict(n_dev=16, n_test=24, alphas=(-0.3, 0.0, 0.3), window=4, control_accuracy=False),
     "full": dict(n_dev=16, n_test=24, alphas=(-0.3, -0.2, -0.1, 0.0, 0.1, 0.2, 0.3), window=4,
-                 control=True, accuracy=True),
+                 control_accuracy=True),
 }
 ANSWER = "option-logprob"
 
 
 def _claim(cid):
     return next(c for c in CLAIMS if c.id == cid)
+
+
+def run_tiny_llava(res: Results, X, y, splits, seed: int, n_items: int = 8) -> None:
+    """``smoke``: a tiny random-init LLaVA (``tiny.tiny_llava``) through ``HFVisionChatAdapter``:
+    every mode, both orders (letter-logprob), and a 3-point sweep at layer 1 with what the hook
+    touched. Random weights: the figures exercise the harness, nothing else."""
+    import tempfile
+
+    from .hf import HFVisionChatAdapter
+    from .protocol import hidden_pairs
+    from .tiny import tiny_llava
+
+    _, dv, te = splits
+    pairs = digits_items(X, y, list(dv[:n_items]) + list(te[:n_items]), seed + 21, prefix="tiny")
+    images = {it.image: _to_rgb16(im) for it, im in pairs}
+    dev, test = [p[0] for p in pairs[:n_items]], [p[0] for p in pairs[n_items:]]
+    with tempfile.TemporaryDirectory(prefix="mc2-tiny-llava-") as tmp:
+        ad = HFVisionChatAdapter.from_pretrained(tiny_llava(f"{tmp}/llava", seed=seed), batch=16,
+                                                 image_loader=images.__getitem__)
+    for mode in ("single", "base_image", "base_text", "icc"):
+        r = evaluate(ad, test, mode, "letter-logprob")
+        for k in ("vision_ratio", "order_consistency", "invalid_rate", "instruction_following"):
+            if k in r:
+                res.add("tiny_llava", mode, k, r[k], n=len(test))
+    hv, ht = hidden_pairs(ad, dev, 1)
+    v = preference_direction(hv, ht, "diffmean", seed)
+    for r in alpha_sweep(ad, test, [1], v, (-1.0, 0.0, 1.0), "letter-logprob"):
+        res.add("tiny_llava", "diffmean", f"vision_ratio_alpha{r['alpha']:+g}", r["vision_ratio"],
+                layers=r["hook"]["layers"], touched=r["hook"]["touched_positions"])
+        res.add("tiny_llava", "diffmean", f"single_accuracy_alpha{r['alpha']:+g}", r["single_accuracy"])
 
 
 def choose_window(sep: np.ndarray, window: int) -> tuple[int, ...]:
@@ -96,48 +127,109 @@ def run_smol(res: Results, scale: str, X, y, splits, seed: int) -> None:
         res.add("smol_dev", "logit_lens", f"separation_layer{L}", float(s))
     layers = choose_window(sep, cfg["window"])
     res.add("smol_dev", "logit_lens", "chosen_first_layer", layers[0], layers=list(layers))
-    vecs = {L: preference_direction(hv[:, L], ht[:, L], "diffmean", seed) for L in layers}
+    contrast, vecs, stats, dev_vr = _choose_contrast(res, ad, dev, layers, hv, ht, cfg, seed)
     acc0 = 0.5 * (acc_img + acc_txt)
     s0 = sc(single, "vision")
-    names = ["diffmean"] + (["random"] if cfg.get("control") else [])
+    zero = {"alpha": 0.0, "vision_ratio": single["vision_ratio"], "vision_scores": s0.tolist(),
+            "single_accuracy": float(acc0.mean()), "accuracy_scores": acc0.tolist(),
+            "hook": {"layers": list(layers), "positions": "all", "touched_positions": {}}}
+    nonzero = [a for a in cfg["alphas"] if a != 0.0]
+    # the alpha that flips the preference: toward the modality the model does NOT prefer on dev
+    flip = min(nonzero) if dev_vr > 0.5 else max(nonzero)
+    rand = {L: np.random.default_rng(seed + 104729 + L).standard_normal(hv.shape[-1]) for L in layers}
     sweeps = {}
-    for dname in names:
-        vv = vecs if dname == "diffmean" else {
-            L: np.random.default_rng(seed + 104729 + L).standard_normal(hv.shape[-1]) for L in layers}
-        rows = alpha_sweep(ad, test, layers, vv, [a for a in cfg["alphas"] if a != 0.0], ANSWER,
-                           accuracy=cfg["accuracy"])
-        rows.append({"alpha": 0.0, "vision_ratio": single["vision_ratio"], "vision_scores": s0.tolist(),
-                     "single_accuracy": float(acc0.mean()), "accuracy_scores": acc0.tolist(),
-                     "hook": {"layers": list(layers), "positions": "all", "touched_positions": {}}})
+    for dname, vv, kw in (("diffmean", vecs, {"accuracy": True}),
+                          ("random", rand, {"accuracy": cfg["control_accuracy"]}),
+                          ("diffmean_amps", vecs, {"accuracy": True, "adaptive": "amps",
+                                                   "amps_stats": stats})):
+        alphas = [flip] if dname == "diffmean_amps" else nonzero
+        rows = alpha_sweep(ad, test, layers, vv, alphas, ANSWER, **kw) + [zero]
         rows.sort(key=lambda r: r["alpha"])
         sweeps[dname] = rows
         for r in rows:
             res.add("smol_steer", dname, f"vision_ratio_alpha{r['alpha']:+g}", r["vision_ratio"],
                     layers=r["hook"]["layers"], positions=r["hook"]["positions"],
-                    touched=r["hook"]["touched_positions"])
+                    touched=r["hook"]["touched_positions"], contrast=contrast)
             if r["single_accuracy"] is not None:
                 res.add("smol_steer", dname, f"single_accuracy_alpha{r['alpha']:+g}", r["single_accuracy"])
-    _smol_claims(res, acc_img, acc_txt, sweeps["diffmean"], layers)
+    _smol_claims(res, acc_img, acc_txt, sweeps, layers, flip, contrast)
 
 
-def _smol_claims(res, acc_img, acc_txt, rows, layers) -> None:
+def _choose_contrast(res, ad, dev, layers, hv_icc, ht_icc, cfg, seed):
+    """Per-layer diffmean directions from each contrast on the dev items; the contrast whose
+    dev sweep (single mode, alpha = +-a) moves the vision ratio furthest, monotonically, wins."""
+    from .protocol import _modalities, amps_stats
+
+    hs, mods = [], []
+    for o in (0, 1):
+        hs.append(ad.hidden(dev, "single", o))
+        mods += [r["modality"] for r in _modalities(ad, dev, "single", o, ANSWER)]
+    h, m = np.concatenate(hs), np.array(mods, dtype=object)
+    dev_vr = float(np.mean(m == "vision"))
+    groups = {"instruction": (hv_icc, ht_icc)}
+    if (m == "vision").any() and (m == "text").any():
+        groups["answer"] = (h[m == "vision"], h[m == "text"])
+    lo, hi = min(cfg["alphas"]), max(cfg["alphas"])
+    best = None
+    for name, (gv, gt) in groups.items():
+        vecs = {L: preference_direction(gv[:, L], gt[:, L], "diffmean", seed) for L in layers}
+        rows = alpha_sweep(ad, dev, layers, vecs, [lo, hi], ANSWER, accuracy=False)
+        vr = [rows[0]["vision_ratio"], dev_vr, rows[1]["vision_ratio"]]
+        score = (vr[2] - vr[0]) if vr[0] <= vr[1] <= vr[2] else min(vr[2] - vr[0], 0.0)
+        res.add("smol_dev", f"diffmean_{name}", "dev_movement", score, vision_ratios=vr)
+        if best is None or score > best[0]:
+            stats = {L: amps_stats(gv[:, L], gt[:, L], vecs[L]) for L in layers}
+            best = (score, name, vecs, stats)
+    res.add("smol_dev", "diffmean", "chosen_contrast_is_answer", float(best[1] == "answer"))
+    return best[1], best[2], best[3], dev_vr
+
+
+def _smol_claims(res, acc_img, acc_txt, sweeps, layers, flip, contrast) -> None:
     worst, which = (acc_img, "image") if acc_img.mean() <= acc_txt.mean() else (acc_txt, "text")
     iv = paired_interval(worst, n_resamples=1999)
     res.claims.append(ClaimCheck.compare(
         _claim("smol_single_modality"), float(worst.mean()), threshold=0.9, interval=(iv.low, iv.high),
         note=f"worse modality: {which} alone (image {acc_img.mean():.3f}, text {acc_txt.mean():.3f}); "
-             "option-logprob, 24 held-out digits, both orders"))
+             f"option-logprob, {len(worst)} held-out digits, both orders"))
+    rows, rnd = sweeps["diffmean"], sweeps["random"]
     vr = [r["vision_ratio"] for r in rows]
     mono = bool(np.all(np.diff(vr) >= -1e-12))
     move = np.asarray(rows[-1]["vision_scores"]) - np.asarray(rows[0]["vision_scores"])
+    move_r = np.asarray(rnd[-1]["vision_scores"]) - np.asarray(rnd[0]["vision_scores"])
     iv = paired_interval(move, n_resamples=1999)
     chk = ClaimCheck.compare(
         _claim("smol_sweep_movement"), float(move.mean()) if mono else min(float(move.mean()), 0.0),
         threshold=0.5, interval=(iv.low, iv.high),
         note=f"vision ratio at alpha={rows[-1]['alpha']:+g} minus at {rows[0]['alpha']:+g}, layers "
-             f"{layers[0]}-{layers[-1]} (logit lens on dev), all positions; "
+             f"{layers[0]}-{layers[-1]} (logit lens on dev), {contrast} contrast (chosen on dev), all "
+             f"positions; random direction of matched norm moves it {float(move_r.mean()):+.3f}; "
              f"{'monotone' if mono else 'not monotone: counts as 0'}")
     if not mono:
         chk.held = False
     res.claims.append(chk)
-
+    at = lambda rs, a: next(r for r in rs if r["alpha"] == a)  # noqa: E731
+    acc0 = np.asarray(at(rows, 0.0)["accuracy_scores"])
+    d_u = np.asarray(at(rows, flip)["accuracy_scores"]) - acc0
+    d_a = np.asarray(at(sweeps["diffmean_amps"], flip)["accuracy_scores"]) - acc0
+    v0, vu = at(rows, 0.0)["vision_ratio"], at(rows, flip)["vision_ratio"]
+    va = at(sweeps["diffmean_amps"], flip)["vision_ratio"]
+    flipped = (v0 - 0.5) * (vu - 0.5) < 0
+    iv = paired_interval(d_u, n_resamples=1999)
+    chk = ClaimCheck.compare(
+        _claim("smol_accuracy_at_flip"), float(d_u.mean()), threshold=-0.02, interval=(iv.low, iv.high),
+        note=f"single-modality accuracy change at alpha={flip:+g} (toward the modality not preferred on "
+             f"dev); vision ratio {v0:.3f} -> {vu:.3f}{'' if flipped else ' (the preference did not flip: not held)'}")
+    if not flipped:
+        chk.held = False
+    res.claims.append(chk)
+    iv = paired_interval(-d_a + 0.5 * d_u, n_resamples=1999)
+    same = abs(va - v0) >= abs(vu - v0) - 0.05
+    chk = ClaimCheck.compare(
+        _claim("smol_amps_vs_uniform"), float(-d_a.mean()), 0.5 * float(-d_u.mean()),
+        "0.5 x uniform accuracy loss", interval=(iv.low, iv.high),
+        note=f"alpha={flip:+g}: shift amps {va - v0:+.3f} vs uniform {vu - v0:+.3f}; accuracy loss amps "
+             f"{-d_a.mean():+.3f} vs uniform {-d_u.mean():+.3f}"
+             f"{'' if same else ' (amps shift smaller: not held)'}")
+    if not same or float(-d_u.mean()) <= 0.0:
+        chk.held = False
+    res.claims.append(chk)

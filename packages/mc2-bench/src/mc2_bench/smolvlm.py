@@ -77,9 +77,12 @@ def build_smol_vlm(out, images: np.ndarray, labels: np.ndarray, cfg: SmolVLMConf
         LlavaForConditionalGeneration,
         LlavaProcessor,
     )
+    from transformers.utils import logging as hf_logging
 
     from icml26_shared.data import smollm2_hf_dir
 
+    hf_logging.set_verbosity_error()  # no weight-loading / shard-writing progress bars on stderr
+    hf_logging.disable_progress_bar()
     src = smollm2_hf_dir()
     lm = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32, local_files_only=True)
     tok = AutoTokenizer.from_pretrained(src, local_files_only=True)

@@ -66,6 +66,8 @@ class SteeringHook:
             h = output[0] if isinstance(output, tuple) else output
             mask = self._mask(h)
             amps = self.amps_stats if self.adaptive == "amps" else None
+            if isinstance(amps, dict):  # one (c_vision, c_text) per layer
+                amps = amps[layer]
             new = steer_update(h, self.v_hats[layer].to(h.device), self.alpha,
                                None if mask is None else mask.to(h.device), amps)
             n = h.shape[0] * h.shape[1] if mask is None else int(mask.sum())
