@@ -64,6 +64,27 @@ def test_num_masks_zero_is_autoregressive(tiny_llama):
     assert [s["model_calls"] for s in st] == [s["model_calls"] for s in ar_st] == [12, 12, 12]
 
 
+def test_a_shared_prefill_gives_the_same_tokens_and_calls(tiny_llama):
+    """One prompt's prefill copied into each drafter's cache (as the reproduction does): same output
+    and the same call count as a fresh decode; a cache as long as the prompt is refused."""
+    import copy
+
+    from esp_decode.smol import hf_greedy, prefill
+
+    from icml26_shared import UserError
+
+    prompt = PROMPTS[0]
+    pre = prefill(tiny_llama, prompt)
+    assert pre.get_seq_length() == len(prompt) - 1
+    assert hf_greedy(tiny_llama, prompt, 10, None, pre) == hf_greedy(tiny_llama, prompt, 10, None)
+    for name in ("pld", "esp", "esp+pld"):
+        fresh, st = generate(tiny_llama, [prompt], make_drafter(name), 10)
+        shared, st2 = generate(tiny_llama, [prompt], make_drafter(name), 10, cache=copy.deepcopy(pre))
+        assert shared == fresh and st2[0]["model_calls"] == st[0]["model_calls"], name
+    with pytest.raises(UserError, match="longer"):
+        generate(tiny_llama, [prompt[:3]], make_drafter("ar"), 4, cache=copy.deepcopy(pre))
+
+
 def test_rollback_leaves_the_cache_of_a_fresh_prefill(tiny_llama):
     from transformers import DynamicCache
 

@@ -138,8 +138,11 @@ def generate(model, prompts: list[list[int]], drafter: Drafter, max_new_tokens: 
              pad_token_id: int = 0, cache=None) -> tuple[list[list[int]], list[dict]]:
     """Decode every prompt (batched: per-sequence trees in one padded call). Returns the new tokens
     per prompt and per-prompt stats (``model_calls`` counts every forward, prefill included).
-    ``cache``: an empty ``DynamicCache`` to use (afterwards it holds each row's committed prefix
-    except its last token, left-aligned)."""
+    ``cache``: a ``DynamicCache`` to use (afterwards it holds each row's committed prefix except its
+    last token, left-aligned). It may come pre-filled with the keys and values of the first ``L``
+    tokens of every prompt (``L`` = its length, shorter than every prompt; e.g. one prompt's prefill
+    shared by several drafters via ``copy.deepcopy``): decoding then starts from there, and the
+    first call (the rest of the prompt plus the first draft) counts as the prefill."""
     check_model(model)
     if max_new_tokens < 1:
         raise UserError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -158,11 +161,14 @@ def generate(model, prompts: list[list[int]], drafter: Drafter, max_new_tokens: 
     drafter.start([list(p) for p in prompts])
     B = len(prompts)
     ctx = [list(map(int, p)) for p in prompts]
-    n_cached = [0] * B
+    cache = new_cache(model) if cache is None else cache
+    pre = cache.get_seq_length()
+    if any(pre >= len(p) for p in ctx):
+        raise UserError(f"the given cache holds {pre} tokens: every prompt must be longer")
+    n_cached = [pre] * B
     new = [[] for _ in range(B)]
     done = [False] * B
     stats = [RowStats() for _ in range(B)]
-    cache = new_cache(model) if cache is None else cache
     while not all(done):
         active = [b for b in range(B) if not done[b]]
         layouts = {}
