@@ -154,7 +154,7 @@ def test_info_json_splits_bytes(files, tiny_model, tmp_path, capsys):
     assert main(["info", str(idx), "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
     per = rep["bytes_per_token"]
-    assert set(per) == {"codes", "codebooks", "offsets", "ids", "other"} and per["codes"] == 2
+    assert set(per) == {"codes", "codebooks", "offsets", "ids", "cells", "other"} and per["codes"] == 2
     total = sum(f.stat().st_size for f in idx.iterdir() if not f.name.startswith("encoder."))
     assert sum(per.values()) * rep["n_tokens"] == pytest.approx(total)
 

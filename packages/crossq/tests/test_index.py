@@ -74,7 +74,8 @@ def test_size_model_matches_a_3m_token_index(tmp_path):
     n = int(offsets[-1])
     assert n > 3_000_000
     codes = rng.integers(0, 256, size=(n, 4), dtype=np.uint8)
-    mf = write_index(tmp_path / "big", codes, offsets, [str(i) for i in range(len(lengths))], codec)
+    mf = write_index(tmp_path / "big", codes, offsets, [str(i) for i in range(len(lengths))], codec,
+                     cells=False)  # the size model's layout: no k-means cells (CrossQ needs none)
     cb = sum(a.nbytes for a in codec.search_state().values())
     model = size_model(n, len(lengths), 4, cb, int(lengths.max()), len(lengths))
     for k in ("codes", "codebooks", "offsets", "ids"):
@@ -245,3 +246,55 @@ def test_two_byte_cells_are_the_first_two_stages_and_prune(corpus16):
     np.testing.assert_array_equal(everything, top)
     with pytest.raises(UserError, match="cell_bytes"):
         idx.candidates(Q, 2, cell_bytes=3)
+
+
+def test_pq_cells_are_persisted_at_write_and_never_refitted(corpus16, tmp_path, monkeypatch):
+    """A codec without first-stage cells (PQ) gets k-means cells when the index is written:
+    centroids (fp16) and every token's cell id are files of the index, counted as ``cells`` and
+    covered by the CRCs; opening and probing never re-cluster; a document is a candidate iff one
+    of its tokens sits in one of a query token's best live cells; an index written without
+    cells refuses nprobe."""
+    import crossq.cells
+
+    X, off = corpus16
+    codec = get_codec("pq")(16, 4)
+    codec.fit(X, off)
+    codes = codec.encode(X, off)
+    ids = [str(i) for i in range(len(off) - 1)]
+    mf = write_index(tmp_path / "pq", codes, off, ids, codec)
+    files = mf["files"]
+    assert files["cells.centroids.npy"]["kind"] == files["cells.assign.npy"]["kind"] == "cells"
+    cent = np.load(tmp_path / "pq" / "cells.centroids.npy")
+    assign = np.load(tmp_path / "pq" / "cells.assign.npy")
+    assert cent.dtype == np.float16 and assign.dtype == np.uint16 and len(assign) == len(X)
+    assert mf["bytes"]["cells"] == cent.nbytes + assign.nbytes
+    # the stored cell of each token is its best centroid (inner product) of the decoded vector
+    sims = codec.decode(codes) @ cent.astype(np.float32).T
+    np.testing.assert_array_equal(assign, sims.argmax(1))
+
+    def no_refit(*a, **k):
+        raise AssertionError("re-clustered at search time")
+
+    monkeypatch.setattr(crossq.cells, "fit_cells", no_refit)
+    idx = Index.open(tmp_path / "pq")
+    Q = torch.from_numpy(X[30:34])
+    few = idx.candidates(Q, nprobe=2)
+    live = torch.zeros(len(cent), dtype=torch.bool)
+    live[torch.from_numpy(np.unique(assign).astype(np.int64))] = True
+    best = set((Q @ torch.from_numpy(cent.astype(np.float32)).T).masked_fill(~live, -np.inf)
+               .topk(2, dim=1).indices.flatten().tolist())
+    want = [d for d in range(idx.n_docs) if set(assign[off[d]:off[d + 1]].tolist()) & best]
+    np.testing.assert_array_equal(few, want)
+    assert 0 < len(few) < idx.n_docs
+    np.testing.assert_array_equal(idx.search(Q, 5, nprobe=len(cent))[0], idx.search(Q, 5)[0])
+    bad = _copy(tmp_path / "pq", tmp_path / "bad")
+    a = np.load(bad / "cells.assign.npy")
+    a[0] = (a[0] + 1) % len(cent)
+    np.save(bad / "cells.assign.npy", a)
+    with pytest.raises(UserError, match="corrupt"):
+        Index.open(bad)
+    write_index(tmp_path / "bare", codes, off, ids, codec, cells=False)
+    bare = Index.open(tmp_path / "bare")
+    assert "cells" not in " ".join(bare.manifest["files"])
+    with pytest.raises(UserError, match="no persisted candidate cells"):
+        bare.search(Q, 5, nprobe=2)

@@ -7,6 +7,7 @@ from crossq.core import maxsim_bruteforce
 from crossq.projection import (
     finetune_query_projection,
     maxsim_matrix,
+    maxsim_matrix_flat,
     pad,
     project,
     train_projection,
@@ -47,6 +48,9 @@ def test_maxsim_matrix_equals_bruteforce():
     got = maxsim_matrix(Q, qm, D, dm).numpy()
     want = np.stack([maxsim_bruteforce(q, ds) for q in qs])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    flat = torch.from_numpy(np.concatenate(qs))  # unpadded query rows (what training uses)
+    q_of = torch.tensor([0, 0, 1, 1, 1, 1, 1])
+    np.testing.assert_allclose(maxsim_matrix_flat(flat, q_of, 2, D, dm).numpy(), want, rtol=1e-5, atol=1e-5)
 
 
 def test_contrastive_maxsim_training_beats_its_initial_head():

@@ -53,7 +53,7 @@ def _cmd_index(args) -> int:
     manifest = build_index(ids, texts, args.out, _encoder(args), args.codec, args.bytes_per_token,
                            params, args.codec_model, chunk_docs=args.chunk_docs,
                            fit_docs=args.fit_docs, seed=args.seed, overwrite=args.overwrite,
-                           progress=not args.quiet)
+                           progress=not args.quiet, cells=not args.no_cells)
     _print_bytes(manifest)
     print(f"index: {args.out}")
     return 0
@@ -185,6 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bytes-per-token", type=positive_int, default=None)
     p.add_argument("--codec-model", type=Path, default=None, help="a folder from `crossq train`")
     p.add_argument("--chunk-docs", type=positive_int, default=256)
+    p.add_argument("--no-cells", action="store_true",
+                   help="pq/opq/lsq/fp16/int8: store no k-means candidate cells (no --nprobe)")
     _encoder_args(p)
     p.set_defaults(fn=_cmd_index)
     p = sub.add_parser("search", help="top-k MaxSim on the compressed codes, as a TREC run")

@@ -94,6 +94,7 @@ class ReproConfig:
     ft_steps: tuple[int, ...] = (25, 100)  # query-head fine-tuning snapshots; best on dev (or 0) [R]
     ft_lr: float = 5e-4  # [R]
     log: bool = True  # one line per fitted codec on stderr
+    workers: int = 1  # processes for the (seed, budget) tasks (sweep.py); results do not depend on it
 
 
 SCALES = {
@@ -104,5 +105,5 @@ SCALES = {
                          faiss_train_tokens=1024, ablation_budgets=(2, 4),
                          proj_steps=10, proj_batch=8, ft_budgets=(4,), ft_steps=(3,), log=False),
     "quick": ReproConfig(n_docs=1200, n_tuned=150, n_train_queries=300, n_dev=250, n_test=400,
-                         seeds=(0, 1, 2), steps=80),
+                         seeds=(0, 1, 2), steps=80, workers=2),
 }

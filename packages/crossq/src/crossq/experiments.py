@@ -26,10 +26,11 @@ from icml26_shared.registry import package_version
 
 from .codecs import Codec, get_codec
 from .config import SCALES, EncoderConfig, ReproConfig
-from .core import maxsim_many, residual_kmeans
+from .core import maxsim_many
 from .corpus import build_task
 from .indexer import offsets_of
 from .projection import project
+from .sweep import sweep
 from .train import build_training_set
 
 #: footprint-matched baselines the claim is against (the strongest on dev wins the row)
@@ -124,31 +125,34 @@ def _embed(task, rc: ReproConfig):
 def choose_projection(res: Results, Hd, Hq, W_pca, split, positives, rc: ReproConfig):
     """The PCA head or the MaxSim-trained one (contrastive, in-batch negatives, on the training
     queries, initialised by PCA), whichever has the higher full-precision MRR@10 on **dev**;
-    both are reported on dev and test."""
+    both are reported on dev and test. Returns ``(head, its name, its full-precision MaxSim of
+    the dev + test queries [n_dev + n_test, n_docs])`` (one pass per head, reused downstream)."""
     from .projection import train_projection
 
     tr = split["train"]
     W_ms = train_projection(Hd, [Hq[i] for i in tr], positives[tr].tolist(), W_pca,
                             steps=rc.proj_steps, batch=rc.proj_batch, lr=rc.proj_lr, seed=0)
-    dev = {}
+    dev, scores = {}, {}
+    ev, n_dev = np.r_[split["dev"], split["test"]], len(split["dev"])
     for name, W in (("pca", W_pca), ("maxsim", W_ms)):
         docs = project(Hd, W)
         X, off = torch.from_numpy(np.concatenate(docs)), torch.from_numpy(offsets_of(docs))
-        for sp in ("dev", "test"):
-            qs = [torch.from_numpy(q) for q in project([Hq[i] for i in split[sp]], W)]
-            m = per_query(maxsim_many(qs, X, off), positives[split[sp]].tolist(), None)["mrr@10"]
-            res.add("encoder head (full precision, fp32)", name, f"{sp} mrr@10", float(m.mean()), split=sp)
-            if sp == "dev":
-                dev[name] = float(m.mean())
+        qs = [torch.from_numpy(q) for q in project([Hq[i] for i in ev], W)]
+        scores[name] = maxsim_many(qs, X, off)
+        m = per_query(scores[name], positives[ev].tolist(), None)["mrr@10"]
+        for sp, part in (("dev", m[:n_dev]), ("test", m[n_dev:])):
+            res.add("encoder head (full precision, fp32)", name, f"{sp} mrr@10", float(part.mean()), split=sp)
+        dev[name] = float(m[:n_dev].mean())
     best = max(dev, key=dev.get)
     res.add("encoder head (full precision, fp32)", best, "chosen on dev", 1.0, dev_mrr=dev)
-    return (W_ms if best == "maxsim" else W_pca), best
+    return (W_ms if best == "maxsim" else W_pca), best, scores[best]
 
 
 def query_finetune(Hq, split, positives, training, Xhat, off, projection, ev, evaluate, n_dev,
-                   rc: ReproConfig, seed: int):
+                   rc: ReproConfig, seed: int, m0: dict[str, np.ndarray] | None = None):
     """"CrossQ + light fine-tuning" [P]: the query head fine-tuned on the training queries
-    against the compressed documents; the number of steps (0 included) chosen on dev MRR@10."""
+    against the compressed documents; the number of steps (0 included) chosen on dev MRR@10.
+    ``m0``: the untouched head's metrics (step 0), already computed by the caller."""
     from .projection import finetune_query_projection
 
     tr = split["train"]
@@ -159,7 +163,10 @@ def query_finetune(Hq, split, positives, training, Xhat, off, projection, ev, ev
                                       lr=rc.ft_lr, seed=seed)
     best = None
     for step, Wq in sorted(snaps.items()):
-        m = evaluate(Xhat, [torch.from_numpy(q) for q in project([Hq[i] for i in ev], Wq)])
+        if step == 0 and m0 is not None:
+            m = m0
+        else:
+            m = evaluate(Xhat, [torch.from_numpy(q) for q in project([Hq[i] for i in ev], Wq)])
         if best is None or m["mrr@10"][:n_dev].mean() > best[1]["mrr@10"][:n_dev].mean():
             best = (step, m)
     return best
@@ -187,17 +194,30 @@ def per_query(S: torch.Tensor, positives: list[int], fp_top: torch.Tensor | None
     return out
 
 
-def pool_scores(Qs: list[torch.Tensor], Xh: torch.Tensor, offsets: np.ndarray,
-                pools: np.ndarray) -> torch.Tensor:
-    """MaxSim of each query against its candidate pool ``pools [n_q, P]`` (doc ids) on vectors
-    ``Xh``: ``[n_q, P]``. Every method ranks the same pools (the full-precision top-P)."""
-    from .core import segment_max
+def pool_gathers(offsets: np.ndarray, pools: np.ndarray) -> list[tuple[torch.Tensor, ...]]:
+    """Per query, the token rows of its pool's documents, their offsets and each row's document
+    position in the pool: computed once, reused by every codec's ``pool_scores``."""
+    from .core import doc_index
     from .train import gather_docs
 
     out = []
-    for Q, pool in zip(Qs, pools, strict=True):
+    for pool in pools:
         rows, off = gather_docs(offsets, pool)
-        out.append(segment_max(Q @ Xh[torch.from_numpy(rows)].T, torch.from_numpy(off)).sum(0))
+        off_t = torch.from_numpy(off)
+        out.append((torch.from_numpy(rows), off_t, doc_index(off_t)))
+    return out
+
+
+def pool_scores(Qs: list[torch.Tensor], Xh: torch.Tensor, offsets: np.ndarray,
+                pools: np.ndarray, gathers=None) -> torch.Tensor:
+    """MaxSim of each query against its candidate pool ``pools [n_q, P]`` (doc ids) on vectors
+    ``Xh``: ``[n_q, P]``. Every method ranks the same pools (the full-precision top-P);
+    ``gathers`` = ``pool_gathers(offsets, pools)``, precomputed."""
+    from .core import segment_max
+
+    gathers = pool_gathers(offsets, pools) if gathers is None else gathers
+    out = [segment_max(Q @ Xh[rows].T, off, idx).sum(0)
+           for Q, (rows, off, idx) in zip(Qs, gathers, strict=True)]
     return torch.stack(out)
 
 
@@ -226,10 +246,22 @@ def per_query_ranked(top: torch.Tensor, positives: np.ndarray) -> dict[str, np.n
 
 
 def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
+    """The reproduction, single-threaded (torch here, faiss in ``_faiss.py``): its work is many
+    small products, which a second thread barely speeds up and, on a shared machine, slows down
+    (spinning threads); the process's torch thread count is restored afterwards."""
     if scale == "full":
         raise UserError(FULL_RECIPE)
     if scale not in SCALES:
         raise UserError(f"unknown scale {scale!r} (smoke, quick or full)")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _reproduce(scale, out_dir, seed)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _reproduce(scale: str, out_dir: Path, seed: int) -> Results:
     from . import bench, claims
 
     rc = SCALES[scale]
@@ -242,7 +274,7 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
     pos_of = {d: i for i, d in enumerate(task.doc_ids)}
     positives = np.array([pos_of[next(iter(task.qrels[q]))] for q in task.query_ids])
     split = split_queries(len(Hq), rc)
-    projection, head = choose_projection(res, Hd, Hq, W_pca, split, positives, rc)
+    projection, head, S_fp = choose_projection(res, Hd, Hq, W_pca, split, positives, rc)
     docs = project(Hd, projection)
     X, off, queries = np.concatenate(docs), offsets_of(docs), project(Hq, projection)
     dim = X.shape[1]
@@ -251,7 +283,6 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
     n_dev = len(split["dev"])
     Qev = [Qt[i] for i in ev]
     Xt, offt = torch.from_numpy(X), torch.from_numpy(off)
-    S_fp = maxsim_many(Qev, Xt, offt)
     fp_top = S_fp.topk(10, dim=1).indices
     fp = per_query(S_fp, positives[ev].tolist(), None)
     # every codec re-ranks the same candidate pool per query: the full-precision top-P [R: compute]
@@ -261,8 +292,11 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
     res.add("full precision", "fp32", f"recall@{pools.shape[1]} (candidate pool)", fp_pool_recall,
             split="test")
 
+    gathers = pool_gathers(off, pools)
+
     def evaluate(Xh: torch.Tensor, Qs: list[torch.Tensor] | None = None) -> dict[str, np.ndarray]:
-        return pooled_metrics(pool_scores(Qev if Qs is None else Qs, Xh, off, pools), pools, pos_ev, fp_top)
+        return pooled_metrics(pool_scores(Qev if Qs is None else Qs, Xh, off, pools, gathers),
+                              pools, pos_ev, fp_top)
 
     training = build_training_set([Qt[i] for i in split["train"]], Xt, offt, rc.n_candidates,
                                   positives[split["train"]].tolist())
@@ -277,50 +311,9 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
         for k, v in m.items():
             res.add("full precision", name, k, [float(v[n_dev:].mean())] * len(seeds), seeds=seeds,
                     bytes_per_token=bpt, split="test")
-    per: dict[tuple[int, str], dict[str, list]] = {}
-    last: dict[tuple[int, str], tuple[Codec, np.ndarray]] = {}
-    for s in seeds:
-        for B in rc.budgets:
-            methods = methods_at(B, rc)
-            # one residual k-means per (seed, budget), shared by the CrossQ family
-            init = residual_kmeans(X, B, 256, 20, s, points_per_centroid=rc.kmeans_points_per_centroid)
-            for method in methods:
-                codec = make_codec(method, dim, B, rc)
-                t0 = time.perf_counter()
-                if method in CROSSQ_FAMILY:
-                    codec.params_init = init
-                    codec.fit(X, off, seed=s, training=training)
-                else:
-                    codec.fit(X, off, seed=s)
-                codes = codec.encode(X, off)
-                t_index = time.perf_counter() - t0
-                Xhat = torch.from_numpy(codec.decode(codes))
-                m = evaluate(Xhat)
-                rec = per.setdefault((B, method), {"dev": [], "test": [], "index_time_s": [], "recon_mse": []})
-                rec["dev"].append({k: v[:n_dev] for k, v in m.items()})
-                rec["test"].append({k: v[n_dev:] for k, v in m.items()})
-                rec["index_time_s"].append(t_index)
-                rec["recon_mse"].append(float(((Xhat - Xt) ** 2).sum(1).mean()))
-                if rc.log:
-                    print(f"  seed {s} {B} B/token {method:<12} fit+encode {t_index:6.1f} s  dev "
-                          f"MRR@10 {m['mrr@10'][:n_dev].mean():.4f}  test {m['mrr@10'][n_dev:].mean():.4f}",
-                          file=sys.stderr, flush=True)
-                last[(B, method)] = (codec, codes)
-                if method == "crossq" and B in rc.ft_budgets:
-                    rec = per.setdefault((B, "crossq+ft"), {"dev": [], "test": [], "index_time_s": [],
-                                                            "recon_mse": [], "ft_steps": []})
-                    step, mf = query_finetune(Hq, split, positives, training, Xhat, off, projection,
-                                              ev, evaluate, n_dev, rc, s)
-                    rec["dev"].append({k: v[:n_dev] for k, v in mf.items()})
-                    rec["test"].append({k: v[n_dev:] for k, v in mf.items()})
-                    rec["index_time_s"].append(t_index)
-                    rec["recon_mse"].append(rec_mse := float(((Xhat - Xt) ** 2).sum(1).mean()))
-                    rec["ft_steps"].append(step)
-                    if rc.log:
-                        print(f"  seed {s} {B} B/token {'crossq+ft':<12} query head {step:>3} steps "
-                              f"(dev)  dev MRR@10 {mf['mrr@10'][:n_dev].mean():.4f}  test "
-                              f"{mf['mrr@10'][n_dev:].mean():.4f}  (mse {rec_mse:.3f})",
-                              file=sys.stderr, flush=True)
+    ctx = {"X": X, "off": off, "Xt": Xt, "n_dev": n_dev, "evaluate": evaluate, "training": training,
+           "Hq": Hq, "split": split, "positives": positives, "projection": projection, "ev": ev}
+    per, last = sweep(ctx, seeds, rc, rc.workers)
     for (B, method), rec in per.items():
         for sp in ("test", "dev"):
             for k in rec[sp][0]:

@@ -7,6 +7,7 @@ Layout (format ``crossq-index``, version ``INDEX_VERSION``)::
     doc_lengths.npy  uint16 (uint32 past 65535) [n_docs] document lengths
     doc_ids.npy      uint32/int64 [n_docs] when every id is an integer, else doc_ids.json
     codec.<name>.npy the codec's search metadata in fp16 (codebooks, rotation, ...)
+    cells.*.npy      k-means candidate cells of codecs without a residual first stage (see cells.py)
 
 No context vector is stored: CrossQ's document context exists only while indexing.
 Writes are atomic (a temporary folder renamed into place); opening checks the format, the version
@@ -52,6 +53,8 @@ def _crc(path: Path) -> int:
 def _kind(name: str) -> str:
     if name in KIND_OF:
         return KIND_OF[name]
+    if name.startswith("cells."):
+        return "cells"
     return "encoder" if name.startswith("encoder.") else "codebooks"
 
 
@@ -71,12 +74,13 @@ def length_dtype(max_len: int) -> type:
 
 def byte_report(n_tokens: int, dim: int, bpt: int, files: dict[str, dict]) -> dict[str, Any]:
     """Bytes per token [P: raw / with metadata / on disk], split into ``codes``, ``codebooks``,
-    ``offsets`` (per-document lengths), ``ids`` and ``other`` (``.npy`` headers; ``crossq info``
-    adds the manifest itself). Encoder files (a fitted projection) belong to the model and are
+    ``offsets`` (per-document lengths), ``ids``, ``cells`` (persisted k-means candidate cells of
+    PQ / OPQ / LSQ / fp16 / int8 indexes; 0 otherwise) and ``other`` (``.npy`` headers;
+    ``crossq info`` adds the manifest itself). Encoder files (a fitted projection) belong to the model and are
     reported apart."""
     index_files = [f for f in files.values() if f["kind"] != "encoder"]
     payload = {k: sum(f["payload"] for f in index_files if f["kind"] == k)
-               for k in ("codes", "codebooks", "offsets", "ids")}
+               for k in ("codes", "codebooks", "offsets", "ids", "cells")}
     total = sum(f["bytes"] for f in index_files)
     n = max(n_tokens, 1)
     with_meta = sum(payload.values())
@@ -115,9 +119,12 @@ def _manifest_checksum(manifest: dict[str, Any]) -> str:
 
 def write_index(out: Path, codes: np.ndarray, offsets: np.ndarray, doc_ids: list[str], codec: Codec,
                 encoder: dict[str, Any] | None = None, overwrite: bool = False,
-                encoder_arrays: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
+                encoder_arrays: dict[str, np.ndarray] | None = None,
+                cells: bool = True) -> dict[str, Any]:
     """Write an index atomically; returns the manifest. ``encoder_arrays`` (e.g. a fitted
-    projection that queries need too) are stored as ``encoder.<name>.npy``."""
+    projection that queries need too) are stored as ``encoder.<name>.npy``. For a codec without
+    first-stage cells (``coarse_cells() is None``), ``cells`` fits k-means candidate cells now and
+    stores them (``cells.py``); without them such an index is searched exhaustively only."""
     out = Path(out)
     if out.exists() and not overwrite:
         raise UserError(f"{out} exists (pass --overwrite to replace it)")
@@ -136,6 +143,12 @@ def write_index(out: Path, codes: np.ndarray, offsets: np.ndarray, doc_ids: list
             arrays["doc_ids.npy"] = int_ids
         arrays.update({f"codec.{k}.npy": v for k, v in codec.search_state().items()})
         arrays.update({f"encoder.{k}.npy": v for k, v in (encoder_arrays or {}).items()})
+        if cells and codec.coarse_cells() is None and len(codes):
+            from .cells import fit_cells
+
+            centroids, assign = fit_cells(codec, codes)
+            arrays["cells.centroids.npy"] = centroids.astype(np.float16)
+            arrays["cells.assign.npy"] = assign
         files: dict[str, dict] = {}
         for name, arr in arrays.items():
             np.save(tmp / name, np.ascontiguousarray(arr), allow_pickle=False)
@@ -203,6 +216,9 @@ class Index:
     doc_ids: list[str]
     manifest: dict[str, Any] = field(default_factory=dict)
     encoder_arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    #: persisted k-means cells ``(centroids [n_cells, d], assign [n_tokens])`` (codecs without
+    #: first-stage cells); an index built in memory without them fits them on first use
+    cells: tuple[np.ndarray, np.ndarray] | None = None
 
     @classmethod
     def open(cls, path: str | Path, verify: bool = True) -> Index:
@@ -227,11 +243,15 @@ class Index:
                 doc_ids = json.loads((path / "doc_ids.json").read_text())
             enc = {n[len("encoder."):-len(".npy")]: np.load(path / n, allow_pickle=False)
                    for n in manifest["files"] if n.startswith("encoder.")}
+            cells = None
+            if "cells.centroids.npy" in manifest["files"]:
+                cells = (np.load(path / "cells.centroids.npy", allow_pickle=False).astype(np.float32),
+                         np.load(path / "cells.assign.npy", allow_pickle=False, mmap_mode="r"))
         except (ValueError, OSError, json.JSONDecodeError) as exc:
             raise UserError(f"{path}: cannot read index arrays: {exc}") from None
         codec = get_codec(manifest["codec"]["codec"]).from_config(manifest["codec"])
         codec.load_search_state(state)
-        return cls(codec, codes, offsets, doc_ids, manifest, enc)
+        return cls(codec, codes, offsets, doc_ids, manifest, enc, cells)
 
     def __post_init__(self) -> None:
         self._codes_t = torch.from_numpy(np.ascontiguousarray(self.codes))
@@ -299,7 +319,8 @@ class Index:
         whose centroids are ``C_0[a] + C_1[b]``, scored as ``q.C_0[a] + q.C_1[b]``): the cells are
         part of the codes, so nothing extra is stored and nothing is trained at open; the
         cell -> documents lists are derived from the codes on first use (one sort). Other codecs
-        fall back to a k-means over decoded vectors computed when first needed (not persisted)."""
+        use the k-means cells persisted in the index at write time (``cells.py``); an index
+        opened from disk without them refuses ``nprobe`` instead of re-clustering."""
         cb = self.cell_bytes() if cell_bytes is None else int(cell_bytes)
         if cb not in (0, 1, 2) or (cb == 2 and self.codec.bytes_per_token < 2):
             raise UserError(f"cell_bytes {cb}: must be 1 or 2 (and at most the bytes per token)")
@@ -323,30 +344,22 @@ class Index:
     def _build_coarse(self, cb: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(books [levels, cells, d], docs, ptr)``: the documents of cell ``c`` are
         ``docs[ptr[c]:ptr[c + 1]]`` (sorted, unique)."""
-        n = len(self.codes)
+        from .cells import cell_lists, fit_cells
+
         if cb:
             books = np.ascontiguousarray(self.codec.codebooks()[:cb], np.float32)  # [0] = coarse_cells()
             assign = self.codes[:, 0].astype(np.int64)
             if cb == 2:
                 assign = assign * books.shape[1] + self.codes[:, 1]
-            n_cells = books.shape[1] ** cb
         else:
-            from ._faiss import load_faiss
-
-            faiss = load_faiss()
-            n_list = int(min(max(16, 4 * np.sqrt(n)), max(1, n // 8)))
-            decoded = np.concatenate([self.codec.decode(self.codes[i:i + 65536]) for i in range(0, n, 65536)])
-            km = faiss.Kmeans(decoded.shape[1], n_list, niter=10, seed=1, spherical=True,
-                              max_points_per_centroid=64, min_points_per_centroid=1)
-            km.train(decoded)
-            index = faiss.IndexFlatIP(decoded.shape[1])
-            index.add(km.centroids)
-            assign, books, n_cells = index.search(decoded, 1)[1][:, 0], km.centroids[None], n_list
-        doc_of = np.repeat(np.arange(self.n_docs, dtype=np.int64), np.diff(self.offsets))
-        pairs = np.unique(assign * self.n_docs + doc_of)  # (cell, document), sorted by cell
-        cell = pairs // self.n_docs
-        ptr = np.searchsorted(cell, np.arange(n_cells + 1)).astype(np.int64)
-        return books, pairs % self.n_docs, ptr
+            if self.cells is None:
+                if self.manifest:
+                    raise UserError(f"this {self.codec.name} index has no persisted candidate cells "
+                                    "(written without them): search it without --nprobe, or rebuild "
+                                    "it with `crossq index`")
+                self.cells = fit_cells(self.codec, np.asarray(self.codes))  # in-memory index only
+            books, assign = self.cells[0][None], self.cells[1]
+        return books, *cell_lists(assign, self.offsets, books.shape[1] ** max(cb, 1))
 
     def search(self, Q: torch.Tensor, k: int = 10, nprobe: int = 0,
                batch: int = DEFAULT_BATCH, cell_bytes: int | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -98,7 +98,7 @@ def build_index(ids: list[str], texts: list[str], out: Path, encoder: LateIntera
                 codec_name: str = "crossq", bytes_per_token: int | None = None,
                 codec_params: dict[str, Any] | None = None, codec_model: Path | None = None,
                 chunk_docs: int = 256, fit_docs: int = 2000, seed: int = 0,
-                overwrite: bool = False, progress: bool = False,
+                overwrite: bool = False, progress: bool = False, cells: bool = True,
                 _stop_after_chunks: int | None = None) -> dict[str, Any]:
     """Index ``texts`` into ``out``; returns the manifest. The codec is fitted on the first
     ``fit_docs`` documents (rounded up to whole chunks), whose vectors are reused for their
@@ -110,14 +110,14 @@ def build_index(ids: list[str], texts: list[str], out: Path, encoder: LateIntera
     try:
         return _build_index(ids, texts, out, encoder, codec_name, bytes_per_token, codec_params,
                             codec_model, chunk_docs, fit_docs, seed, overwrite, progress,
-                            _stop_after_chunks)
+                            cells, _stop_after_chunks)
     except Exception:
         shutil.rmtree(part, ignore_errors=True)
         raise
 
 
 def _build_index(ids, texts, out: Path, encoder, codec_name, bytes_per_token, codec_params,
-                 codec_model, chunk_docs, fit_docs, seed, overwrite, progress,
+                 codec_model, chunk_docs, fit_docs, seed, overwrite, progress, cells,
                  _stop_after_chunks) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
@@ -174,7 +174,7 @@ def _build_index(ids, texts, out: Path, encoder, codec_name, bytes_per_token, co
     offsets = np.concatenate([[0], np.cumsum(np.concatenate([ch["lengths"] for ch in chunks]))])
     enc_arrays = {"projection": encoder.projection} if encoder.projection is not None else {}
     manifest = write_index(out, codes, offsets.astype(np.int64), ids, codec, encoder.info(),
-                           overwrite=overwrite, encoder_arrays=enc_arrays)
+                           overwrite=overwrite, encoder_arrays=enc_arrays, cells=cells)
     shutil.rmtree(part)
     return manifest
 

@@ -43,6 +43,21 @@ def maxsim_matrix(Q: torch.Tensor, q_mask: torch.Tensor, D: torch.Tensor,
     return (S * q_mask[:, None, :]).sum(-1)
 
 
+def maxsim_matrix_flat(Q: torch.Tensor, q_of: torch.Tensor, n_q: int, D: torch.Tensor,
+                       d_mask: torch.Tensor) -> torch.Tensor:
+    """``maxsim_matrix`` with the queries' tokens unpadded: ``Q [sum Lq, d]``, ``q_of`` the query
+    of each row; one ``[sum Lq, nd * Ld]`` product (no work on query padding): ``[n_q, nd]``."""
+    S = (Q @ D.reshape(-1, D.shape[-1]).T).view(len(Q), D.shape[0], D.shape[1])
+    S = S.masked_fill(~d_mask[None], float("-inf")).amax(-1)  # [sum Lq, nd]
+    return S.new_zeros(n_q, D.shape[0]).index_add(0, q_of, S)
+
+
+def _flat(vectors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of every query stacked and the query of each row."""
+    lengths = torch.tensor([len(v) for v in vectors])
+    return torch.cat(list(vectors)), torch.repeat_interleave(torch.arange(len(vectors)), lengths)
+
+
 def _unit(x: torch.Tensor) -> torch.Tensor:
     return F.normalize(x, dim=-1)
 
@@ -58,9 +73,9 @@ def train_projection(doc_hidden: Sequence[np.ndarray], query_hidden: Sequence[np
     n = len(query_hidden)
     for _ in range(steps if n > 1 else 0):
         idx = torch.randperm(n, generator=g)[:min(batch, n)].tolist()
-        Q, qm = pad([torch.from_numpy(np.asarray(query_hidden[i], np.float32)) for i in idx])
+        Q, q_of = _flat([torch.from_numpy(np.asarray(query_hidden[i], np.float32)) for i in idx])
         D, dm = pad([torch.from_numpy(np.asarray(doc_hidden[positives[i]], np.float32)) for i in idx])
-        S = maxsim_matrix(_unit(Q @ W), qm, _unit(D @ W), dm)
+        S = maxsim_matrix_flat(_unit(Q @ W), q_of, len(idx), _unit(D @ W), dm)
         loss = F.cross_entropy(S / tau, torch.arange(len(idx)))
         opt.zero_grad()
         loss.backward()
@@ -83,14 +98,15 @@ def finetune_query_projection(query_hidden: Sequence[np.ndarray], positives: Seq
     out = {0: W.detach().numpy().copy()} if 0 in snapshots else {}
     n = len(query_hidden)
     docs_t = [torch.from_numpy(np.asarray(d, np.float32)) for d in doc_vectors]
+    queries_t = [torch.from_numpy(np.asarray(q, np.float32)) for q in query_hidden]
     for step in range(1, max(snapshots, default=0) + 1):
         idx = torch.randperm(n, generator=g)[:min(batch, n)].tolist()
         pool = list(dict.fromkeys([positives[i] for i in idx]
                                   + [int(c) for i in idx for c in candidates[i]]))
         col = {d: j for j, d in enumerate(pool)}
-        Q, qm = pad([torch.from_numpy(np.asarray(query_hidden[i], np.float32)) for i in idx])
+        Q, q_of = _flat([queries_t[i] for i in idx])
         D, dm = pad([docs_t[d] for d in pool])
-        S = maxsim_matrix(_unit(Q @ W), qm, D, dm)
+        S = maxsim_matrix_flat(_unit(Q @ W), q_of, len(idx), D, dm)
         loss = F.cross_entropy(S / tau, torch.tensor([col[positives[i]] for i in idx]))
         opt.zero_grad()
         loss.backward()

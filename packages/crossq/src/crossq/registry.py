@@ -48,7 +48,7 @@ DESCRIPTOR = MethodDescriptor(
         "full": "GPU recipe: ColBERTv2 / PyLate checkpoint on MS MARCO or BEIR (user-supplied), "
                 "see README; needs a CUDA device and those local files, refused at once without them",
     },
-    # measured: 19.3 CPU-minutes (44.8 min wall on the shared 2-core machine, 42% of one core);
-    # the CPU time is the quiet-machine wall time when the job has >= 1 core (README)
-    quick_minutes=19.0,
+    # measured (0.5.0): 14.4 CPU-minutes (30.1 min wall on the shared 2-core machine); two worker
+    # processes: about 8.6 min wall on 2 quiet cores, estimated from the CPU split (README)
+    quick_minutes=14.4,
 )

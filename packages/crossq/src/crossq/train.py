@@ -14,7 +14,14 @@ import numpy as np
 import torch
 
 from .config import CODEBOOK_SIZE, CrossQConfig
-from .core import CrossQuantizer, listwise_kl, margin_loss, maxsim, residual_kmeans, segment_max
+from .core import (
+    CrossQuantizer,
+    listwise_kl,
+    margin_loss,
+    maxsim_many,
+    residual_kmeans,
+    segment_max,
+)
 
 
 @dataclass
@@ -40,7 +47,7 @@ def gather_docs(offsets: np.ndarray, docs: np.ndarray) -> tuple[np.ndarray, np.n
 def fp_scores(queries: list[torch.Tensor], X: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     """Full-precision MaxSim of every query against every document ``[n_q, n_docs]``."""
     with torch.no_grad():
-        return torch.stack([maxsim(q, X, offsets) for q in queries]) if queries else torch.zeros(0, len(offsets) - 1)
+        return maxsim_many(list(queries), X, offsets)  # query tokens batched into few products
 
 
 def build_training_set(queries: list[torch.Tensor], X: torch.Tensor, offsets: torch.Tensor,

@@ -1,0 +1,117 @@
+"""The reproduction's sweep: every method at every budget for every seed.
+
+Each ``(seed, budget)`` pair is an independent task (its own residual k-means initialisation,
+shared by the CrossQ family, every codec fitted with that seed, "CrossQ + light fine-tuning" where
+it runs), so the tasks can run in ``workers`` forked processes (the reproduction is single-threaded
+per process: two processes use two cores). Results do not depend on ``workers``: every random
+choice inside a task is seeded by the task's seed, and results are merged in seed order.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+import torch
+
+from .codecs import Codec
+from .config import ReproConfig
+from .core import residual_kmeans
+
+_CTX: dict = {}  # what every task reads (set before the workers are forked)
+
+
+def _record(m: dict[str, np.ndarray], n_dev: int, **extra) -> dict:
+    return {"dev": {k: v[:n_dev] for k, v in m.items()}, "test": {k: v[n_dev:] for k, v in m.items()},
+            **extra}
+
+
+def run_task(task: tuple[int, int]) -> tuple[int, int, dict, tuple[Codec, np.ndarray] | None]:
+    """Every method of ``methods_at(B)`` fitted with seed ``s``: ``(s, B, {method: record},
+    (crossq codec, codes) for the last seed, else None)``."""
+    from .experiments import CROSSQ_FAMILY, make_codec, methods_at, query_finetune
+
+    s, B = task
+    c = _CTX
+    rc: ReproConfig = c["rc"]
+    X, off, Xt, n_dev, evaluate = c["X"], c["off"], c["Xt"], c["n_dev"], c["evaluate"]
+    init = residual_kmeans(X, B, 256, 20, s, points_per_centroid=rc.kmeans_points_per_centroid)
+    out, keep = {}, None
+    for method in methods_at(B, rc):
+        codec = make_codec(method, X.shape[1], B, rc)
+        t0 = time.perf_counter()
+        if method in CROSSQ_FAMILY:
+            codec.params_init = init
+            codec.fit(X, off, seed=s, training=c["training"])
+        else:
+            codec.fit(X, off, seed=s)
+        codes = codec.encode(X, off)
+        t_index = time.perf_counter() - t0
+        Xhat = torch.from_numpy(codec.decode(codes))
+        m = evaluate(Xhat)
+        mse = float(((Xhat - Xt) ** 2).sum(1).mean())
+        out[method] = _record(m, n_dev, index_time_s=t_index, recon_mse=mse)
+        if rc.log:
+            print(f"  seed {s} {B} B/token {method:<12} fit+encode {t_index:6.1f} s  dev "
+                  f"MRR@10 {m['mrr@10'][:n_dev].mean():.4f}  test {m['mrr@10'][n_dev:].mean():.4f}",
+                  file=sys.stderr, flush=True)
+        if method != "crossq":
+            continue
+        if s == c["last_seed"]:
+            codec.__dict__.pop("_books_cache", None)
+            keep = (codec, codes)
+        if B in rc.ft_budgets:
+            step, mf = query_finetune(c["Hq"], c["split"], c["positives"], c["training"], Xhat, off,
+                                      c["projection"], c["ev"], evaluate, n_dev, rc, s, m0=m)
+            out["crossq+ft"] = _record(mf, n_dev, index_time_s=t_index, recon_mse=mse, ft_steps=step)
+            if rc.log:
+                print(f"  seed {s} {B} B/token {'crossq+ft':<12} query head {step:>3} steps "
+                      f"(dev)  dev MRR@10 {mf['mrr@10'][:n_dev].mean():.4f}  test "
+                      f"{mf['mrr@10'][n_dev:].mean():.4f}", file=sys.stderr, flush=True)
+    return s, B, out, keep
+
+
+def _cost(B: int, rc: ReproConfig) -> int:
+    from .experiments import methods_at
+
+    return B * (len(methods_at(B, rc)) + 2 * (B in rc.ft_budgets))
+
+
+def sweep(ctx: dict, seeds: list[int], rc: ReproConfig, workers: int = 1):
+    """``(per, last)``: ``per[(B, method)]`` lists of per-seed records (keys ``dev``, ``test``,
+    ``index_time_s``, ``recon_mse``, ``ft_steps``) in seed order; ``last[(B, "crossq")]`` the
+    last seed's CrossQ codec and codes. Tasks are dispatched costliest first."""
+    _CTX.clear()
+    _CTX.update(ctx, rc=rc, last_seed=seeds[-1])
+    tasks = sorted(((s, B) for s in seeds for B in rc.budgets), key=lambda t: -_cost(t[1], rc))
+    done = {}
+    try:
+        if workers <= 1:
+            for t in tasks:
+                s, B, out, keep = run_task(t)
+                done[(s, B)] = (out, keep)
+        else:
+            import multiprocessing
+
+            pool = multiprocessing.get_context("fork").Pool(workers)
+            try:
+                for s, B, out, keep in pool.imap_unordered(run_task, tasks):
+                    done[(s, B)] = (out, keep)
+            finally:
+                pool.close()
+                pool.join()
+    finally:
+        _CTX.clear()
+    per: dict[tuple[int, str], dict[str, list]] = {}
+    last: dict[tuple[int, str], tuple[Codec, np.ndarray]] = {}
+    for s in seeds:
+        for B in rc.budgets:
+            out, keep = done[(s, B)]
+            for method, r in out.items():
+                rec = per.setdefault((B, method), {})
+                for k, v in r.items():
+                    rec.setdefault(k, []).append(v)
+            if keep is not None:
+                last[(B, "crossq")] = keep
+    return per, last
