@@ -77,6 +77,25 @@ def test_goals_lists_names(capsys):
     assert lines and all(n.startswith("cell/") for n in lines)
 
 
+def test_goals_in_a_closed_pipe_ends_quietly(capsys, monkeypatch):
+    """``leo-craftax goals | head -1``: the reader leaves, the writer ends with 141 (SIGPIPE's
+    status), nothing on stderr, no traceback."""
+
+    class ClosedPipe:
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def fileno(self):
+            raise ValueError("no file")
+
+    monkeypatch.setattr("sys.stdout", ClosedPipe())
+    assert main(["goals", "--env", "gridworld", "--size", "4"]) == 141
+    assert capsys.readouterr().err == ""
+
+
 def test_altered_checkpoint_is_refused(capsys, tmp_path):
     import jax
     from leo_craftax.core import LEONetwork

@@ -81,20 +81,22 @@ def test_gradient_does_not_flow_through_r_and_d():
 
 
 @pytest.mark.parametrize("algo", ["leo", "pqn_her"])
-def test_training_updates_running_statistics_and_checkpoints_them(algo, tmp_path):
-    from leo_craftax.config import gridworld_cpu
+def test_training_updates_running_statistics_and_checkpoints_them(algo, smoke_run, tiny_run,
+                                                                   configs, tmp_path):
+    """LEO at the smoke sizes (two seeds), PQN + HER (mixed) at tiny sizes: the shared runs."""
     from leo_craftax.io import load_checkpoint, save_checkpoint
-    from leo_craftax.train import env_from_config, make_train
+    from leo_craftax.train import env_from_config
 
-    cfg = gridworld_cpu(algo, env_size=4, total_timesteps=16 * 8 * 2, num_envs=16, num_steps=8,
-                        minibatch_size=64, width=16, layers=1, goal_embed=8, num_epochs=1,
-                        test_repeats=1, test_steps=8)
-    assert cfg.norm == "batchrenorm"
-    out = jax.jit(make_train(cfg))(jax.random.PRNGKey(0))
+    cfg = configs[0](algo) if algo == "leo" else configs[1](algo)
+    out = smoke_run(algo) if algo == "leo" else jax.tree.map(lambda x: x[None], tiny_run(algo))
+    assert cfg.norm == "batchrenorm" and (algo == "leo" or cfg.her_mode == "mixed")
     brn = out["params"]["batch_stats"]["encoder"]["input_norm"]["brn"]
-    assert int(brn["steps"]) == 2 * 2  # 2 updates x 2 minibatches x 1 epoch
-    assert float(jnp.abs(brn["mean"]).max()) > 0  # moved from its zero initialisation
+    sgd_steps = cfg.num_updates * (cfg.num_steps * cfg.num_envs // cfg.minibatch_size) * cfg.num_epochs
+    assert np.all(brn["steps"] == sgd_steps)  # e.g. tiny: 2 updates x 2 minibatches x 1 epoch
+    assert np.all(np.abs(brn["mean"]).max(-1) > 0)  # moved from its zero initialisation
     names = env_from_config(cfg).goal_set.names
-    path = save_checkpoint(tmp_path / "c.msgpack", cfg, out["params"], names)
-    _, back, _ = load_checkpoint(path)
-    jax.tree.map(np.testing.assert_array_equal, back, jax.tree.map(np.asarray, out["params"]))
+    seeds = list(range(len(brn["steps"])))
+    path = save_checkpoint(tmp_path / "c.msgpack", cfg, out["params"], names, seeds=seeds)
+    for i in seeds:
+        _, back, _ = load_checkpoint(path, seed=i)
+        jax.tree.map(lambda x, y, i=i: np.testing.assert_array_equal(x, y[i]), back, out["params"])

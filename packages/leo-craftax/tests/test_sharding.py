@@ -16,7 +16,7 @@ CODE = textwrap.dedent("""
     from leo_craftax.parallel import data_mesh, sharded_sgd_step
     from leo_craftax.train import make_optimizer, sgd_step, make_train
     for algo in ALGOS:
-        cfg = gridworld_cpu(algo, env_size=5, total_timesteps=64 * 16 * 2)
+        cfg = gridworld_cpu(algo, env_size=5, total_timesteps=64 * 16 * 2, width=32)
         k, a, n, d = 12, 4, 64, 10
         spec = build_algo(cfg, k, a)
         tx = make_optimizer(cfg, n)
@@ -26,9 +26,12 @@ CODE = textwrap.dedent("""
               "g": jax.random.randint(r[4], (n,), 0, k)}
         params = spec.init(r[5], mb["obs"][:1])
         opt = tx.init(params["params"])
-        one = jax.jit(lambda p, o, b: sgd_step(spec, tx, p, o, b))(params, opt, mb)
+        fast = {"xla_backend_optimization_level": 0}  # same program, half the compile time
+        step = jax.jit(lambda p, o, b: sgd_step(spec, tx, p, o, b))
+        one = step.lower(params, opt, mb).compile(fast)(params, opt, mb)
         mesh = data_mesh(2)
-        two = sharded_sgd_step(spec, tx, mesh)(params, opt, mb)
+        two = sharded_sgd_step(spec, tx, mesh).lower(params, opt, mb).compile(fast)(params, opt, mb)
+        assert all(len(x.sharding.device_set) == 2 for x in jax.tree.leaves(two[0]))  # replicated
         for x, y in zip(jax.tree.leaves(one[:3]), jax.tree.leaves(two[:3])):
             np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-5, atol=1e-6)
     if FULL_TRAIN:
