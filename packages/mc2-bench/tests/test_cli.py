@@ -133,3 +133,11 @@ def test_a_broken_hf_folder_gives_one_line(workspace, tmp_path, capsys):
     assert main(["eval", "--model", str(tmp_path), "--data", str(workspace / "items" / "items.json"),
                  "--images", str(workspace / "items")]) == 2
     _one_line(capsys, "AutoProcessor")
+
+
+def test_steer_at_the_context_refuses_an_empty_contrast(workspace, capsys):
+    # the instruction comes after the context: follow-image and follow-text states are identical there
+    assert main(["steer", "--model", str(workspace / "toy"), "--data",
+                 str(workspace / "items" / "items.json"), "--images", str(workspace / "items"),
+                 "--layers", "1", "--alpha-grid=-1,0,1", "--positions", "context"]) == 2
+    _one_line(capsys, "--positions context")

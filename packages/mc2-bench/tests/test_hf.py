@@ -110,16 +110,18 @@ def _layer_out(ad, items, layer, hook=None):
 
 
 @pytest.mark.parametrize("fam", FAMILIES)
-@pytest.mark.parametrize("positions", ["image_tokens", "text_tokens"])
+@pytest.mark.parametrize("positions", ["image_tokens", "text_tokens", "context"])
 def test_positions_touch_only_what_they_name(setup, fam, positions):
     _, items, ads = setup
     ad = ads[fam]
     ref, img = _layer_out(ad, items[:2], 1)
+    ctx = ad._context
+    assert [ad.tok.decode(ids[m]).strip() for ids, m in zip(ad._encode(items[:2], "single", 0, None)[0]["input_ids"], ctx)] == [it.context for it in items[:2]]
     v = np.random.default_rng(3).standard_normal(ref.shape[-1])
     hook = SteeringHook([1], v, 0.7, positions=positions)
     out, _ = _layer_out(ad, items[:2], 1, hook)
     changed = (out - ref).abs().sum(-1) > 0
-    named = img if positions == "image_tokens" else ~img
+    named = {"image_tokens": img, "text_tokens": ~img, "context": ctx}[positions]
     assert changed[named].all() and not changed[~named].any()
     assert hook.touched[1] == int(named.sum())
 

@@ -31,7 +31,8 @@ def _states(ad, items, hook=None):
     try:
         logits = ad._forward(items, "single", 0, None)
         ids, pix = ad._encode(items, "single", 0, None)
-        ad.position_info = {"image_mask": ad.model.image_mask(ids), "prompt_len": ids.shape[1]}
+        ad.position_info = {"image_mask": ad.model.image_mask(ids), "prompt_len": ids.shape[1],
+                            "context_mask": ad.model.context_mask(ids)}
         with torch.no_grad():
             _, hs = ad.model(ids, pix, hidden=True)
     finally:
@@ -75,6 +76,23 @@ def test_image_tokens_touch_only_image_positions(setup):
     _, out_t = _states(ad, items, hook_t)
     dt = (out_t[0] - ref[0]).abs().sum(-1)
     assert (dt[img] == 0).all() and (dt[~img] > 0).all()
+
+
+def test_context_touches_only_the_text_context_positions(setup):
+    ad, items = setup
+    v = np.random.default_rng(4).standard_normal(16)
+    _, ref = _states(ad, items)
+    hook = SteeringHook([0], v, 1.0, positions="context")
+    _, out = _states(ad, items, hook)
+    diff = (out[0] - ref[0]).abs().sum(-1)
+    ctx = torch.zeros_like(diff, dtype=torch.bool)
+    ctx[:, 1 + N_PATCH:1 + N_PATCH + 3] = True  # CTX, source, digit
+    assert (diff[ctx] > 0).all() and (diff[~ctx] == 0).all()
+    assert hook.touched[0] == 2 * len(items) * 3
+    none = SteeringHook([0], v, 1.0, positions="context").attach(ad)  # base_image shows no context
+    with none:
+        ad._forward(items, "base_image", 0, None)
+    assert none.touched[0] == 0
 
 
 def test_positive_alpha_moves_along_the_direction():

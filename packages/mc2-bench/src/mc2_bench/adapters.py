@@ -2,7 +2,8 @@
 
 An adapter answers ``answer(items, mode, order, answer_mode, follow)`` -> one dict per item
 (``letter``, ``text``, ``prompt``), returns hidden states ``hidden(items, mode, order, follow)``
--> (n, n_layers, d) at the last prompt position, lists its decoder layers for hooks
+-> (n, n_layers, d) at the last prompt position (``at="last"``) or averaged over a position set
+(``at="image_tokens" | "text_tokens" | "context"``), lists its decoder layers for hooks
 (``layer_modules``) and exposes ``position_info`` (image-token mask, prompt length) to them.
 """
 
@@ -13,7 +14,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from .config import ANSWER_MODES
+from .config import ANSWER_MODES, STATE_AT
 from .core import MC2Item, options, prompt_text, uses_image
 from .toy import DIGITS, ToyVLM
 
@@ -56,15 +57,16 @@ class ToyAdapter:
         return torch.from_numpy(np.stack(ids)), torch.from_numpy(np.stack(pix))
 
     @torch.no_grad()
-    def _forward(self, items, mode, order, follow, hidden=False):
+    def _forward(self, items, mode, order, follow, hidden=False, at="last"):
         outs, hs = [], []
         for i in range(0, len(items), self.batch):
             ids, pix = self._encode(items[i:i + self.batch], mode, order, follow)
-            self.position_info = {"image_mask": self.model.image_mask(ids), "prompt_len": ids.shape[1]}
+            self.position_info = {"image_mask": self.model.image_mask(ids), "prompt_len": ids.shape[1],
+                                  "context_mask": self.model.context_mask(ids)}
             out = self.model(ids, pix, hidden=hidden)
             if hidden:
                 outs.append(out[0][:, -1])
-                hs.append(torch.stack([h[:, -1] for h in out[1]], 1))
+                hs.append(torch.stack([pool_states(h, self.position_info, at) for h in out[1]], 1))
             else:
                 outs.append(out[:, -1])
         self.position_info = {}
@@ -93,6 +95,26 @@ class ToyAdapter:
                         "prompt": prompt_text(it, mode, order, follow)})
         return res
 
-    def hidden(self, items, mode, order, follow=None) -> np.ndarray:
-        _, hs = self._forward(list(items), mode, order, follow, hidden=True)
+    def hidden(self, items, mode, order, follow=None, at: str = "last") -> np.ndarray:
+        _, hs = self._forward(list(items), mode, order, follow, hidden=True, at=at)
         return hs.numpy()
+
+
+def pool_states(h: torch.Tensor, info: dict, at: str = "last") -> torch.Tensor:
+    """(B, T, d) layer states -> (B, d): the last position, or the mean over the positions a
+    steering hook with ``positions=at`` would touch (``info`` = the adapter's ``position_info``)."""
+    if at == "last":
+        return h[:, -1]
+    if at not in STATE_AT:
+        raise ValueError(f"unknown state position {at!r} (choose one of {', '.join(STATE_AT)})")
+    img = info.get("image_mask")
+    img = torch.zeros(h.shape[:2], dtype=torch.bool) if img is None else img.to(h.device)
+    if at == "context":
+        m = info.get("context_mask")
+        m = torch.zeros(h.shape[:2], dtype=torch.bool) if m is None else m.to(h.device)
+    else:
+        m = img if at == "image_tokens" else ~img & info.get("attention_mask", torch.ones_like(img)).bool()
+    if not bool(m.any(1).all()):
+        raise ValueError(f"a prompt has no {at} positions to average")
+    w = m.to(h.dtype).unsqueeze(-1)
+    return (h * w).sum(1) / w.sum(1)

@@ -20,10 +20,7 @@ from icml26_shared.cli import (
     reproduce_from_args,
 )
 
-MODES = ("single", "base_text", "base_image", "icc")
-ANSWER_MODES = ("letter", "letter-logprob", "option-logprob")
-POSITIONS = ("all", "generated", "image_tokens", "text_tokens")
-DIRECTIONS = ("diffmean", "pca", "probe", "random")
+from .config import ANSWER_MODES, DIRECTIONS, MODES, POSITIONS  # one list each (config is light)
 
 
 def _alphas(text: str) -> tuple[float, ...]:
@@ -130,7 +127,7 @@ def _cmd_eval(args) -> int:
 
 def _cmd_steer(args) -> int:
     from .baselines import direction
-    from .protocol import alpha_sweep, amps_stats, hidden_pairs
+    from .protocol import alpha_sweep, amps_stats, hidden_pairs, state_position
 
     adapter = _load_model(args.model)
     items = _items(args)
@@ -140,14 +137,19 @@ def _cmd_steer(args) -> int:
         raise UserError(f"layer {bad[0]} out of range (the model has layers 0-{adapter.n_layers - 1})")
     fit = items if args.fit_data is None else load_fit(args)
     try:
-        hv, ht = hidden_pairs(adapter, fit, args.layers[-1], args.contrast, args.answer_mode)
-    except ValueError as exc:  # the answer contrast needs both answers among the fit items
-        raise UserError(f"--contrast {args.contrast}: {exc}") from None
+        hv, ht = hidden_pairs(adapter, fit, args.layers[-1], args.contrast, args.answer_mode,
+                              state_position(args.positions))
+    except ValueError as exc:  # the answer contrast needs both answers; a position set may be empty
+        raise UserError(f"--contrast {args.contrast} --positions {args.positions}: {exc}") from None
     out = {"layers": list(args.layers), "positions": args.positions, "adaptive": args.adaptive,
            "direction": args.direction, "contrast": args.contrast, "sweeps": {}}
     names = [args.direction] + (["random"] if args.control == "random" else [])
     for name in names:
-        v = direction(name, hv, ht, args.seed)
+        try:
+            v = direction(name, hv, ht, args.seed)
+        except ValueError as exc:  # e.g. instruction contrast at positions before the instruction
+            raise UserError(f"--direction {name} at --positions {args.positions}: {exc} (the two "
+                            "groups' states are identical there)") from None
         stats = amps_stats(hv, ht, v) if args.adaptive else None
         rows = alpha_sweep(adapter, items, args.layers, v, args.alpha_grid, args.answer_mode,
                            args.positions, args.adaptive, stats)
@@ -278,7 +280,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--contrast", choices=("instruction", "answer"), default="instruction",
                    help="states the direction separates: icc follow-image vs follow-text prompts "
                         "(the authors'), or no-instruction prompts grouped by the model's own answer")
-    p.add_argument("--positions", choices=POSITIONS, default="all")
+    p.add_argument("--positions", choices=POSITIONS, default="all",
+                   help="positions the hook adds to (context = the text-context tokens); the "
+                        "direction is fitted on the same positions (all/generated: the last one)")
     p.add_argument("--adaptive", choices=("amps",), default=None)
     p.add_argument("--control", choices=("random", "none"), default="none")
     p.add_argument("--fit-data", type=Path, default=None, help="dev items to fit the direction on")

@@ -6,7 +6,9 @@ from dataclasses import dataclass
 
 MODES = ("single", "base_text", "base_image", "icc")  # [C] steer_qwen_search_scale.py
 ANSWER_MODES = ("letter", "letter-logprob", "option-logprob")  # letter = [C]; the log-prob modes [R]
-POSITIONS = ("all", "generated", "image_tokens", "text_tokens")  # [R] (steering-vectors #21/#50 asks)
+POSITIONS = ("all", "generated", "image_tokens", "text_tokens", "context")  # [R] (steering-vectors #21/#50)
+#: where directions are fitted: the last prompt position [C] pca.py, or the mean over a position set [R]
+STATE_AT = ("last", "image_tokens", "text_tokens", "context")
 DIRECTIONS = ("diffmean", "pca", "probe", "random")  # diffmean = [C] pca.py centroid arrows; rest [R]
 
 #: the authors' prompt pieces [C] (steer_qwen_search_scale.py / prompt.py)

@@ -1,9 +1,9 @@
 """The laptop-scale reproduction on in-process toy VLMs (issue 27, section 6).
 
 Digits are split once into train (toys train on it) / dev / test. Dev items choose the steering
-layer and the "flip" alpha and fit every direction; every figure and claim is computed on test
-items. The toys test the protocol and the steering mechanics, not the paper's empirical finding
-(no vision-language weights ship offline).
+positions, contrast and layer and the "flip" alpha, and fit every direction; every figure and
+claim is computed on test items. The toys test the protocol and the steering mechanics, not the
+paper's empirical finding (no vision-language weights ship offline).
 """
 
 from __future__ import annotations
@@ -30,11 +30,12 @@ from .toy import load_digits, train_toy
 CFG = {
     "smoke": dict(prefs=(0.5,), steps=8, batch=16, n_dev=12, n_test=16, alphas=(-1.0, 0.0, 1.0),
                   layers=(1,), steer_pref=0.5, directions=("diffmean", "random"), probes=False,
-                  contrasts=("instruction", "answer")),
+                  contrasts=("instruction", "answer"), positions=("all", "context")),
     "quick": dict(prefs=(0.2, 0.5, 0.8), steps=600, batch=64, n_dev=100, n_test=200,
                   alphas=(-1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5), layers=(0, 1, 2, 3), steer_pref=0.5,
                   directions=("diffmean", "pca", "probe", "random"), probes=True,
-                  contrasts=("instruction", "answer")),
+                  contrasts=("instruction", "answer"),
+                  positions=("all", "text_tokens", "image_tokens", "context")),
 }
 
 
@@ -172,46 +173,57 @@ def _claims_preference(res: Results, cfg: dict, worst: dict) -> None:
 
 def _steering(res: Results, cfg: dict, ad, dev, test, seed: int) -> None:
     from .core import monotone_share
-    from .protocol import direction_and_stats
+    from .protocol import direction_and_stats, state_position
     from .steer_report import steering_claims
 
     alphas = cfg["alphas"]
-    # contrast and layer chosen on dev: the dev sweep of the diffmean direction whose vision ratio
-    # moves furthest toward vision from the lowest to the highest alpha, weighted by its monotone share
+    # positions, contrast and layer chosen on dev: the dev sweep of the diffmean direction (fitted
+    # on the positions it steers, protocol.state_position) whose vision ratio moves furthest
+    # toward vision from the lowest to the highest alpha, weighted by its monotone share
     cand = {}
-    for contrast in cfg["contrasts"]:
-        for L in cfg["layers"]:
-            try:
-                hv, ht = hidden_pairs(ad, dev, L, contrast)
-            except ValueError:  # the model gave only one modality's answer on dev: no contrast
-                res.add("steer_dev", f"diffmean_{contrast}", f"contrast_available_layer{L}", 0.0)
-                continue
-            rows = alpha_sweep(ad, dev, [L], direction("diffmean", hv, ht, seed), alphas, accuracy=False)
-            vr = [r["vision_ratio"] for r in rows]
-            score = (vr[-1] - vr[0]) * monotone_share(vr)
-            cand[(contrast, L)] = (score, rows, hv, ht)
-            res.add("steer_dev", f"diffmean_{contrast}", f"score_layer{L}", score)
-    contrast, layer = max(cand, key=lambda k: cand[k][0])
-    _, dev_rows, hv, ht = cand[(contrast, layer)]
+    for pos in cfg["positions"]:
+        for contrast in cfg["contrasts"]:
+            for L in cfg["layers"]:
+                key = f"diffmean_{contrast}_{pos}"
+                try:
+                    hv, ht = hidden_pairs(ad, dev, L, contrast, at=state_position(pos))
+                    v = direction("diffmean", hv, ht, seed)
+                except ValueError:  # one modality's answers only, or no contrast at these positions
+                    res.add("steer_dev", key, f"contrast_available_layer{L}", 0.0)
+                    continue
+                if np.linalg.norm(hv.mean(0) - ht.mean(0)) <= 1e-6 * np.linalg.norm(hv, axis=1).mean():
+                    res.add("steer_dev", key, f"contrast_available_layer{L}", 0.0)
+                    continue  # e.g. the instruction contrast before the instruction: identical states
+                rows = alpha_sweep(ad, dev, [L], v, alphas, positions=pos, accuracy=False)
+                vr = [r["vision_ratio"] for r in rows]
+                score = (vr[-1] - vr[0]) * monotone_share(vr)
+                cand[(pos, contrast, L)] = (score, rows, hv, ht)
+                res.add("steer_dev", key, f"score_layer{L}", score, vision_ratios=vr)
+    positions, contrast, layer = max(cand, key=lambda k: cand[k][0])
+    _, dev_rows, hv, ht = cand[(positions, contrast, layer)]
     base = next(r["vision_ratio"] for r in dev_rows if r["alpha"] == 0.0)
     pos = [r for r in dev_rows if r["alpha"] > 0]
     flip = next((r["alpha"] for r in pos if r["vision_ratio"] >= base + 0.25), pos[-1]["alpha"])
-    res.add("steer_dev", "diffmean", "chosen_layer", layer, contrast=contrast)
+    res.add("steer_dev", "diffmean", "chosen_layer", layer, contrast=contrast, positions=positions)
+    for p in cfg["positions"]:
+        res.add("steer_dev", "diffmean", f"chosen_positions_is_{p}", float(positions == p))
     res.add("steer_dev", "diffmean", "chosen_contrast_is_answer", float(contrast == "answer"))
     res.add("steer_dev", "diffmean", "flip_alpha", flip)
     sweeps = {}
     for name in cfg["directions"]:
         v = direction(name, hv, ht, seed)
-        sweeps[name] = alpha_sweep(ad, test, [layer], v, alphas)
+        sweeps[name] = alpha_sweep(ad, test, [layer], v, alphas, positions=positions)
         for r in sweeps[name]:
             res.add("steer_test", name, f"vision_ratio_alpha{r['alpha']:+g}", r["vision_ratio"],
                     layers=r["hook"]["layers"], positions=r["hook"]["positions"],
                     touched=r["hook"]["touched_positions"], contrast=contrast)
             res.add("steer_test", name, f"single_accuracy_alpha{r['alpha']:+g}", r["single_accuracy"])
     v, stats = direction_and_stats(hv, ht, "diffmean", seed)
-    amps = {a: alpha_sweep(ad, test, [layer], v, [a], adaptive="amps", amps_stats=stats)[0]
-            for a in (0.0, flip)}
+    amps = {a: alpha_sweep(ad, test, [layer], v, [a], positions=positions, adaptive="amps",
+                           amps_stats=stats)[0] for a in (0.0, flip)}
     for a, r in amps.items():
-        res.add("steer_test", "diffmean_amps", f"vision_ratio_alpha{a:+g}", r["vision_ratio"])
+        res.add("steer_test", "diffmean_amps", f"vision_ratio_alpha{a:+g}", r["vision_ratio"],
+                layers=r["hook"]["layers"], positions=r["hook"]["positions"],
+                touched=r["hook"]["touched_positions"])
         res.add("steer_test", "diffmean_amps", f"single_accuracy_alpha{a:+g}", r["single_accuracy"])
-    steering_claims(res, sweeps, amps, flip, layer, contrast)
+    steering_claims(res, sweeps, amps, flip, layer, contrast, positions)

@@ -23,8 +23,18 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .adapters import pool_states
 from .config import ANSWER_MODES
 from .core import MC2Item, options, parse_letter, prompt_text, uses_image
+
+
+def _find(row: list[int], sub: list[int]) -> tuple[int, int] | None:
+    """(start, end) of the last occurrence of ``sub`` in ``row``, or None."""
+    n = len(sub)
+    for i in range(len(row) - n, -1, -1):
+        if row[i:i + n] == sub:
+            return i, i + n
+    return None
 
 
 def _load_rgb(path: str):
@@ -127,12 +137,40 @@ class HFVisionChatAdapter:
         enc = {k: v.to(self.device) for k, v in enc.items()}
         am = enc["attention_mask"]
         enc["position_ids"] = (am.long().cumsum(-1) - 1).clamp_min(0)
+        self._context = self.context_mask(enc["input_ids"].cpu(), items, mode)
         return enc, texts
+
+    def context_mask(self, ids: torch.Tensor, items, mode: str) -> torch.Tensor:
+        """(B, T) bool: the tokens of each item's text context inside its tokenized prompt (found
+        as a token subsequence; the context's first / last token may merge with its neighbours, so
+        a span trimmed by one token at either end is accepted). A row stays all False when the
+        mode shows no context (base_image) or the context is not found (the hook then touches
+        nothing there: its ``touched`` count shows it; ``hidden(at="context")`` refuses)."""
+        m = torch.zeros_like(ids, dtype=torch.bool)
+        if mode == "base_image":
+            return m
+        for b, it in enumerate(items):
+            row = ids[b].tolist()
+            span = None
+            for text in (" " + it.context, it.context):
+                sub = self.tok.encode(text, add_special_tokens=False)
+                for lo, hi in ((0, len(sub)), (0, len(sub) - 1), (1, len(sub)), (1, len(sub) - 1)):
+                    span = _find(row, sub[lo:hi]) if hi - lo >= 1 else None
+                    if span is not None:
+                        break
+                if span is not None:
+                    break
+            if span is not None:
+                m[b, span[0]:span[1]] = True
+        return m
 
     def _set_info(self, enc) -> None:
         ids = enc["input_ids"]
         mask = (ids == self.image_token_id) if self.image_token_id is not None else torch.zeros_like(ids, dtype=torch.bool)
-        self.position_info = {"image_mask": mask.cpu(), "prompt_len": ids.shape[1], "offset": 0}
+        ctx = getattr(self, "_context", None)
+        self.position_info = {"image_mask": mask.cpu(), "prompt_len": ids.shape[1], "offset": 0,
+                              "attention_mask": enc["attention_mask"].bool().cpu(),
+                              "context_mask": ctx if ctx is not None and ctx.shape == ids.shape else None}
 
     def _run(self, enc, **kw):
         self._set_info(enc)
@@ -228,8 +266,9 @@ class HFVisionChatAdapter:
     # --- hidden states --------------------------------------------------------------------------
 
     @torch.no_grad()
-    def hidden(self, items, mode, order, follow=None) -> np.ndarray:
-        """(n, n_layers, d): each decoder layer's output at the last prompt position."""
+    def hidden(self, items, mode, order, follow=None, at: str = "last") -> np.ndarray:
+        """(n, n_layers, d): each decoder layer's output at the last prompt position, or averaged
+        over the positions a hook with ``positions=at`` touches (``adapters.pool_states``)."""
         out = []
         items = list(items)
         for i in range(0, len(items), self.batch):
@@ -239,7 +278,7 @@ class HFVisionChatAdapter:
             def grab(idx, store=grabbed):
                 def fn(module, args, output):
                     h = output[0] if isinstance(output, tuple) else output
-                    store[idx] = h[:, -1].float().cpu()
+                    store[idx] = pool_states(h.float().cpu(), self.position_info, at)
                 return fn
             hs = [m.register_forward_hook(grab(j)) for j, m in enumerate(self._layers)]
             try:

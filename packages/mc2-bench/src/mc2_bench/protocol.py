@@ -91,23 +91,31 @@ def metrics_from_records(records: Sequence[dict]) -> dict[str, float]:
 CONTRASTS = ("instruction", "answer")
 
 
+def state_position(positions: str) -> str:
+    """Where a direction for a hook at ``positions`` is fitted: the last prompt position for
+    ``all`` / ``generated`` [C] (the authors' probe position), else the mean over the same
+    position set the hook touches [R]."""
+    return "last" if positions in ("all", "generated") else positions
+
+
 def hidden_pairs(adapter, items, layer: int, contrast: str = "instruction",
-                 answer_mode: str = "letter") -> tuple[np.ndarray, np.ndarray]:
-    """Last-prompt-position states at ``layer`` of the two groups a preference direction
-    separates, both option orders stacked.
+                 answer_mode: str = "letter", at: str = "last") -> tuple[np.ndarray, np.ndarray]:
+    """States at ``layer`` of the two groups a preference direction separates, both option
+    orders stacked: at the last prompt position, or averaged over ``at`` (``state_position``).
 
     ``instruction`` [C]: icc prompts told to follow the image vs the text (the authors probe and
     plot these, pca.py). ``answer`` [R]: the no-instruction conflict prompts (``single``) grouped
     by the model's own answer, vision vs text: the preference as the model expresses it."""
+    kw = {} if at == "last" else {"at": at}  # adapters without position sets keep working
     if contrast == "instruction":
-        hv = np.concatenate([adapter.hidden(items, "icc", o, "vision")[:, layer] for o in (0, 1)])
-        ht = np.concatenate([adapter.hidden(items, "icc", o, "text")[:, layer] for o in (0, 1)])
+        hv = np.concatenate([adapter.hidden(items, "icc", o, "vision", **kw)[:, layer] for o in (0, 1)])
+        ht = np.concatenate([adapter.hidden(items, "icc", o, "text", **kw)[:, layer] for o in (0, 1)])
         return hv, ht
     if contrast != "answer":
         raise ValueError(f"unknown contrast {contrast!r} (choose one of {', '.join(CONTRASTS)})")
     hs, mods = [], []
     for o in (0, 1):
-        hs.append(adapter.hidden(items, "single", o)[:, layer])
+        hs.append(adapter.hidden(items, "single", o, **kw)[:, layer])
         mods += [r["modality"] for r in _modalities(adapter, items, "single", o, answer_mode)]
     h, m = np.concatenate(hs), np.array(mods, dtype=object)
     hv, ht = h[m == "vision"], h[m == "text"]
@@ -118,9 +126,9 @@ def hidden_pairs(adapter, items, layer: int, contrast: str = "instruction",
 
 
 def fit_direction(adapter, items, layer: int, method: str = "diffmean", seed: int = 0,
-                  contrast: str = "instruction", answer_mode: str = "letter"):
+                  contrast: str = "instruction", answer_mode: str = "letter", at: str = "last"):
     """(unit direction, amps stats (c_vision, c_text)) at one layer from ``hidden_pairs``."""
-    hv, ht = hidden_pairs(adapter, items, layer, contrast, answer_mode)
+    hv, ht = hidden_pairs(adapter, items, layer, contrast, answer_mode, at)
     return direction_and_stats(hv, ht, method, seed)
 
 

@@ -63,5 +63,5 @@ DESCRIPTOR = MethodDescriptor(
     },
     # measured 0.2.1: 6.4 CPU-min (user 377.3 s + sys 5.5 s) with the smol-vlm build from an empty cache,
     # torch pinned to 1 thread (so ~ quiet-machine wall time); shared-machine wall 19.6 min (load 12-15)
-    quick_minutes=6.5,
+    quick_minutes=7.8,
 )

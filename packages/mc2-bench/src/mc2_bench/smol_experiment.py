@@ -127,12 +127,12 @@ def run_smol(res: Results, scale: str, X, y, splits, seed: int) -> None:
         res.add("smol_dev", "logit_lens", f"separation_layer{L}", float(s))
     layers = choose_window(sep, cfg["window"])
     res.add("smol_dev", "logit_lens", "chosen_first_layer", layers[0], layers=list(layers))
-    contrast, vecs, stats, dev_vr = _choose_contrast(res, ad, dev, layers, hv, ht, cfg, seed)
+    contrast, positions, vecs, stats, dev_vr = _choose_contrast(res, ad, dev, layers, hv, ht, cfg, seed)
     acc0 = 0.5 * (acc_img + acc_txt)
     s0 = sc(single, "vision")
     zero = {"alpha": 0.0, "vision_ratio": single["vision_ratio"], "vision_scores": s0.tolist(),
             "single_accuracy": float(acc0.mean()), "accuracy_scores": acc0.tolist(),
-            "hook": {"layers": list(layers), "positions": "all", "touched_positions": {}}}
+            "hook": {"layers": list(layers), "positions": positions, "touched_positions": {}}}
     nonzero = [a for a in cfg["alphas"] if a != 0.0]
     # the alpha that flips the preference: toward the modality the model does NOT prefer on dev
     flip = min(nonzero) if dev_vr > 0.5 else max(nonzero)
@@ -143,7 +143,7 @@ def run_smol(res: Results, scale: str, X, y, splits, seed: int) -> None:
                           ("diffmean_amps", vecs, {"accuracy": True, "adaptive": "amps",
                                                    "amps_stats": stats})):
         alphas = [flip] if dname == "diffmean_amps" else nonzero
-        rows = alpha_sweep(ad, test, layers, vv, alphas, ANSWER, **kw) + [zero]
+        rows = alpha_sweep(ad, test, layers, vv, alphas, ANSWER, positions=positions, **kw) + [zero]
         rows.sort(key=lambda r: r["alpha"])
         sweeps[dname] = rows
         for r in rows:
@@ -152,39 +152,47 @@ def run_smol(res: Results, scale: str, X, y, splits, seed: int) -> None:
                     touched=r["hook"]["touched_positions"], contrast=contrast)
             if r["single_accuracy"] is not None:
                 res.add("smol_steer", dname, f"single_accuracy_alpha{r['alpha']:+g}", r["single_accuracy"])
-    _smol_claims(res, acc_img, acc_txt, sweeps, layers, flip, contrast)
+    _smol_claims(res, acc_img, acc_txt, sweeps, layers, flip, f"{contrast} contrast, {positions} positions")
 
 
 def _choose_contrast(res, ad, dev, layers, hv_icc, ht_icc, cfg, seed):
-    """Per-layer diffmean directions from each contrast on the dev items; the contrast whose
-    dev sweep (single mode, alpha = +-a) moves the vision ratio furthest, monotonically, wins."""
+    """Per-layer diffmean directions from each (contrast, positions) candidate on the dev items:
+    ``instruction`` at the last position (all positions steered), ``answer`` at the last position
+    (all) and ``answer`` averaged over the text-context tokens (only those steered; the
+    instruction contrast has no difference there: the context precedes the instruction). The
+    candidate whose dev sweep (single mode, alpha = +-a) moves the vision ratio furthest,
+    monotonically, wins."""
     from .protocol import _modalities, amps_stats
 
-    hs, mods = [], []
+    hs, hc, mods = [], [], []
     for o in (0, 1):
         hs.append(ad.hidden(dev, "single", o))
+        hc.append(ad.hidden(dev, "single", o, at="context"))
         mods += [r["modality"] for r in _modalities(ad, dev, "single", o, ANSWER)]
-    h, m = np.concatenate(hs), np.array(mods, dtype=object)
+    h, h_ctx, m = np.concatenate(hs), np.concatenate(hc), np.array(mods, dtype=object)
     dev_vr = float(np.mean(m == "vision"))
-    groups = {"instruction": (hv_icc, ht_icc)}
+    groups = {("instruction", "all"): (hv_icc, ht_icc)}
     if (m == "vision").any() and (m == "text").any():
-        groups["answer"] = (h[m == "vision"], h[m == "text"])
+        groups[("answer", "all")] = (h[m == "vision"], h[m == "text"])
+        groups[("answer", "context")] = (h_ctx[m == "vision"], h_ctx[m == "text"])
     lo, hi = min(cfg["alphas"]), max(cfg["alphas"])
     best = None
-    for name, (gv, gt) in groups.items():
+    for (name, pos), (gv, gt) in groups.items():
         vecs = {L: preference_direction(gv[:, L], gt[:, L], "diffmean", seed) for L in layers}
-        rows = alpha_sweep(ad, dev, layers, vecs, [lo, hi], ANSWER, accuracy=False)
+        rows = alpha_sweep(ad, dev, layers, vecs, [lo, hi], ANSWER, positions=pos, accuracy=False)
         vr = [rows[0]["vision_ratio"], dev_vr, rows[1]["vision_ratio"]]
         score = (vr[2] - vr[0]) if vr[0] <= vr[1] <= vr[2] else min(vr[2] - vr[0], 0.0)
-        res.add("smol_dev", f"diffmean_{name}", "dev_movement", score, vision_ratios=vr)
+        res.add("smol_dev", f"diffmean_{name}_{pos}", "dev_movement", score, vision_ratios=vr,
+                touched=rows[1]["hook"]["touched_positions"])
         if best is None or score > best[0]:
             stats = {L: amps_stats(gv[:, L], gt[:, L], vecs[L]) for L in layers}
-            best = (score, name, vecs, stats)
+            best = (score, name, pos, vecs, stats)
     res.add("smol_dev", "diffmean", "chosen_contrast_is_answer", float(best[1] == "answer"))
-    return best[1], best[2], best[3], dev_vr
+    res.add("smol_dev", "diffmean", "chosen_positions_is_context", float(best[2] == "context"))
+    return best[1], best[2], best[3], best[4], dev_vr
 
 
-def _smol_claims(res, acc_img, acc_txt, sweeps, layers, flip, contrast) -> None:
+def _smol_claims(res, acc_img, acc_txt, sweeps, layers, flip, chosen) -> None:
     worst, which = (acc_img, "image") if acc_img.mean() <= acc_txt.mean() else (acc_txt, "text")
     iv = paired_interval(worst, n_resamples=1999)
     res.claims.append(ClaimCheck.compare(
@@ -201,8 +209,7 @@ def _smol_claims(res, acc_img, acc_txt, sweeps, layers, flip, contrast) -> None:
         _claim("smol_sweep_movement"), float(move.mean()) if mono else min(float(move.mean()), 0.0),
         threshold=0.5, interval=(iv.low, iv.high),
         note=f"vision ratio at alpha={rows[-1]['alpha']:+g} minus at {rows[0]['alpha']:+g}, layers "
-             f"{layers[0]}-{layers[-1]} (logit lens on dev), {contrast} contrast (chosen on dev), all "
-             f"positions; random direction of matched norm moves it {float(move_r.mean()):+.3f}; "
+             f"{layers[0]}-{layers[-1]} (logit lens on dev), {chosen} (chosen on dev); random direction of matched norm moves it {float(move_r.mean()):+.3f}; "
              f"{'monotone' if mono else 'not monotone: counts as 0'}")
     if not mono:
         chk.held = False

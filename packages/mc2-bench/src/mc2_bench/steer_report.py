@@ -25,7 +25,7 @@ def _iv(d):
 
 
 def steering_claims(res: Results, sweeps: dict, amps: dict, flip: float, layer: int,
-                    contrast: str = "instruction") -> None:
+                    contrast: str = "instruction", positions: str = "all") -> None:
     dm, rnd = sweeps["diffmean"], sweeps["random"]
     lo, hi = dm[0]["alpha"], dm[-1]["alpha"]
     move = np.asarray(_at(dm, hi)["vision_scores"]) - np.asarray(_at(dm, lo)["vision_scores"])
@@ -37,8 +37,8 @@ def steering_claims(res: Results, sweeps: dict, amps: dict, flip: float, layer: 
     m, iv = _iv(move)
     res.claims.append(ClaimCheck.compare(
         _claim("sweep_movement"), m if mono == 1.0 else min(m, 0.0), threshold=0.8, interval=iv,
-        note=f"vision ratio at alpha={hi:+g} minus at {lo:+g}, layer {layer}, all positions, "
-             f"{contrast} contrast (chosen on dev); "
+        note=f"vision ratio at alpha={hi:+g} minus at {lo:+g}, layer {layer}, {positions} positions, "
+             f"{contrast} contrast (all three chosen on dev); "
              f"monotone share {mono:.2f} (a non-monotone sweep counts as 0)"))
     m, iv = _iv(move - 5.0 * move_r)
     chk = ClaimCheck.compare(

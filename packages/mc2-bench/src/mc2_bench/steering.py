@@ -3,7 +3,8 @@
 The hook knows image tokens: the adapter tells it, before every forward, which positions hold
 image tokens and how long the prompt is (``adapter.position_info``), so ``positions`` can be
 ``all``, ``generated`` (positions at or after the prompt length: generated tokens only),
-``image_tokens`` or ``text_tokens``. Every call records the layers and the number of positions it
+``image_tokens``, ``text_tokens`` or ``context`` (the tokens of the item's text context, from
+``position_info["context_mask"]``; a text-only or image-only prompt without one is left alone). Every call records the layers and the number of positions it
 touched in ``self.touched`` (the "show where a vector was applied" ask, steering-vectors #50).
 """
 
@@ -56,10 +57,11 @@ class SteeringHook:
             if start < T:
                 m[:, max(start, 0):] = True
             return m
-        img = info.get("image_mask")
-        if img is None or img.shape[1] != T:  # decoding steps after the prompt hold no image token
-            img = torch.zeros(B, T, dtype=torch.bool)
-        return img if self.positions == "image_tokens" else ~img
+        key = "context_mask" if self.positions == "context" else "image_mask"
+        m = info.get(key)
+        if m is None or m.shape[1] != T:  # decoding steps after the prompt hold no image/context token
+            m = torch.zeros(B, T, dtype=torch.bool)
+        return ~m if self.positions == "text_tokens" else m
 
     def _hook(self, layer: int):
         def fn(module, args, output):

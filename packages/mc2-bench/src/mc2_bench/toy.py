@@ -135,6 +135,13 @@ class ToyVLM(nn.Module):
         m[:, 1:1 + N_PATCH] = (ids[:, :1] == self.vocab.id["IMG"])
         return m
 
+    def context_mask(self, ids: torch.Tensor) -> torch.Tensor:
+        """The text-context tokens (CTX, source, digit); none when the prompt has no context."""
+        m = torch.zeros_like(ids, dtype=torch.bool)
+        c = 1 + N_PATCH
+        m[:, c:c + 3] = (ids[:, c:c + 1] == self.vocab.id["CTX"])
+        return m
+
 
 class _Adam:
     """AdamW written out (torch.optim's constructor imports torch._dynamo: a minute of CPU on a
