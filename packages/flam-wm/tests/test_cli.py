@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+
 import numpy as np
 import pytest
 from flam_wm.cli import main
-from flam_wm.io import read_clip, read_dataset
+from flam_wm.io import load_run, read_clip, read_dataset
 from PIL import Image
 
 
@@ -27,10 +30,17 @@ def test_gen_data_then_train(data, tmp_path, capsys):
     assert video.shape == (4, 5, 16, 16, 3) and acts.shape == (4, 4, 2)
     run = tmp_path / "run"
     assert main(["train", "--data", str(data), "--size", "16", "--slots", "3", "--latent-dim", "6",
-                 "--steps", "2", "--batch-size", "2", "--out", str(run)]) == 0
+                 "--width", "16", "--steps", "2", "--batch-size", "2", "--out", str(run)]) == 0
     assert {p.name for p in run.iterdir()} == {"model.safetensors", "checkpoint.safetensors", "config.json",
                                                 "metrics.json"}
     assert "PSNR" in capsys.readouterr().out
+    model, config = load_run(run)
+    assert model.cfg.width == 16 and not model.cfg.pos_keys and config["model"]["pos_keys"] is False
+    old = run.parent / "old"                       # a RUN written before 0.4 (no pos_keys) keeps its behaviour
+    shutil.copytree(run, old)
+    del config["model"]["pos_keys"]
+    (old / "config.json").write_text(json.dumps(config))
+    assert load_run(old)[0].cfg.pos_keys
     assert main(["train", "--data", str(data), "--size", "16", "--slots", "3", "--latent-dim", "6",
                  "--steps", "2", "--out", str(run)]) == 2      # batch size 16, not 2: another config
     _one_line(capsys, "another config")

@@ -170,3 +170,59 @@ def test_batched_slot_attention_is_exact_and_later_frames_use_fewer_iterations()
     a, b = one.slots(z), two.slots(z)
     assert torch.allclose(a[:, 0], b[:, 0], atol=1e-6)   # frame 0: `iters` updates either way (causal)
     assert (a[:, 1:] - b[:, 1:]).abs().max() > 1e-4      # later frames: iters_carry updates from the carried slots
+
+
+def test_slot_attention_exposes_its_assignment_and_the_broadcast_options_keep_the_invariances():
+    from flam_wm.core import BroadcastAggregator
+
+    z = tokenize(torch.from_numpy(generate(2, 2, 4, size=16, seed=2)[0]), 4)
+    for temporal in (True, False):
+        model = WorldModel(small(temporal=temporal, pos="grid", decoder="broadcast"))
+        s, attn = model.factorizer.encode(z)
+        assert torch.equal(s, model.slots(z)) and attn.shape == (2, 4, 16, 3)
+        assert torch.allclose(attn.sum(-1), torch.ones(2, 4, 16), atol=1e-5)  # each token shared out over slots
+        assert isinstance(model.agg, BroadcastAggregator) and model.rollout(z).shape == (2, 3, 16, 48)
+    agg, s = BroadcastAggregator(16, 12, 9), torch.randn(2, 4, 16)
+    assert torch.allclose(agg(s), agg(s[:, [2, 0, 3, 1]]), atol=1e-5)
+    assert not isinstance(WorldModel(small("lam", decoder="broadcast")).agg, BroadcastAggregator)
+    with pytest.raises(ValueError, match="unknown pos"):
+        small(pos="sine")
+
+
+def test_slot_recon_error_is_zero_when_exact_and_one_at_the_mean_token():
+    from flam_wm.evaluate import slot_recon_error
+
+    video = generate(2, 6, 3, size=16, seed=4)[0]
+    model = WorldModel(small())
+    z0 = model.tokenize(video[:, :1])[:, 0]
+
+    class Fixed(torch.nn.Module):  # an aggregator that ignores the slots and returns `out`
+        def __init__(self, out):
+            super().__init__()
+            self.out = out
+
+        def forward(self, s):
+            return self.out
+
+    model.agg = Fixed(z0)                                       # the slots encode frame 0 exactly
+    assert slot_recon_error(model, video) == pytest.approx(0.0, abs=1e-9)
+    model.agg = Fixed(z0.reshape(-1, z0.shape[-1]).mean(0).expand_as(z0))  # nothing: the mean token
+    assert slot_recon_error(model, video) == pytest.approx(1.0, rel=0.05)
+
+
+def test_slot_attention_keys_see_content_not_position_so_slots_follow_entities():
+    """The 0.4 fix: keys from the tokens' content only, so every identical background token is
+    shared out over the slots in exactly the same way (fails with position in the keys)."""
+    video = generate(2, 1, 2, size=16, seed=5)[0]
+    z = tokenize(torch.from_numpy(video), 4)                   # exact patches: black background = zeros
+    bg = (z[0, 0].abs().sum(-1) == 0).nonzero().flatten()
+    assert len(bg) >= 10
+    assert not ModelConfig().pos_keys and not build("flam", 4).pos_keys and not build("flam-no-temporal", 4).pos_keys
+    for pos_keys in (False, True):
+        torch.manual_seed(0)
+        model = WorldModel(small(pos_keys=pos_keys))
+        with torch.no_grad():
+            torch.nn.init.normal_(model.factorizer.pos, std=1.0)  # a position embedding that matters
+            attn = model.factorizer.encode(z)[1][0, 0, bg]    # [background tokens, K]
+        spread = (attn - attn[:1]).abs().max().item()
+        assert (spread < 1e-5) if not pos_keys else (spread > 1e-3)

@@ -67,7 +67,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     try:
         slots = args.slots if args.model == "flam" else 1
         mcfg = ModelConfig(model=args.model, slots=slots, latent_dim=args.latent_dim, beta=args.beta,
-                           size=args.size, temporal=not args.no_temporal, **tok_kw)
+                           size=args.size, width=args.width, temporal=not args.no_temporal, **tok_kw)
         tcfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, seed=args.seed, lr=args.lr)
     except ValueError as exc:
         raise UserError(str(exc)) from None
@@ -325,6 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--latent-dim", type=positive_int, default=10, help="d; each slot gets d/K")
     t.add_argument("--beta", type=nonneg_float, default=0.01)
     t.add_argument("--size", type=positive_int, default=32)
+    t.add_argument("--width", type=positive_int, default=48, help="slot / feature width D")
     t.add_argument("--steps", type=positive_int, default=400)
     t.add_argument("--batch-size", type=positive_int, default=16)
     t.add_argument("--lr", type=float_in(0, 1, low_open=True, high_open=True), default=2e-3)

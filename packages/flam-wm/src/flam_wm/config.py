@@ -25,6 +25,9 @@ class ModelConfig:
     temporal: bool = True        # slots carried over time + causal temporal attention [P]; False = ablation
     recon: float = 1.0           # auxiliary slot-reconstruction weight ||z_t - Agg(s_t)||^2 [R]
     residual: bool = False       # True: z_hat_{t+1} = z_t + Agg(s_hat_{t+1}) - Agg(s_t) (a change decoder) [R]; False: Agg(s_hat_{t+1}) [P]
+    pos: str = "learned"         # Slot Attention's position embedding: "learned" table or "grid" (linear map of fixed coordinates) [R]
+    pos_keys: bool = False       # position in Slot Attention's keys too (Locatello et al.; 0.3's form) or, default, only in its values: keys from content, so slots bind to entities [R; chosen on dev, README]
+    decoder: str = "mlp"         # FLAM's aggregator: "mlp" (slot -> every token) or "broadcast" (spatial broadcast) [R]
     codes: int = 8               # lam-vq codebook size (Genie's latent actions are a small codebook [P]; 8 [R])
 
     def __post_init__(self) -> None:
@@ -41,6 +44,8 @@ class ModelConfig:
             raise ValueError(f"latent dim {self.latent_dim} is not divisible by the {self.slots} slots")
         if self.tokenizer == "patch" and self.size % self.patch:
             raise ValueError(f"size {self.size} is not a multiple of the patch {self.patch}")
+        if self.pos not in ("learned", "grid") or self.decoder not in ("mlp", "broadcast"):
+            raise ValueError(f"unknown pos {self.pos!r} / decoder {self.decoder!r}")
         for name in ("beta", "recon"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and v == v and 0 <= v < float("inf")):

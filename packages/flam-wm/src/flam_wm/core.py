@@ -32,20 +32,34 @@ def detokenize(z: torch.Tensor, size: int, patch: int) -> torch.Tensor:
     return x.reshape(*lead, size, size, 3).clamp(0, 1)
 
 
+def grid_coords(n_tokens: int) -> torch.Tensor:
+    """``[N, 4]`` (row, col, 1 - row, 1 - col) in [0, 1] of a square token grid (row-major)."""
+    g = int(round(n_tokens ** 0.5))
+    r, c = torch.meshgrid(torch.linspace(0, 1, g), torch.linspace(0, 1, g), indexing="ij")
+    r, c = r.reshape(-1), c.reshape(-1)
+    return torch.stack([r, c, 1 - r, 1 - c], -1)
+
+
 def mlp(i: int, h: int, o: int) -> nn.Sequential:
     return nn.Sequential(nn.Linear(i, h), nn.GELU(), nn.Linear(h, o))
 
 
 class SlotFactorizer(nn.Module):
     """Slot Attention over the tokens of each frame; with ``temporal`` the slots of t-1 initialise
-    those of t (tracking, [R]) and a causal attention over each slot's own past refines them [P]."""
+    those of t (tracking, [R]) and a causal attention over each slot's own past refines them [P].
+    Keys come from the tokens' content only unless ``pos_keys`` (see ``encode``)."""
 
     def __init__(self, cfg: ModelConfig, token_dim: int, n_tokens: int):
         super().__init__()
         d, self.k, self.iters, self.temporal = cfg.width, cfg.slots, cfg.iters, cfg.temporal
         self.iters_carry = cfg.iters_carry
         self.embed = mlp(token_dim, d, d)
-        self.pos = nn.Parameter(torch.randn(n_tokens, d) * 0.1)
+        self.pos_kind, self.pos_keys = cfg.pos, cfg.pos_keys
+        if cfg.pos == "grid":  # soft position embedding: a linear map of fixed (x, y, 1-x, 1-y) [Locatello et al.]
+            self.register_buffer("coords", grid_coords(n_tokens))
+            self.pos_proj = nn.Linear(4, d)
+        else:
+            self.pos = nn.Parameter(torch.randn(n_tokens, d) * 0.1)
         self.init = nn.Parameter(torch.randn(cfg.slots, d) * 0.5)
         self.norm_in, self.norm_s = nn.LayerNorm(d), nn.LayerNorm(d)
         self.q, self.kk, self.v = nn.Linear(d, d, bias=False), nn.Linear(d, d, bias=False), nn.Linear(d, d, bias=False)
@@ -54,39 +68,54 @@ class SlotFactorizer(nn.Module):
         self.time_attn = nn.MultiheadAttention(d, 2, batch_first=True)
         self.scale = d ** -0.5
 
-    def _attend(self, keys: torch.Tensor, vals: torch.Tensor, slots: torch.Tensor, iters: int) -> torch.Tensor:
-        """``iters`` Slot Attention updates of ``slots [B, K, D]`` over ``keys / vals [B, N, D]``."""
+    def position(self) -> torch.Tensor:
+        return self.pos_proj(self.coords) if self.pos_kind == "grid" else self.pos
+
+    def _attend(self, keys: torch.Tensor, vals: torch.Tensor, slots: torch.Tensor,
+                iters: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``iters`` Slot Attention updates of ``slots [B, K, D]`` over ``keys / vals [B, N, D]``;
+        returns the slots and the last update's attention ``[B, N, K]`` (softmax over slots)."""
         b, k, d = slots.shape
         for _ in range(iters):
             q = self.q(self.norm_s(slots))
-            attn = torch.softmax(torch.einsum("bnd,bkd->bnk", keys, q) * self.scale, dim=-1) + 1e-8
-            attn = attn / attn.sum(1, keepdim=True)
-            upd = torch.einsum("bnk,bnd->bkd", attn, vals)
+            attn = torch.softmax(torch.einsum("bnd,bkd->bnk", keys, q) * self.scale, dim=-1)
+            w = (attn + 1e-8) / (attn + 1e-8).sum(1, keepdim=True)
+            upd = torch.einsum("bnk,bnd->bkd", w, vals)
             slots = self.gru(upd.reshape(-1, d), slots.reshape(-1, d)).reshape(b, k, d)
             slots = slots + self.ff(slots)
-        return slots
+        return slots, attn
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         """``z [B, T, N, token_dim]`` -> slots ``[B, T, K, D]``."""
+        return self.encode(z)[0]
+
+    def encode(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``z [B, T, N, token_dim]`` -> (slots ``[B, T, K, D]``, attention ``[B, T, N, K]``)."""
         b, t, n, _ = z.shape
-        x = self.norm_in(self.embed(z) + self.pos)
-        keys, vals = self.kk(x), self.v(x)  # every frame at once
+        e = self.embed(z)
+        x = self.norm_in(e + self.position())
+        vals = self.v(x)  # every frame at once
+        # keys from the tokens' content only (default): a slot's query matches an entity's appearance
+        # wherever it is, so slots bind to entities, not to regions; the position reaches the slot
+        # through the values [R, 0.4]. pos_keys=True: position in the keys too (Locatello et al.)
+        keys = self.kk(x) if self.pos_keys else self.kk(self.norm_in(e))
         d = keys.shape[-1]
         if not self.temporal:  # frames independent: one batched call over B*T, same init every frame
             init = self.init.expand(b * t, -1, -1)
-            s = self._attend(keys.reshape(b * t, n, d), vals.reshape(b * t, n, d), init, self.iters)
-            return s.reshape(b, t, self.k, d)
+            s, attn = self._attend(keys.reshape(b * t, n, d), vals.reshape(b * t, n, d), init, self.iters)
+            return s.reshape(b, t, self.k, d), attn.reshape(b, t, n, self.k)
         # slots carried over time (the causal recurrence is sequential): `iters` updates on frame 0,
         # `iters_carry` on each later frame starting from the previous frame's slots [R, as in SAVi]
-        prev, slots = self.init.expand(b, -1, -1), []
+        prev, slots, attns = self.init.expand(b, -1, -1), [], []
         for i in range(t):
-            prev = self._attend(keys[:, i], vals[:, i], prev, self.iters if i == 0 else self.iters_carry)
+            prev, attn = self._attend(keys[:, i], vals[:, i], prev, self.iters if i == 0 else self.iters_carry)
             slots.append(prev)
+            attns.append(attn)
         s = torch.stack(slots, 1)
         seq = s.transpose(1, 2).reshape(b * self.k, t, d)  # each slot's own history
         mask = torch.triu(torch.ones(t, t, dtype=torch.bool, device=z.device), 1)
         out, _ = self.time_attn(seq, seq, seq, attn_mask=mask, need_weights=False)
-        return (seq + out).reshape(b, self.k, t, d).transpose(1, 2)
+        return (seq + out).reshape(b, self.k, t, d).transpose(1, 2), torch.stack(attns, 1)
 
 
 class SharedIDM(nn.Module):
@@ -131,9 +160,34 @@ class Aggregator(nn.Module):
         self.n, self.c = n_tokens, token_dim
         self.net = mlp(width, 2 * width, n_tokens * (token_dim + 1))
 
+    def parts(self, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each slot's token contents ``[..., K, N, token_dim]`` and mixing logits ``[..., K, N, 1]``."""
+        out = self.net(s).unflatten(-1, (self.n, self.c + 1))
+        return out[..., :-1], out[..., -1:]
+
     def forward(self, s: torch.Tensor) -> torch.Tensor:
-        out = self.net(s).unflatten(-1, (self.n, self.c + 1))  # [..., K, N, token_dim + 1]
-        x, m = out[..., :-1], out[..., -1:]
+        x, m = self.parts(s)
+        return (torch.softmax(m, dim=-3) * x).sum(-3)
+
+
+class BroadcastAggregator(nn.Module):
+    """Spatial-broadcast mixture decoder [R, as in Slot Attention / MONet]: (x_kn, m_kn) =
+    g(A slot_k + P(pos_n)) with P a linear map of the token's fixed grid coordinates, one network
+    for every slot and position, then z_hat_n = sum_k softmax_k(m_kn) x_kn (invariant to slot order)."""
+
+    def __init__(self, width: int, token_dim: int, n_tokens: int):
+        super().__init__()
+        self.register_buffer("coords", grid_coords(n_tokens))
+        self.inp, self.pos = nn.Linear(width, width), nn.Linear(4, width)
+        self.net = mlp(width, width, token_dim + 1)
+
+    def parts(self, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each slot's token contents ``[..., K, N, token_dim]`` and mixing logits ``[..., K, N, 1]``."""
+        out = self.net(torch.nn.functional.gelu(self.inp(s).unsqueeze(-2) + self.pos(self.coords)))
+        return out[..., :-1], out[..., -1:]
+
+    def forward(self, s: torch.Tensor) -> torch.Tensor:
+        x, m = self.parts(s)
         return (torch.softmax(m, dim=-3) * x).sum(-3)
 
 
@@ -177,7 +231,8 @@ class WorldModel(nn.Module):
             self.factorizer = MonolithicEncoder(cfg, token_dim, n_tokens)
         self.idm = SharedIDM(cfg.width, cfg.slot_latent)
         self.fdm = SharedFDM(cfg.width, cfg.slot_latent)
-        self.agg = Aggregator(cfg.width, token_dim, n_tokens)
+        agg = BroadcastAggregator if cfg.model == "flam" and cfg.decoder == "broadcast" else Aggregator
+        self.agg = agg(cfg.width, token_dim, n_tokens)
         if cfg.model == "lam-vq":
             self.codebook = nn.Parameter(torch.randn(cfg.codes, cfg.slot_latent))
 

@@ -46,6 +46,17 @@ rollout_psnr = rollout_metrics  # the 0.1 name
 
 
 @torch.no_grad()
+def slot_recon_error(model: WorldModel, video: np.ndarray) -> float:
+    """How much of frame 0 the slots encode: ||z_0 - Agg(s_0)||^2 over the tokens' total variance
+    (1.0: the slots / the monolithic latent carry nothing, the aggregator outputs the mean token;
+    0.0: exact). The binding diagnostic of issue 21 [R]."""
+    z = model.tokenize(video[:, :1])
+    err = (z[:, 0] - model.agg(model.slots(z)[:, 0])).pow(2).sum(-1).mean()
+    var = z[:, 0].reshape(-1, z.shape[-1]).var(0).sum().clamp_min(1e-12)
+    return float(err / var)
+
+
+@torch.no_grad()
 def latents(model: WorldModel, video: np.ndarray) -> np.ndarray:
     """Posterior means ``[N*(T-1), K, d/K]`` of every transition of ``video``."""
     z = model.tokenize(video)

@@ -20,7 +20,14 @@ from .baselines import build
 from .bc import DECODER_C, pseudo_label_bc, true_action_bc
 from .config import TrainConfig
 from .core import n_params
-from .evaluate import chance_per_entity, correspondence, latents, probe_matrix, rollout_metrics
+from .evaluate import (
+    chance_per_entity,
+    correspondence,
+    latents,
+    probe_matrix,
+    rollout_metrics,
+    slot_recon_error,
+)
 from .registry import DESCRIPTOR
 from .sprites import generate
 from .train import train
@@ -36,7 +43,7 @@ CFG = {
                   grid_steps=80, labels=(0.01, 0.1), bc_steps=400, episodes=200, fit_clips=210,
                   models=("flam", "lam"), decoder_c=DECODER_C, tok=dict(grid=8, channels=8, hidden=16, steps=300)),
     "full": dict(entities=(1, 2, 4, 6), clips=2000, frames=16, steps=3000, batch=32, seeds=5, horizon=10,
-                 width=64, device="cuda", probe_c=(0.1, 1.0), lr=(3e-4, 1e-3, 3e-3), beta=(0.001, 0.01, 0.1),
+                 width=64, device="cuda", probe_c=(0.1, 1.0), lr=(3e-4, 1e-3, 3e-3), beta=(0.001, 0.01, 0.03, 0.1),
                  k_offset=(1, 2, 4), grid_steps=1000, labels=(0.01, 0.1), bc_steps=2000, episodes=500, fit_clips=1400,
                  models=("flam", "lam", "lam-vq"), decoder_c=DECODER_C, tok=dict(grid=8, channels=16, hidden=32, steps=3000)),
 }
@@ -53,7 +60,8 @@ def _evaluate(model, video, acts, sl, horizon, grid=PROBE_C, fit_clips=None) -> 
     tr, dv, te = sl
     if fit_clips is not None:  # probes / BC decoders and policies fit on the first fit_clips training clips
         tr = slice(tr.start, min(tr.stop, tr.start + fit_clips))
-    out = {"dev": rollout_metrics(model, video[dv], horizon), "test": rollout_metrics(model, video[te], horizon)}
+    out = {"dev": rollout_metrics(model, video[dv], horizon), "test": rollout_metrics(model, video[te], horizon),
+           "slot_recon": slot_recon_error(model, video[te])}
     lat = {k: latents(model, video[s]) for k, s in (("train", tr), ("dev", dv), ("test", te))}
     act = {k: acts[s].reshape(-1, acts.shape[-1]) for k, s in (("train", tr), ("dev", dv), ("test", te))}
     # the probes' regularisation is chosen on dev, the correspondence is scored on test
@@ -181,7 +189,8 @@ def _run(res: Results, cfg: dict, seed: int) -> tuple[list, list, list]:
                              "ssim_1": t["ssim_1"], "ssim_h": t[f"ssim_{h}"], "mse_h": t[f"mse_{h}"],
                              "dev_psnr_h": d[f"psnr_{h}"], "copy_1": t["copy_1"], "copy_h": t[f"copy_{h}"],
                              "copy_ssim_h": t[f"copy_ssim_{h}"], "dev_copy_h": d[f"copy_{h}"],
-                             "corr": ev["corr"], "best_probe": ev["best_probe"], "probe_c": ev["probe_c"]})
+                             "corr": ev["corr"], "best_probe": ev["best_probe"], "probe_c": ev["probe_c"],
+                             "slot_recon": ev["slot_recon"]})
                 if controlled and name in ("flam", "lam", "lam-vq"):
                     bc_recs += _bc_rows(name, e, sd, ev["latents"], video, acts, sl, cfg)
         if controlled:

@@ -204,6 +204,7 @@ def load_run(run: Path):
             raise UserError(f"{run}: missing {name} (not a finished RUN written by flam-wm train)")
     try:
         config = json.loads((run / "config.json").read_text())
+        config["model"].setdefault("pos_keys", True)  # a RUN written before 0.4 had position in the keys
         mcfg = ModelConfig(**config["model"])
     except (ValueError, TypeError, KeyError) as exc:
         raise UserError(f"{run / 'config.json'}: corrupt RUN config ({exc})") from None

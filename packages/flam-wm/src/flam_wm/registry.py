@@ -39,5 +39,5 @@ DESCRIPTOR = MethodDescriptor(
                 "3000 steps x batch 32, width 64, lam-vq beside lam, 5 seeds, an 8x8x16 conv autoencoder "
                 "tokenizer (not a VQ-VAE); refuses at once without CUDA",
     },
-    quick_minutes=7.0,  # 6.8 CPU-min measured (0.3.0, one torch thread): 28.5 min wall on a shared 2-core box
+    quick_minutes=8.3,  # 8.3 CPU-min measured (0.4.0, one torch thread, under contention): 21.8 min wall on a shared 2-core box
 )

@@ -34,7 +34,7 @@ def add_rows(res: Results, recs: list[dict], e: int, names: list[str], seeds: li
     table = {(r["model"], r["seed"]): r for r in recs if r["entities"] == e}
     for name in names:
         for metric, unit in (("psnr_1", "dB"), ("psnr_h", "dB"), ("ssim_1", ""), ("ssim_h", ""),
-                             ("corr", ""), ("best_probe", "")):
+                             ("corr", ""), ("best_probe", ""), ("slot_recon", "")):
             res.add(f"sprites_E{e}", name, metric.replace("_h", f"_{h}"), [table[(name, s)][metric] for s in seeds],
                     seeds=seeds, unit=unit, params=table[(name, seeds[0])]["params"], split="test",
                     slots=table[(name, seeds[0])]["slots"], lr=table[(name, seeds[0])]["lr"],
@@ -117,6 +117,7 @@ def notes(cfg: dict, elapsed: float) -> list[str]:
         "instead of a VQ-VAE; tokens standardised per channel), the FDM's cross-slot attention, the "
         "mixture aggregator (one MLP per slot to every token's content and mixing logit), the first-frame "
         "reconstruction term, one Slot Attention iteration per frame after the first (slots carried), "
+        "Slot Attention's keys from the tokens' content only (position in its values; chosen on dev), "
         "SpriteWorld, the correspondence score, the BC policy (keypoint MLP) and the reach-target task.",
         "Splits: 70/15/15 clips train/dev/test per data set. Chosen on dev (first seed, E = max): lr from "
         f"{cfg['lr']} and beta from {cfg['beta']} for every model (lam-vq: lr only), FLAM's K = E + offset "
