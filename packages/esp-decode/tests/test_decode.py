@@ -85,6 +85,32 @@ def test_a_shared_prefill_gives_the_same_tokens_and_calls(tiny_llama):
         generate(tiny_llama, [prompt[:3]], make_drafter("ar"), 4, cache=copy.deepcopy(pre))
 
 
+def test_stacked_prefills_decode_as_one_batch_equal_to_batch_1(tiny_llama):
+    """Per-prompt prefills of unequal lengths stacked into one padded cache (the reproduction's
+    batched SmolLM2 path): every drafter gives, row by row, the tokens and calls of batch 1."""
+    import copy
+
+    from esp_decode.decode import stack_caches
+    from esp_decode.smol import prefill
+
+    from icml26_shared import UserError
+
+    prompts = [PROMPTS[0], PROMPTS[1][:5], PROMPTS[2]]
+    assert len({len(p) for p in prompts}) == 3
+    stacked, lengths = stack_caches(tiny_llama, [prefill(tiny_llama, p) for p in prompts])
+    assert lengths == [len(p) - 1 for p in prompts] and stacked.get_seq_length() == max(lengths)
+    for name in ("ar", "pld", "lade", "stand", "esp", "esp+pld"):
+        single = [generate(tiny_llama, [p], make_drafter(name), 10) for p in prompts]
+        new, st = generate(tiny_llama, prompts, make_drafter(name), 10, cache=copy.deepcopy(stacked),
+                           cache_lengths=lengths)
+        assert new == [s[0][0] for s in single], name
+        assert [x["model_calls"] for x in st] == [s[1][0]["model_calls"] for s in single], name
+        if name in ("pld", "esp+pld"):   # not a short-circuit: drafts get accepted on the repetitive prompts
+            assert max(x["mean_accepted_length"] for x in st) > 1.0, name
+    with pytest.raises(UserError, match="cache_lengths"):
+        generate(tiny_llama, prompts, make_drafter("ar"), 4, cache=copy.deepcopy(stacked), cache_lengths=lengths[:2])
+
+
 def test_rollback_leaves_the_cache_of_a_fresh_prefill(tiny_llama):
     from transformers import DynamicCache
 

@@ -12,9 +12,13 @@ def test_harness_chooses_on_dev_times_every_drafter_and_checks_claims(tiny_llama
     esp_cfg, scores = smol.choose(tiny_llama, prompts["open"][:1], 6, None, smol.ESP_GRID[:2], "esp", "esp", 0)
     assert esp_cfg == smol.ESP_GRID[int(np.argmax(scores))] and len(scores) == 2
     res = Results(package="esp-decode", version="test", scale="quick", seed=0)
-    out = smol._test(res, tiny_llama, prompts, ("open", "code"), 8, None, 0, esp_cfg, smol.LADE_GRID[0])
-    assert out["lossless_all"]
-    assert set(out["throughput"]) == {"ar", *smol.ARMS} and all(len(v) == 4 for v in out["throughput"].values())
+    parts = [smol.run_regime(tiny_llama, prompts[r], r, 8, None, 0, esp_cfg, smol.LADE_GRID[0], batch=2)
+             for r in ("open", "code")]
+    out = smol.collect(res, parts, esp_cfg, smol.LADE_GRID[0])
+    assert out["lossless_all"] and out["regimes"] == ["open", "code"]
+    assert all(len(out["arms"]["esp"][r]["mal"]) == 2 for r in out["regimes"])   # one row per prompt
+    # one timing per batch (a regime's two prompts in one padded call per step)
+    assert set(out["throughput"]) == {"ar", *smol.ARMS} and all(len(v) == 2 for v in out["throughput"].values())
     assert all(x > 0 for v in out["throughput"].values() for x in v)
     assert out["accepted"]["ar"]["mean_accepted_length"] == 1.0
     assert out["accepted"]["esp"]["items_per_call"] > 1 + esp_cfg.num_masks   # a tree and masks, not AR

@@ -89,9 +89,10 @@ class LADEDrafter(Drafter):
         self.seed = seed
 
     def start(self, prompts):
-        self.rng = random.Random(self.seed)
+        # one generator per row, each seeded alike: a row's guesses do not depend on its batch
+        self.rng = [random.Random(self.seed) for _ in prompts]
         self.prompts = prompts
-        self.window = [[self.rng.choice(p) for _ in range(self.cfg.window)] for p in prompts]
+        self.window = [[r.choice(p) for _ in range(self.cfg.window)] for r, p in zip(self.rng, prompts, strict=True)]
         self.pool: list[dict[int, list[list[int]]]] = [{} for _ in prompts]
 
     def draft(self, b, context, max_depth):
@@ -118,7 +119,8 @@ class LADEDrafter(Drafter):
             lst.insert(0, cont)
             del lst[4 * self.cfg.guesses:]
         m = len(rec.accepted)                              # Jacobi shift by the tokens committed
-        self.window[b] = [outs[s + m] if s + m < W else self.rng.choice(self.prompts[b]) for s in range(W)]
+        self.window[b] = [outs[s + m] if s + m < W else self.rng[b].choice(self.prompts[b])
+                          for s in range(W)]
 
 
 class STANDDrafter(Drafter):

@@ -102,6 +102,23 @@ def new_cache(model):
         return DynamicCache()
 
 
+def stack_caches(model, caches):
+    """One batched ``DynamicCache`` from single-row caches of different lengths (each row's keys and
+    values left-aligned, zero-padded to the longest), and the rows' lengths: with
+    ``generate(cache=, cache_lengths=)`` several prompts' own prefills serve one batched decode."""
+    lengths = [c.get_seq_length() for c in caches]
+    n = max(lengths)
+    out = new_cache(model)
+    per_row = [[(_get(obj, k), _get(obj, v)) for obj, k, v in _kv_tensors(c)] for c in caches]
+    for layer in range(len(per_row[0])):
+        kv = []
+        for j in range(2):
+            rows = [r[layer][j] for r in per_row]
+            kv.append(torch.cat([torch.nn.functional.pad(t, (0, 0, 0, n - t.shape[2])) for t in rows], 0))
+        out.update(kv[0], kv[1], layer)
+    return out, lengths
+
+
 def _kv_tensors(cache):
     """(keys, values) per layer, for transformers' layered caches and the older list-based ones."""
     if hasattr(cache, "layers"):
@@ -135,14 +152,17 @@ def _compact(cache, keep: list[list[int]]) -> None:
 @torch.no_grad()
 def generate(model, prompts: list[list[int]], drafter: Drafter, max_new_tokens: int, *,
              temperature: float = 0.0, seed: int | None = None, eos_token_id: int | list[int] | None = None,
-             pad_token_id: int = 0, cache=None) -> tuple[list[list[int]], list[dict]]:
+             pad_token_id: int = 0, cache=None, cache_lengths: list[int] | None = None
+             ) -> tuple[list[list[int]], list[dict]]:
     """Decode every prompt (batched: per-sequence trees in one padded call). Returns the new tokens
     per prompt and per-prompt stats (``model_calls`` counts every forward, prefill included).
     ``cache``: a ``DynamicCache`` to use (afterwards it holds each row's committed prefix except its
     last token, left-aligned). It may come pre-filled with the keys and values of the first ``L``
     tokens of every prompt (``L`` = its length, shorter than every prompt; e.g. one prompt's prefill
     shared by several drafters via ``copy.deepcopy``): decoding then starts from there, and the
-    first call (the rest of the prompt plus the first draft) counts as the prefill."""
+    first call (the rest of the prompt plus the first draft) counts as the prefill.
+    ``cache_lengths``: with a pre-filled batched cache whose rows hold different numbers of valid
+    (left-aligned) slots, row b's count (e.g. per-prompt prefills stacked by ``stack_caches``)."""
     check_model(model)
     if max_new_tokens < 1:
         raise UserError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -163,9 +183,11 @@ def generate(model, prompts: list[list[int]], drafter: Drafter, max_new_tokens: 
     ctx = [list(map(int, p)) for p in prompts]
     cache = new_cache(model) if cache is None else cache
     pre = cache.get_seq_length()
-    if any(pre >= len(p) for p in ctx):
-        raise UserError(f"the given cache holds {pre} tokens: every prompt must be longer")
-    n_cached = [pre] * B
+    n_cached = [pre] * B if cache_lengths is None else [int(n) for n in cache_lengths]
+    if len(n_cached) != B or any(not 0 <= n <= pre for n in n_cached):
+        raise UserError(f"cache_lengths must give one count in [0, {pre}] per prompt, got {cache_lengths}")
+    if any(n >= len(p) for n, p in zip(n_cached, ctx, strict=True)):
+        raise UserError(f"the given cache holds {max(n_cached)} tokens: every prompt must be longer")
     new = [[] for _ in range(B)]
     done = [False] * B
     stats = [RowStats() for _ in range(B)]

@@ -42,5 +42,5 @@ DESCRIPTOR = MethodDescriptor(
                 "folders) and ESP_DECODE_SPECBENCH (Spec-Bench question.jsonl); bf16, batch 1 and 8; "
                 "refuses at once with a UserError naming what is missing",
     },
-    quick_minutes=7.0,  # measured: 11.9 CPU-min (5.1 tiny LM + 6.8 SmolLM2, one thread each, in parallel) on a loaded 2-core box
+    quick_minutes=11.1,  # measured 0.2.2: 21.5 CPU-min; main process 11.1 (tiny LM 6.1 + one SmolLM2 regime 5.0), second process 10.2 CPU-min
 )

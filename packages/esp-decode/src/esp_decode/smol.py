@@ -1,19 +1,25 @@
 """Model B of the reproduction: SmolLM2-135M-Instruct (fp32, CPU, one thread) on chat prompts from
 Python's own text. Knobs are chosen on SmolLM2's own dev prompts (disjoint from test); on test every
-drafter decodes every prompt, timed side by side with ``icml26_shared.eval.compare`` (one round per
-prompt, interleaved), and is checked token for token against ``model.generate`` (which is also the
-timed ``ar`` arm, so the greedy reference is computed once per prompt).
+drafter decodes each regime's prompts as one batch (per-sequence trees in one padded call per step),
+timed side by side with ``icml26_shared.eval.compare`` (one round per batch, interleaved), and is
+checked token for token against ``model.generate`` at batch 1 (the greedy reference).
 
-Each prompt's prefill (all its tokens but the last) is computed once and copied into every arm's
-cache, ``ar`` included: the arms then differ only in decoding, and each arm's first call (the last
-prompt token plus the first draft) still counts as its prefill call.
+Each prompt's prefill (all its tokens but the last) is computed once, at batch 1, and reused by the
+reference and, stacked into one padded cache (``decode.stack_caches``), by every batched arm; each
+arm's first call (the last prompt token plus the first draft) still counts as its prefill call.
+
+The work is split in jobs (``dev_job``: the dev choice; ``regime_job``: one regime's test batch):
+``experiments.reproduce`` runs ``worker`` in a second process beside the tiny LM, and its own
+process takes the regimes still queued once the tiny LM is done (``drain``).
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import queue
 import sys
+import time
 
 import numpy as np
 import torch
@@ -23,7 +29,7 @@ from icml26_shared.eval import compare
 from .baselines import make_drafter
 from .config import ESPConfig, LADEConfig
 from .core import mean_accepted_length
-from .decode import _cache_kwarg, generate, new_cache
+from .decode import _cache_kwarg, generate, new_cache, stack_caches
 
 #: SmolLM2's dev grid [R]: the default tree (4 masks, top-K (8, 4, 2, 2), 48 nodes) with masks on
 #: the root and the tree's best path (``attach="top"``: 1 + 48 + 5 x 4 = 69 items a call), the mask
@@ -35,6 +41,8 @@ ESP_GRID = (
 )
 LADE_GRID = (LADEConfig(ngram=5, window=7, guesses=7), LADEConfig(ngram=3, window=4, guesses=5))
 ARMS = ("pld", "lade", "stand", "esp", "esp+pld")
+TIMED = ("ar", *ARMS)   # "ar": our loop with an empty draft, batched like the others
+_PROC: dict = {}        # per process: the loaded model, chat prompts and this process's dev choice
 
 
 def prefill(model, prompt):
@@ -58,40 +66,42 @@ def hf_greedy(model, prompt, tokens, eos, cache=None):
     return new
 
 
-def _decode(model, prompt, name, tokens, eos, kw, cache=None):
+def _decode(model, prompts, name, tokens, eos, kw, stacked=None):
+    """One arm on a batch of prompts (``stacked``: ``stack_caches`` of their prefills, copied)."""
     dr = make_drafter(name, eos_token_id=eos, **kw)
-    cache = copy.deepcopy(cache) if cache is not None and cache.get_seq_length() else None
-    new, stats = generate(model, [prompt], dr, tokens, eos_token_id=eos, cache=cache)
-    return new[0], stats[0], dr
+    cache, lengths = (None, None) if stacked is None else (copy.deepcopy(stacked[0]), stacked[1])
+    if lengths is not None and max(lengths) == 0:
+        cache = lengths = None
+    new, stats = generate(model, prompts, dr, tokens, eos_token_id=eos, cache=cache, cache_lengths=lengths)
+    return new, stats, dr
 
 
 def choose(model, prompts, tokens, eos, grid, name, key, seed):
-    """The grid point with the best mean accepted length on ``prompts`` (dev; ties: the first)."""
+    """The grid point with the best mean accepted length on ``prompts`` (dev, decoded as one batch;
+    ties: the first)."""
     caches = [prefill(model, p) for p in prompts]
     refs = [hf_greedy(model, p, tokens, eos, c) for p, c in zip(prompts, caches, strict=True)]
+    stacked = stack_caches(model, caches)
     scores = []
     for g in grid:
-        vals = []
-        for p, ref, c in zip(prompts, refs, caches, strict=True):
-            new, st, _ = _decode(model, p, name, tokens, eos, {key: g, "seed": seed}, c)
-            if new != ref:
-                raise RuntimeError(f"dev: {name} {g} is not lossless")   # never expected: a bug
-            vals.append(mean_accepted_length(len(new), st["model_calls"]))
-        scores.append(float(np.mean(vals)))
+        new, stats, _ = _decode(model, prompts, name, tokens, eos, {key: g, "seed": seed}, stacked)
+        if new != refs:
+            raise RuntimeError(f"dev: {name} {g} is not lossless")   # never expected: a bug
+        scores.append(float(np.mean([mean_accepted_length(len(n), st["model_calls"])
+                                     for n, st in zip(new, stats, strict=True)])))
     return grid[int(np.argmax(scores))], scores
 
 
-def run_smollm2(res, c: dict, seed: int) -> dict:
-    from icml26_shared.data import load_smollm2
+def _setup(c: dict):
+    """This process's SmolLM2 (one torch thread) and chat prompts, loaded once."""
+    if "model" not in _PROC:
+        from icml26_shared.data import load_smollm2
 
-    from .tasks import REGIMES, split
+        from .tasks import REGIMES, split
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)   # on a shared 2-core box a second thread mostly spins (5x the CPU time)
-    try:
+        torch.set_num_threads(1)   # on a shared 2-core box a second thread mostly spins (5x the CPU time)
         model, tok = load_smollm2()
         model.eval()
-        eos = tok.eos_token_id
 
         def chat(p):
             return list(tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
@@ -101,69 +111,123 @@ def run_smollm2(res, c: dict, seed: int) -> dict:
         for r in REGIMES:
             d, t = split(r, c["n_dev"], c["n_test"])
             dev[r], test[r] = [chat(p) for p in d], [chat(p) for p in t]
-        dev_all = [p for r in REGIMES for p in dev[r]]
-        esp_cfg, esp_scores = choose(model, dev_all, c["dev_tokens"], eos, ESP_GRID, "esp", "esp", seed)
-        lade_cfg, lade_scores = choose(model, dev_all, c["dev_tokens"], eos, LADE_GRID, "lade", "lade", seed)
-        res.notes.append(f"smollm2: dev ({len(dev_all)} prompts, {c['dev_tokens']} tokens) chose ESP {esp_cfg} "
-                         f"(dev mean accepted lengths {np.round(esp_scores, 3).tolist()}) and LADE {lade_cfg} "
-                         f"({np.round(lade_scores, 3).tolist()}).")
-        return _test(res, model, test, REGIMES, c["tokens"], eos, seed, esp_cfg, lade_cfg)
-    finally:
-        torch.set_num_threads(threads)
+        _PROC.update(model=model, eos=tok.eos_token_id, dev=dev, test=test, regimes=REGIMES)
+    return _PROC
 
 
-def _test(res, model, test, regimes, tokens, eos, seed, esp_cfg, lade_cfg):
+def dev_job(c: dict, seed: int) -> dict:
+    """The dev choice (ESP mask init, LADE window) on every regime's dev prompts, kept in this
+    process for the ``regime_job`` calls that follow it."""
+    p = _setup(c)
+    dev_all = [q for r in p["regimes"] for q in p["dev"][r]]
+    esp_cfg, esp_scores = choose(p["model"], dev_all, c["dev_tokens"], p["eos"], ESP_GRID, "esp", "esp", seed)
+    lade_cfg, lade_scores = choose(p["model"], dev_all, c["dev_tokens"], p["eos"], LADE_GRID, "lade", "lade", seed)
+    p["chosen"] = (esp_cfg, lade_cfg)
+    note = (f"smollm2: dev ({len(dev_all)} prompts, {c['dev_tokens']} tokens, one batch) chose ESP {esp_cfg} "
+            f"(dev mean accepted lengths {np.round(esp_scores, 3).tolist()}) and LADE {lade_cfg} "
+            f"({np.round(lade_scores, 3).tolist()}).")
+    return {"chosen": (esp_cfg, lade_cfg), "note": note}
+
+
+def drain(c: dict, seed: int, tasks, chosen) -> dict:
+    """Run test regimes taken from the queue ``tasks`` until it is empty: {regime: part}."""
+    parts = {}
+    while True:
+        try:
+            regime = tasks.get_nowait()
+        except queue.Empty:
+            return parts
+        parts[regime] = regime_job(c, seed, regime, chosen)
+
+
+def drain_queue(tasks) -> None:
+    """Empty ``tasks`` without running them (on an error elsewhere)."""
+    try:
+        while True:
+            tasks.get_nowait()
+    except (queue.Empty, OSError, EOFError):
+        return
+
+
+def worker(c: dict, seed: int, tasks, news) -> dict:
+    """The second process: the dev choice (put on ``news`` at once, for the main process), then
+    regimes from ``tasks``; returns its parts and its CPU seconds."""
+    t0 = time.process_time()
+    dev = dev_job(c, seed)
+    news.put(dev)
+    parts = drain(c, seed, tasks, dev["chosen"])
+    return {"parts": parts, "cpu_s": time.process_time() - t0}
+
+
+def regime_job(c: dict, seed: int, regime: str, chosen=None) -> dict:
+    """One regime's test prompts through every arm (``chosen``: the dev choice; None = the one
+    ``dev_job`` made in this process)."""
+    p = _setup(c)
+    esp_cfg, lade_cfg = chosen if chosen is not None else p["chosen"]
+    return run_regime(p["model"], p["test"][regime], regime, c["tokens"], p["eos"], seed, esp_cfg, lade_cfg,
+                      c.get("batch", 4))
+
+
+def run_regime(model, prompts, regime, tokens, eos, seed, esp_cfg, lade_cfg, batch=4) -> dict:
+    """``model.generate`` per prompt (batch 1: the reference), then every arm in ``TIMED`` on batches
+    of ``batch`` prompts, interleaved by ``compare`` (one round per batch)."""
     kw = {"esp": esp_cfg, "lade": lade_cfg, "seed": seed}
-    arms: dict = {a: {r: {k: [] for k in ("mal", "calls", "lossless", "seconds", "tokens", "items")}
-                      for r in regimes} for a in ("ar", *ARMS)}
+    rows = {a: {k: [] for k in ("mal", "calls", "lossless", "tokens", "items")} for a in TIMED}
+    timing = {a: {"seconds": [], "tokens": []} for a in TIMED}
     probes = []
-    order = [(r, test[r][i]) for i in range(max(len(v) for v in test.values())) for r in regimes if i < len(test[r])]
-    for regime, p in order:   # regimes interleaved, so that a cut-off log still covers every regime
+    for lo in range(0, len(prompts), batch):
+        chunk = prompts[lo: lo + batch]
+        caches = [prefill(model, q) for q in chunk]
+        refs = [hf_greedy(model, q, tokens, eos, cc) for q, cc in zip(chunk, caches, strict=True)]
+        stacked = stack_caches(model, caches)
         out: dict = {}
-        pre = prefill(model, p)
-        fns = {"ar": lambda p=p, out=out, c=pre: out.__setitem__("ar", hf_greedy(model, p, tokens, eos, c))}
-        for a in ARMS:
-            fns[a] = lambda a=a, p=p, out=out, c=pre: out.__setitem__(a, _decode(model, p, a, tokens, eos, kw, c))
+        fns = {a: lambda a=a, out=out, chunk=chunk, st=stacked: out.__setitem__(
+            a, _decode(model, chunk, a, tokens, eos, kw, st)) for a in TIMED}
         t = compare(fns, warmup=0, repeats=1)
-        ref = out["ar"]
-        for a in ("ar", *ARMS):
-            row = arms[a][regime]
-            if a == "ar":
-                new, calls, items = ref, len(ref), [1] * len(ref)
-            else:
-                new, st, dr = out[a]
-                calls, items = st["model_calls"], st["items"]
-                if a == "esp":
-                    probes.append(dr.probe_accuracy([p + new]))
-            row["mal"].append(mean_accepted_length(len(new), calls))
-            row["calls"].append(calls)
-            row["lossless"].append(new == ref)
-            row["seconds"].append(t[a].median)
-            row["tokens"].append(len(new))
-            row["items"].append(float(np.mean(items[1:])) if len(items) > 1 else 1.0)
-        print("esp-decode smollm2 " + json.dumps({"regime": regime, **{a: [round(arms[a][regime]["mal"][-1], 4),
-              arms[a][regime]["lossless"][-1], round(t[a].median, 3)] for a in arms}}), file=sys.stderr, flush=True)
-    probe = {k: float(np.nanmean([q.get(k, np.nan) for q in probes])) for k in sorted({k for q in probes for k in q})}
+        for a in TIMED:
+            new, stats, dr = out[a]
+            if a == "esp":
+                probes.append(dr.probe_accuracy([q + n for q, n in zip(chunk, new, strict=True)]))
+            for n, st, ref in zip(new, stats, refs, strict=True):
+                rows[a]["mal"].append(mean_accepted_length(len(n), st["model_calls"]))
+                rows[a]["calls"].append(st["model_calls"])
+                rows[a]["lossless"].append(n == ref)
+                rows[a]["tokens"].append(len(n))
+                rows[a]["items"].append(float(np.mean(st["items"][1:])) if len(st["items"]) > 1 else 1.0)
+            timing[a]["seconds"].append(t[a].median)
+            timing[a]["tokens"].append(sum(len(n) for n in new))
+        print("esp-decode smollm2 " + json.dumps({"regime": regime, "batch": len(chunk), **{
+            a: [round(float(np.mean(rows[a]["mal"][lo:])), 4), all(rows[a]["lossless"][lo:]), round(t[a].median, 3)]
+            for a in TIMED}}), file=sys.stderr, flush=True)
+    return {"regime": regime, "rows": rows, "timing": timing, "probes": probes}
+
+
+def collect(res, parts: list[dict], esp_cfg, lade_cfg) -> dict:
+    """Rows and the claims' data from the ``run_regime`` parts (one per regime, in order)."""
+    regimes = [q["regime"] for q in parts]
+    arms = {a: {q["regime"]: q["rows"][a] for q in parts} for a in TIMED}
+    probes = [x for q in parts for x in q["probes"]]
+    probe = {k: float(np.nanmean([x.get(k, np.nan) for x in probes])) for k in sorted({k for x in probes for k in x})}
+    throughput = {a: [n / s for q in parts for n, s in zip(q["timing"][a]["tokens"], q["timing"][a]["seconds"],
+                                                          strict=True)] for a in TIMED}
     for a, by in arms.items():
         for regime in (*regimes, "all"):
-            sel = list(regimes) if regime == "all" else [regime]
-            vals = [v for r in sel for v in by[r]["mal"]]
-            res.add(f"smollm2/{regime}", a, "mean_accepted_length", vals, unit="tokens/call")
+            sel = regimes if regime == "all" else [regime]
+            res.add(f"smollm2/{regime}", a, "mean_accepted_length", [v for r in sel for v in by[r]["mal"]],
+                    unit="tokens/call")
             res.add(f"smollm2/{regime}", a, "model_calls", [v for r in sel for v in by[r]["calls"]])
         res.add("smollm2/all", a, "lossless_fraction", float(np.mean([x for r in regimes for x in by[r]["lossless"]])))
-        tps = [n / s for r in regimes for n, s in zip(by[r]["tokens"], by[r]["seconds"], strict=True)]
-        res.add("smollm2/timing", a, "throughput_tokens_per_s", tps, unit="tokens/s")
+        res.add("smollm2/timing", a, "throughput_tokens_per_s", throughput[a], unit="tokens/s")
         res.add("smollm2/timing", a, "items_per_call", [v for r in regimes for v in by[r]["items"]])
     for k, v in probe.items():
         res.add("smollm2/all", "esp", f"probe_{k}", v)
-    throughput = {a: [n / s for r in regimes for n, s in zip(arms[a][r]["tokens"], arms[a][r]["seconds"], strict=True)]
-                  for a in arms}
     accepted = {a: {"mean_accepted_length": float(np.mean([v for r in regimes for v in arms[a][r]["mal"]])),
                     "items_per_call": float(np.mean([v for r in regimes for v in arms[a][r]["items"]]))}
                 for a in arms}
-    res.notes.append("smollm2: tokens/s from icml26_shared.eval.compare, one round per test prompt with every "
-                     "drafter interleaved (1 torch thread, shared CPU); 'ar' is transformers' greedy "
-                     "model.generate, which is also the losslessness reference.")
-    return {"esp_cfg": str(esp_cfg), "lade_cfg": str(lade_cfg), "arms": arms, "regimes": list(regimes),
-            "lossless_all": all(x for a in ARMS for r in regimes for x in arms[a][r]["lossless"]),
+    res.notes.append("smollm2: tokens/s from icml26_shared.eval.compare, one round per test batch (a regime's "
+                     "prompts in one padded call per step) with every arm interleaved (1 torch thread, shared "
+                     "CPU; 'ar' = the same loop with an empty draft); losslessness against transformers' greedy "
+                     "model.generate at batch 1.")
+    return {"esp_cfg": str(esp_cfg), "lade_cfg": str(lade_cfg), "arms": arms, "regimes": regimes,
+            "lossless_all": all(x for a in TIMED for r in regimes for x in arms[a][r]["lossless"]),
             "throughput": throughput, "accepted": accepted, "probe": probe}
