@@ -113,3 +113,27 @@ def test_altered_checkpoint_is_refused(capsys, tmp_path):
     err = _err(capsys, ["eval", str(bad)])
     assert "corrupt" in err or "not a leo-craftax checkpoint" in err
     assert load_checkpoint(path)[2]["seeds"] == [0]  # the intact one still loads
+
+
+def test_compile_cache_is_scoped_to_its_block(tmp_path, monkeypatch):
+    """``reproduce`` / ``train`` use JAX's persistent cache inside ``compile_cache()`` only: after
+    the block the settings are back and new compiles write nothing there (0.3.1 left it on)."""
+    import jax
+    import jax.numpy as jnp
+    from leo_craftax.experiments import compile_cache
+
+    monkeypatch.setenv("ICML26_CACHE", str(tmp_path))
+    before = jax.config.jax_compilation_cache_dir, jax.config.jax_persistent_cache_min_compile_time_secs
+    with compile_cache():
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+        jax.jit(lambda x: jnp.tanh(x) * 3)(jnp.ones(7)).block_until_ready()
+    inside = set((tmp_path / "jax").iterdir())
+    assert inside  # the block's compile was cached
+    assert (jax.config.jax_compilation_cache_dir,
+            jax.config.jax_persistent_cache_min_compile_time_secs) == before
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    try:
+        jax.jit(lambda x: jnp.exp(x) * 5 - 2)(jnp.ones(11)).block_until_ready()
+    finally:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", before[1])
+    assert set((tmp_path / "jax").iterdir()) == inside

@@ -12,6 +12,7 @@ from leo_craftax.core import (
     goal_td_target,
     leo_loss,
     q_for_goal,
+    q_grouped,
     sample_goals,
     td_loss,
 )
@@ -21,53 +22,86 @@ from leo_craftax.norm import apply_eval, init_vars
 GAMMA = 0.9
 
 
+FAST = {"xla_backend_optimization_level": 0}  # LLVM optimisation off: same values, faster compile
+
+
 @pytest.fixture(scope="module")
 def batch():
     env = Gridworld(size=5, wall_prob=0.2, map_seed=1, max_steps=200)
     k = env.goal_set.num_goals
     net = LEONetwork(k, 4, width=32, layers=2)
-    r = jax.random.split(jax.random.PRNGKey(0), 5)
-    obs, st = jax.vmap(env.reset)(jax.random.split(r[0], 48))
-    action = jax.random.randint(r[1], (48,), 0, 4)
-    nxt, _, _ = jax.vmap(env.step)(jax.random.split(r[2], 48), st, action)
-    done = jax.random.uniform(r[3], (48,)) < 0.25
-    params = init_vars(net, r[4], obs)  # {"params", "batch_stats"} (BatchRenorm on the input)
+
+    def make(key):  # one compiled program instead of one per operation
+        r = jax.random.split(key, 5)
+        obs, st = jax.vmap(env.reset)(jax.random.split(r[0], 48))
+        action = jax.random.randint(r[1], (48,), 0, 4)
+        nxt, _, _ = jax.vmap(env.step)(jax.random.split(r[2], 48), st, action)
+        done = jax.random.uniform(r[3], (48,)) < 0.25
+        params = init_vars(net, r[4], obs)  # {"params", "batch_stats"} (BatchRenorm on the input)
+        return params, obs, action, nxt, done
+
+    key = jax.random.PRNGKey(0)
+    params, obs, action, nxt, done = jax.jit(make).lower(key).compile(FAST)(key)
     return env, net, params, obs, action, nxt, done
 
 
 def test_all_goals_target_equals_per_goal_relabelled_target(batch):
     env, net, params, obs, action, nxt, done = batch
-    achieved = jax.vmap(env.goal_set.achieved)(nxt)
-    y_all = all_goals_td_targets(achieved, done, apply_eval(net, params, nxt), GAMMA)
+    k = env.goal_set.num_goals
 
-    @jax.jit
-    def relabelled(g):
-        # goal g alone: its own predicate (the agent stands on cell g) and its slice of the head
-        hit = jnp.all(jax.vmap(env.position)(nxt) == env.cells[g], -1)
-        return goal_td_target(hit, done, q_for_goal(net, params, nxt, jnp.full(nxt.shape[0], g)),
-                              GAMMA)
+    def both():
+        achieved = jax.vmap(env.goal_set.achieved)(nxt)
+        y_all = all_goals_td_targets(achieved, done, apply_eval(net, params, nxt), GAMMA)
 
-    for g in range(env.goal_set.num_goals):
-        np.testing.assert_allclose(y_all[:, g], relabelled(g), rtol=1e-6, atol=1e-6)
+        def relabelled(g):
+            # goal g alone: its own predicate (the agent stands on cell g) and its head slice
+            hit = jnp.all(jax.vmap(env.position)(nxt) == env.cells[g], -1)
+            return goal_td_target(hit, done, q_for_goal(net, params, nxt, jnp.full(nxt.shape[0], g)),
+                                  GAMMA)
+
+        return y_all, jax.vmap(relabelled, out_axes=1)(jnp.arange(k))
+
+    y_all, y_goal = jax.jit(both).lower().compile(FAST)()
+    assert y_all.shape == (48, k) and 0 < float((y_all > 0).mean()) < 1
+    np.testing.assert_allclose(y_all, y_goal, rtol=1e-6, atol=1e-6)
+
+
+def test_grouped_head_slices_equal_the_full_head(batch):
+    """Evaluation's LEO path (``q_grouped``: row group k reads goal k's slice only) gives the
+    full all-goals head's values for the commanded goals."""
+    env, net, params, obs, *_ = batch
+    k = env.goal_set.num_goals
+    reps = obs.shape[0] // k
+    rows = obs[: k * reps] * jnp.linspace(0.5, 2.0, k * reps)[:, None]  # distinct rows
+
+    def both():
+        full = apply_eval(net, params, rows)[jnp.arange(k * reps), jnp.repeat(jnp.arange(k), reps)]
+        return full, q_grouped(net, params, rows.reshape(k, reps, -1)).reshape(k * reps, -1)
+
+    full, grouped = jax.jit(both).lower().compile(FAST)()
+    np.testing.assert_allclose(grouped, full, rtol=1e-5, atol=1e-6)
+    assert float(jnp.std(full)) > 0
 
 
 def test_all_goals_loss_equals_mean_of_per_goal_losses(batch):
     env, net, params, obs, action, nxt, done = batch
     k = env.goal_set.num_goals
-    achieved = jax.vmap(env.goal_set.achieved)(nxt)
-    y_all = all_goals_td_targets(achieved, done, apply_eval(net, params, nxt), GAMMA)
 
-    def leo(p):
+    def leo(p, y_all):
         return leo_loss(apply_eval(net, {**params, "params": p}, obs), action, y_all)
 
-    def goal_by_goal(p):  # K separate relabelled losses, one goal-conditioned pass each
+    def goal_by_goal(p, y_all):  # K separate relabelled losses, one goal-conditioned pass each
         def one(g):
             return td_loss(q_for_goal(net, {**params, "params": p}, obs, jnp.full(obs.shape[0], g)),
                            action, y_all[:, g])
         return jax.lax.map(one, jnp.arange(k)).mean()
 
-    l1, g1 = jax.jit(jax.value_and_grad(leo))(params["params"])
-    l2, g2 = jax.jit(jax.value_and_grad(goal_by_goal))(params["params"])
+    def both(p):
+        achieved = jax.vmap(env.goal_set.achieved)(nxt)
+        y_all = all_goals_td_targets(achieved, done, apply_eval(net, params, nxt), GAMMA)
+        return jax.value_and_grad(leo)(p, y_all), jax.value_and_grad(goal_by_goal)(p, y_all)
+
+    (l1, g1), (l2, g2) = jax.jit(both).lower(params["params"]).compile(FAST)(params["params"])
     assert float(l1) == pytest.approx(float(l2), rel=1e-5)
     for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7)
@@ -105,5 +139,5 @@ def test_goals_are_sampled_only_among_seen_goals():
 def test_positive_relabelling_picks_achieved_goals():
     achieved = jnp.zeros((200, 10), bool).at[:100, 7].set(True)
     goal = jnp.zeros(200, jnp.int32)
-    new = relabel(jax.random.PRNGKey(0), goal, achieved, "positive", 1.0)
+    new = jax.jit(lambda r: relabel(r, goal, achieved, "positive", 1.0))(jax.random.PRNGKey(0))
     assert np.all(new[:100] == 7) and np.all(new[100:] == 0)  # no achieved goal: keep

@@ -12,6 +12,8 @@ from leo_craftax.config import EnvConfig, TrainConfig, gridworld_cpu
 from leo_craftax.envs import Gridworld, auto_reset_step, optimistic_reset_step
 from leo_craftax.norm import apply_eval, apply_train, init_vars
 
+FAST = {"xla_backend_optimization_level": 0}  # LLVM optimisation off: same values, faster compile
+
 
 class _Counter:
     """Episodes end after one step; reset hands out a state naming the reset key's draw."""
@@ -28,11 +30,15 @@ class _Counter:
         return jnp.stack([state["id"], t]).astype(jnp.float32), {"id": state["id"], "t": t}, done
 
 
+# one compiled step per (env, ratio) instead of one program per operation
+_step = jax.jit(optimistic_reset_step, static_argnums=(0, 4))
+
+
 def test_optimistic_resets_hand_fresh_states_to_ended_envs_only():
     env, e, ratio = _Counter(), 16, 4
-    obs, st = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(0), e))
+    obs, st = jax.jit(jax.vmap(env.reset))(jax.random.split(jax.random.PRNGKey(0), e))
     action = jnp.array([1, 0] * 8)  # 8 envs end: more than the 4 fresh states
-    nxt, obs_act, st2, done = optimistic_reset_step(env, jax.random.PRNGKey(1), st, action, ratio)
+    nxt, obs_act, st2, done = _step(env, jax.random.PRNGKey(1), st, action, ratio)
     assert np.array_equal(np.asarray(done), np.asarray(action > 0))
     np.testing.assert_array_equal(nxt[:, 1], np.ones(e))            # the true next observation
     ids = np.asarray(st2["id"])
@@ -44,21 +50,21 @@ def test_optimistic_resets_hand_fresh_states_to_ended_envs_only():
     np.testing.assert_array_equal(obs_act[:, 0], ids)
     # at most E/ratio ended: every ended env gets its own fresh start
     few = jnp.zeros(e, jnp.int32).at[jnp.array([2, 5, 11])].set(1)
-    _, _, st3, d3 = optimistic_reset_step(env, jax.random.PRNGKey(1), st, few, ratio)
+    _, _, st3, d3 = _step(env, jax.random.PRNGKey(1), st, few, ratio)
     assert len(set(np.asarray(st3["id"])[np.asarray(d3)].tolist())) == 3
 
 
 def test_ratio_one_is_one_reset_per_env():
     env = Gridworld(size=5, wall_prob=0.2, map_seed=1, max_steps=3)
     e = 8
-    _, st = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(0), e))
+    _, st = jax.jit(jax.vmap(env.reset))(jax.random.split(jax.random.PRNGKey(0), e))
     st = {**st, "t": jnp.full(e, 2)}  # every env ends on this step
     action = jnp.zeros(e, jnp.int32)
-    _, obs_act, st2, done = optimistic_reset_step(env, jax.random.PRNGKey(3), st, action, 1)
+    _, obs_act, st2, done = _step(env, jax.random.PRNGKey(3), st, action, 1)
     assert bool(done.all())
     assert len({tuple(p) for p in np.asarray(st2["pos"]).tolist()}) > 1  # independent resets
-    ref = jax.vmap(lambda r, s, a: auto_reset_step(env, r, s, a))(
-        jax.random.split(jax.random.PRNGKey(3), e), st, action)
+    ref = jax.eval_shape(jax.vmap(lambda r, s, a: auto_reset_step(env, r, s, a)),
+                         jax.random.split(jax.random.PRNGKey(3), e), st, action)
     assert ref[1].shape == obs_act.shape
 
 
@@ -67,29 +73,35 @@ def test_chunked_and_factored_her_all_equal_k_goal_conditioned_passes():
     net = gc_q_network(cfg, 12, 5)
     obs = jax.random.normal(jax.random.PRNGKey(0), (7, 20))
     v = init_vars(net, jax.random.PRNGKey(1), obs, jnp.zeros(7, jnp.int32))
-    params = v["params"]
+    variants = [(4, False), (5, True)]  # chunked naive, chunked factored
 
-    @jax.jit
     def ref(p):  # one goal-conditioned pass per goal, BatchRenorm in training mode
         one = lambda g: apply_train(net, {**v, "params": p}, obs, jnp.full(7, g))  # noqa: E731
         q, stats = jax.vmap(one, out_axes=(1, 0))(jnp.arange(12))
         return q, jax.tree.map(lambda s: s[0], stats)
 
-    (want, s_want), g_want = ref(params), jax.grad(lambda p: (ref(p)[0] ** 2).sum())(params)
+    def all_values(p):  # every quantity compared below, in one compiled program
+        out = {"ref": ref(p), "ref_grad": jax.grad(lambda p: (ref(p)[0] ** 2).sum())(p),
+               "ref_eval": jax.vmap(lambda g: apply_eval(net, {**v, "params": p}, obs,
+                                                         jnp.full(7, g)), out_axes=1)(jnp.arange(12))}
+        for c, fa in variants:
+            f = lambda p, c=c, fa=fa: her_all_q(net, {**v, "params": p}, obs, c, fa, train=True)  # noqa: E731
+            out[f"{c}/{fa}"] = (f(p), jax.grad(lambda p, f=f: (f(p)[0] ** 2).sum())(p),
+                          her_all_q(net, {**v, "params": p}, obs, c, fa)[0])
+        return out
+
+    got = jax.jit(all_values).lower(v["params"]).compile(FAST)(v["params"])
+    want, s_want = got["ref"]
     assert float(jnp.abs(s_want["encoder"]["input_norm"]["brn"]["mean"]).max()) > 0
-    for chunk, factored in [(4, False), (5, True)]:  # chunked naive, chunked factored
-        f = jax.jit(lambda p, c=chunk, fa=factored: her_all_q(net, {**v, "params": p}, obs, c, fa,
-                                                              train=True))
-        got, stats = f(params)
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    for c, fa in variants:
+        (q, stats), grad, q_eval = got[f"{c}/{fa}"]
+        np.testing.assert_allclose(q, want, rtol=1e-5, atol=1e-6)
         jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6), stats, s_want)
         # the gradient through it too (chunks are rematerialised in the backward pass)
         jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5),
-                     jax.grad(lambda p, f=f: (f(p)[0] ** 2).sum())(params), g_want)
+                     grad, got["ref_grad"])
         # evaluation mode (targets): the running statistics
-        np.testing.assert_allclose(her_all_q(net, v, obs, chunk, factored)[0],
-                                   jax.vmap(lambda g: apply_eval(net, v, obs, jnp.full(7, g)),
-                                            out_axes=1)(jnp.arange(12)), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(q_eval, got["ref_eval"], rtol=1e-5, atol=1e-6)
 
 
 def test_dual_leo_variants_differ_only_by_the_extra_goal():
@@ -101,12 +113,14 @@ def test_dual_leo_variants_differ_only_by_the_extra_goal():
     both = cmd.replace(distill_goals="commanded+random")
     s1, s2 = build_algo(cmd, k, a), build_algo(both, k, a)
     params = s1.init(jax.random.PRNGKey(1), mb["obs"][:1])
-    l1, l2 = jax.jit(s1.loss), jax.jit(s2.loss)
-    assert float(l1(params, mb)[1][0]["distill"]) != pytest.approx(
-        float(l2(params, mb)[1][0]["distill"]))
     same = {**mb, "g_any": mb["goal"]}  # the random goal is the commanded one: identical terms
-    assert float(l1(params, same)[1][0]["distill"]) == pytest.approx(
-        float(l2(params, same)[1][0]["distill"]), rel=1e-6)
+
+    def distill(p):
+        return [s.loss(p, b)[1][0]["distill"] for s in (s1, s2) for b in (mb, same)]
+
+    d1, d1_same, d2, d2_same = map(float, jax.jit(distill).lower(params).compile(FAST)(params))
+    assert d1 != pytest.approx(d2)
+    assert d1_same == pytest.approx(d2_same, rel=1e-6)
 
 
 def test_craftax_defaults_evaluate_512_steps_and_report_their_cost():

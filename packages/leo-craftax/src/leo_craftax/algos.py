@@ -27,6 +27,7 @@ from .core import (
     eps_greedy,
     goal_td_target,
     leo_loss,
+    q_grouped,
     td_loss,
 )
 from .norm import apply_eval, apply_train, init_vars, split_vars
@@ -45,6 +46,9 @@ class AlgoSpec:
     prepare: Callable[[Any, dict, jax.Array], dict]              # (variables, traj [T, E], rng)
     loss: Callable[[Any, dict], tuple[jax.Array, tuple[dict, dict]]]  # (variables, minibatch)
     minibatch_size: int
+    # optional: greedy actions for observations grouped by goal, (variables, obs [K, R, D]) ->
+    # [K, R] (row group k commands goal k) — evaluation's layout; LEO reads one head slice per goal
+    greedy_grouped: Callable[[Any, jax.Array], jax.Array] | None = None
 
 
 _BUILDERS: dict[str, Callable[[TrainConfig, int, int], AlgoSpec]] = {}
@@ -99,6 +103,11 @@ class LEOParts:
     def q(self, v, obs, goal):
         return _pick(apply_eval(self.net, v, obs), goal)
 
+    def greedy_grouped(self, v, obs):
+        """``obs [K, R, D]`` (group k commands goal k) -> greedy actions ``[K, R]``, from goal k's
+        slice of the all-goals head only (``q_grouped``): the same Q-values, 1/K of the head."""
+        return jnp.argmax(q_grouped(self.net, v, obs), -1)
+
     def targets(self, v, traj):
         q_next = apply_eval(self.net, v, traj["next_obs"])
         return all_goals_td_targets(traj["achieved"], traj["done"], q_next, self.gamma)
@@ -122,7 +131,8 @@ def build_leo(cfg: TrainConfig, k: int, a: int) -> AlgoSpec:
 
     return AlgoSpec(
         "leo", leo.init, policy, lambda v, obs, goal: jnp.argmax(leo.q(v, obs, goal), -1),
-        lambda v, traj, rng: {"y_all": leo.targets(v, traj)}, loss, cfg.minibatch_size)
+        lambda v, traj, rng: {"y_all": leo.targets(v, traj)}, loss, cfg.minibatch_size,
+        leo.greedy_grouped)
 
 
 @register("dual_leo_pqn")

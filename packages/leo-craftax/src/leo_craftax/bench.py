@@ -45,9 +45,10 @@ def _batch(rng, k: int, b: int, d: int, a: int) -> dict:
 
 @lru_cache(maxsize=32)
 def _program(algo: str, k: int, batch: int, obs_dim: int, num_actions: int, width: int,
-             layers: int, chunk: int, seed: int):
-    """The jitted update of ``algo`` and its inputs, one per size in a process (a repeated
-    benchmark reuses the compiled program)."""
+             layers: int, chunk: int, seed: int, fast_compile: bool = False):
+    """The compiled update of ``algo`` and its inputs, one per size in a process (a repeated
+    benchmark reuses the compiled program). ``fast_compile``: LLVM's optimisation off (smoke
+    runs only: the timings are then not those of an optimised program)."""
     cfg = TrainConfig(algo="leo" if algo == "leo" else "pqn_her", her_mode="all", width=width,
                       layers=layers, num_envs=batch, num_steps=1, minibatch_size=batch,
                       total_timesteps=batch, her_all_chunk=chunk, reset_ratio=1,
@@ -58,23 +59,26 @@ def _program(algo: str, k: int, batch: int, obs_dim: int, num_actions: int, widt
     traj = _batch(r1, k, batch, obs_dim, num_actions)
     params = spec.init(r2, traj["obs"][0, :1])
 
-    @jax.jit
     def step(params, opt, traj, rng):
         data = {**traj, **spec.prepare(params, traj, rng)}
         mb = jax.tree.map(lambda x: x[0], data)
         p, o, loss, _ = sgd_step(spec, tx, params, opt, mb)
         return p, o, loss
 
-    return step, traj, r1, params, tx.init(params["params"])
+    opt = tx.init(params["params"])
+    step = jax.jit(step).lower(params, opt, traj, r1).compile(
+        {"xla_backend_optimization_level": 0} if fast_compile else None)
+    return step, traj, r1, params, opt
 
 
 def make_update(algo: str, k: int, *, batch: int = 64, obs_dim: int = 64, num_actions: int = 4,
-                width: int = 128, layers: int = 2, chunk: int = 0, seed: int = 0):
-    """A jitted ``update()`` (closure over its state) for ``algo`` in ``ARMS``."""
+                width: int = 128, layers: int = 2, chunk: int = 0, seed: int = 0,
+                fast_compile: bool = False):
+    """A compiled ``update()`` (closure over its state) for ``algo`` in ``ARMS``."""
     if algo not in ARMS:
         raise ValueError(algo)
     step, traj, r1, params, opt = _program(algo, k, batch, obs_dim, num_actions, width, layers,
-                                           chunk, seed)
+                                           chunk, seed, fast_compile)
     state = {"params": params, "opt": opt}
 
     def update():
@@ -118,15 +122,17 @@ def flop_model_speedup(k: int, *, obs_dim: int = 64, width: int = 128, layers: i
 
 
 def speed_table(ks: Sequence[int] | None = None, *, preset: str = "cpu", repeats: int = 5,
-                arms: Sequence[str] = ARMS, **overrides) -> list[dict]:
-    """Per K: median seconds per update of each arm, HER-all ÷ LEO ratios, and the cost model."""
+                arms: Sequence[str] = ARMS, fast_compile: bool = False, **overrides) -> list[dict]:
+    """Per K: median seconds per update of each arm, HER-all ÷ LEO ratios, and the cost model
+    (``fast_compile``: unoptimised programs, for smoke runs; their timings mean little)."""
     from icml26_shared.eval import compare
 
     p = {**PRESETS[preset], **overrides}
     sizes = {n: p[n] for n in ("batch", "obs_dim", "num_actions", "width", "layers")}
     rows = []
     for k in (ks or p["ks"]):
-        fns = {arm: make_update(arm, k, chunk=p["chunk"], **sizes) for arm in arms}
+        fns = {arm: make_update(arm, k, chunk=p["chunk"], fast_compile=fast_compile, **sizes)
+               for arm in arms}
         t = compare(fns, warmup=1, repeats=repeats)
         row = {"K": k, "preset": preset, **{f"{arm}_s": t[arm].median for arm in arms},
                **cost_model(k, **sizes)}

@@ -56,7 +56,7 @@ def _config(args):
 
 
 def _cmd_train(args) -> int:
-    from .experiments import enable_compile_cache
+    from .experiments import compile_cache
 
     cfg = _config(args)
     out = Path(args.out)
@@ -67,7 +67,6 @@ def _cmd_train(args) -> int:
     from .io import save_checkpoint
     from .train import env_from_config, train_seeds
 
-    enable_compile_cache()
     env = env_from_config(cfg)
     k = env.goal_set.num_goals
     per_point, per_segment = cfg.eval_cost(k, env.max_steps)
@@ -77,13 +76,20 @@ def _cmd_train(args) -> int:
           f"{per_point / per_segment:.2f}; --test-steps, --eval-repeats, --evals set it)",
           flush=True)
     seeds = [args.seed + i for i in range(args.seeds)]
-    result = train_seeds(cfg, seeds, env)
+    with compile_cache():
+        result = train_seeds(cfg, seeds)
     success = np.asarray(result["success"])
+    tm = result["timings"]
     save_checkpoint(out, cfg, result["params"], env.goal_set.names,
-                    {"success": success[:, -1].tolist()}, seeds=seeds)
+                    {"success": success[:, -1].tolist(), "timings": tm}, seeds=seeds)
     for i, s in enumerate(seeds):
         curve = " ".join(f"{v:.3f}" for v in success[i].mean(-1))
         print(f"seed {s}: success over {k} goals by eval point: {curve}")
+    run_cpu, run_wall = tm["train_cpu_s"] + tm["eval_cpu_s"], tm["train_s"] + tm["eval_s"]
+    print(f"time: compile {tm['compile_s']:.1f} s ({tm['compile_cpu_s']:.1f} CPU-s); training "
+          f"{tm['train_s']:.1f} s ({tm['train_cpu_s']:.1f} CPU-s); evaluation {tm['eval_s']:.1f} s "
+          f"({tm['eval_cpu_s']:.1f} CPU-s) = {100 * tm['eval_cpu_s'] / max(run_cpu, 1e-9):.1f}% of "
+          f"training + evaluation CPU time ({100 * tm['eval_s'] / max(run_wall, 1e-9):.1f}% wall)")
     print(f"checkpoint (seeds {', '.join(map(str, seeds))}): {out}")
     return 0
 
@@ -106,7 +112,8 @@ def _cmd_eval(args) -> int:
     steps = cfg.eval_steps(env.max_steps) if args.test_steps is None else (
         env.max_steps if args.test_steps == "full" else min(positive_int(args.test_steps),
                                                             env.max_steps))
-    success = jax.jit(lambda p, r: evaluate(spec, p, env, r, args.repeats, steps))(
+    success = jax.jit(lambda p, r: evaluate(spec, p, env, r, args.repeats, steps,
+                                            cfg.eval_reset_batch))(
         params, jax.random.PRNGKey(args.seed))
     if args.per_goal:
         for name, s in zip(env.goal_set.names, success.tolist(), strict=True):

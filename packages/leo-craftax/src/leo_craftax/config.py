@@ -72,6 +72,8 @@ class TrainConfig:
     test_steps: int | None = 512       # [C] 512 on Craftax (min with the episode length); None =
                                        #     whole episodes (10k steps on Classic, 100k on Craftax)
     num_evals: int = 1                 # [R] points on the success-vs-steps curve
+    eval_reset_batch: int = 64         # [R] evaluation's fresh starts drawn this many at a time
+                                       #     (0 = all at once; same states, far cheaper on Craftax)
     num_devices: int = 1               # [R] data parallel over environments (jax.sharding)
 
     @property
@@ -110,6 +112,8 @@ class TrainConfig:
                             f"{', '.join(DISTILL_GOALS)})")
         if self.test_steps is not None and self.test_steps < 1:
             raise UserError(f"test steps must be >= 1 or None (got {self.test_steps})")
+        if self.eval_reset_batch < 0:
+            raise UserError(f"evaluation reset batch must be >= 0 (got {self.eval_reset_batch})")
         if self.test_repeats < 1:
             raise UserError(f"evaluation repeats must be >= 1 (got {self.test_repeats})")
         if self.reset_ratio < 1 or self.num_envs % min(self.reset_ratio, self.num_envs):

@@ -128,6 +128,18 @@ def q_for_goal(net: LEONetwork, variables, obs, goal):
     return nn.sigmoid(q) if net.sigmoid else q
 
 
+def q_grouped(net: LEONetwork, variables, obs):
+    """Q(s, g, ·) of a LEO network with observations grouped by goal, ``obs [K, R, D] ->
+    [K, R, |A|]`` (row group k reads goal k's head slice only): the all-goals head's values for
+    the commanded goals, with R·K·|A| instead of R·K²·|A| head outputs per group of K·R rows."""
+    h = apply_eval(net, variables, obs, method=LEONetwork.features)       # [K, R, H]
+    params = variables["params"]["head"]["dense"]
+    kernel = params["kernel"].reshape(h.shape[-1], net.num_goals, net.num_actions)
+    bias = params["bias"].reshape(net.num_goals, net.num_actions)
+    q = jnp.einsum("krh,hka->kra", h, kernel) + bias[:, None]
+    return nn.sigmoid(q) if net.sigmoid else q
+
+
 # --- TD targets and losses --------------------------------------------------------------------------
 
 def all_goals_td_targets(achieved_next, done, q_next, gamma):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -24,19 +25,43 @@ ARMS = {"LEO": "leo", "PQN": "pqn", "PQN+HER (mixed)": "pqn_her", "Dual LEO (PQN
         "Dual LEO (PQN, +random goal) [R]": "dual_leo_pqn"}
 ARM_OPTIONS = {"Dual LEO (PQN, +random goal) [R]": {"distill_goals": "commanded+random"}}
 SETTINGS = {  # [R] CPU scales
-    "smoke": {"size": 5, "steps": 64 * 16 * 8, "evals": 1, "seeds": 2, "ks": (8,),
-              "arms": ("LEO", "PQN")},
+    # smoke: seconds of running, compiled with LLVM's optimisation off (fast_compile); the tests
+    # reuse its programs, and its LEO and PQN runs must learn (tests/test_train.py)
+    "smoke": {"size": 5, "steps": 64 * 16 * 24, "evals": 1, "seeds": 2, "ks": (8,),
+              "arms": ("LEO", "PQN"), "cfg": {}, "fast_compile": True},
     "quick": {"size": 10, "steps": 64 * 16 * 200, "evals": 4, "seeds": 3,
-              "ks": (16, 64, 256, 512, 1024), "arms": tuple(ARMS)},
+              "ks": (16, 64, 256, 512, 1024), "arms": tuple(ARMS), "cfg": {}, "fast_compile": False},
 }
 
 
-def enable_compile_cache() -> None:
-    """JAX's persistent compilation cache under ``$ICML26_CACHE/jax`` (repeat runs skip compiles)."""
-    import jax
+def smoke_config(algo: str, **kw):
+    """The smoke scale's training config of ``algo`` (the 5x5 gridworld, 24 updates)."""
+    from .config import gridworld_cpu
 
-    jax.config.update("jax_compilation_cache_dir", str(cache_dir("jax")))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    s = SETTINGS["smoke"]
+    return gridworld_cpu(algo, env_size=s["size"], total_timesteps=s["steps"],
+                         num_evals=s["evals"], **{**s["cfg"], **kw})
+
+
+@contextmanager
+def compile_cache():
+    """JAX's persistent compilation cache under ``$ICML26_CACHE/jax`` (repeat runs skip compiles)
+    for the block only: the previous settings come back after it, and the cache object JAX
+    keeps is dropped, so later compiles in the process (other packages' tests) do not use it."""
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache as cc
+
+    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
+    before = {n: getattr(jax.config, n) for n in names}
+    cc.reset_cache()
+    jax.config.update(names[0], str(cache_dir("jax")))
+    jax.config.update(names[1], 0.5)
+    try:
+        yield
+    finally:
+        for n, v in before.items():
+            jax.config.update(n, v)
+        cc.reset_cache()
 
 
 def _learning(res: Results, s: dict, seeds: list[int], out_dir: Path) -> dict[str, np.ndarray]:
@@ -47,10 +72,11 @@ def _learning(res: Results, s: dict, seeds: list[int], out_dir: Path) -> dict[st
     per_goal_rows = []
     for arm in s["arms"]:
         cfg = gridworld_cpu(ARMS[arm], env_size=s["size"], total_timesteps=s["steps"],
-                            num_evals=s["evals"], **ARM_OPTIONS.get(arm, {}))
+                            num_evals=s["evals"], **{**s["cfg"], **ARM_OPTIONS.get(arm, {})})
         env = env_from_config(cfg)
         t0 = time.perf_counter()
-        out = train_seeds(cfg, seeds)  # the compiled program is shared by a repeated run
+        # the compiled programs are shared by a repeated run
+        out = train_seeds(cfg, seeds, fast_compile=s["fast_compile"])
         success = np.asarray(out["success"])  # [seeds, evals + 1, K]
         wall = time.perf_counter() - t0
         final = success[:, -1].mean(-1)
@@ -74,10 +100,10 @@ def _learning(res: Results, s: dict, seeds: list[int], out_dir: Path) -> dict[st
     return finals
 
 
-def _speed(res: Results, ks, out_dir: Path) -> dict[int, float]:
+def _speed(res: Results, ks, out_dir: Path, fast_compile: bool = False) -> dict[int, float]:
     from .bench import speed_table
 
-    rows = speed_table(ks, preset="cpu", repeats=5)
+    rows = speed_table(ks, preset="cpu", repeats=5, fast_compile=fast_compile)
     for r in rows:
         g = f"K={r['K']}"
         res.add("speed", g, "ms_per_update_leo", 1e3 * r["leo_s"], unit="ms")
@@ -131,7 +157,6 @@ def _full(out_dir: Path, seed: int) -> Results:
     if jax.default_backend() != "gpu":
         raise UserError("the full scale is the GPU recipe (six methods on Craftax-Classic and "
                         "Craftax, 1e9 steps, 3 seeds) and needs a CUDA build of JAX and a GPU")
-    enable_compile_cache()
     res = Results(package=DESCRIPTOR.name, version=DESCRIPTOR.version, scale="full", seed=seed)
     seeds = [seed + i for i in range(3)]
     finals = {}
@@ -158,14 +183,18 @@ def _full(out_dir: Path, seed: int) -> Results:
 
 
 def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
-    if scale == "full":
-        return _full(Path(out_dir), seed)
+    """The registered reproduction; JAX's persistent compilation cache is on for this call only."""
+    with compile_cache():
+        if scale == "full":
+            return _full(Path(out_dir), seed)
+        return _cpu(scale, Path(out_dir), seed)
+
+
+def _cpu(scale: str, out_dir: Path, seed: int) -> Results:
     s = SETTINGS[scale]
-    out_dir = Path(out_dir)
-    enable_compile_cache()
     res = Results(package=DESCRIPTOR.name, version=DESCRIPTOR.version, scale=scale, seed=seed)
     seeds = [seed + i for i in range(s["seeds"])]
-    speed = _speed(res, s["ks"], out_dir)
+    speed = _speed(res, s["ks"], out_dir, s["fast_compile"])
     finals = _learning(res, s, seeds, out_dir)
     if scale == "quick":
         _craftax_smoke(res, seed)

@@ -10,8 +10,10 @@ evaluated before training and after each of ``num_evals`` equal segments.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from functools import lru_cache, partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -49,19 +51,30 @@ def sgd_step(spec: AlgoSpec, tx: optax.GradientTransformation, variables, opt_st
             opt_state, loss, aux)
 
 
-def evaluate(spec: AlgoSpec, params, env, rng, repeats: int, steps: int):
+def evaluate(spec: AlgoSpec, params, env, rng, repeats: int, steps: int, reset_batch: int = 0):
     """Success rate per goal ``[K]``: each goal commanded in ``repeats`` fresh environments (start
-    timestep 0), greedy actions, success if achieved during the first episode [C: test metrics]."""
+    timestep 0), greedy actions, success if achieved during the first episode [C: test metrics].
+
+    The K·repeats fresh starts are drawn ``reset_batch`` at a time (``lax.map``; 0 = all at once):
+    the same states, but a Craftax reset batch of thousands costs far more per reset than a few
+    small ones [R]. Rows are grouped by goal, so an algorithm with ``greedy_grouped`` (LEO) reads
+    each goal's slice of its all-goals head instead of computing every goal's Q-values."""
     k = env.goal_set.num_goals
     goals = jnp.repeat(jnp.arange(k), repeats)
     n = goals.shape[0]
     r_reset, r_run = jax.random.split(rng)
-    obs, state = jax.vmap(lambda r: env.reset(r, False))(jax.random.split(r_reset, n))
+    keys = jax.random.split(r_reset, n)
+    obs, state = jax.lax.map(lambda r: env.reset(r, False), keys,
+                             batch_size=min(reset_batch, n) if reset_batch > 0 else n)
+
+    def greedy(obs):
+        if spec.greedy_grouped is None:
+            return spec.greedy(params, obs, goals)
+        return spec.greedy_grouped(params, obs.reshape(k, repeats, -1)).reshape(n)
 
     def step(carry, r):
         obs, state, alive, success = carry
-        action = spec.greedy(params, obs, goals)
-        nxt, state, done = jax.vmap(env.step)(jax.random.split(r, n), state, action)
+        nxt, state, done = jax.vmap(env.step)(jax.random.split(r, n), state, greedy(obs))
         hit = jax.vmap(env.goal_set.achieved)(nxt)[jnp.arange(n), goals]
         return (nxt, state, alive & ~done, success | (hit & alive)), None
 
@@ -70,12 +83,22 @@ def evaluate(spec: AlgoSpec, params, env, rng, repeats: int, steps: int):
     return success.astype(jnp.float32).reshape(k, repeats).mean(-1)
 
 
-def make_train(cfg: TrainConfig, env: Any = None, mesh: Any = None):
-    """Returns ``train(rng) -> {"params", "metrics" [U], "success" [num_evals + 1, K]}``.
+class TrainParts(NamedTuple):
+    """The pieces of one run, each pure and jittable (``vmap`` over seeds):
+    ``init(rng) -> (carry, r_eval)``; ``segment(carry) -> (carry, metrics [U / num_evals])``
+    (the updates between two evaluation points); ``evaluate(params, rng) -> success [K]``.
+    ``carry[0]`` is the variables dict. ``make_train`` composes them into one program;
+    ``train_seeds`` runs them as three, timing training and evaluation apart."""
 
-    ``mesh``: a ``jax.sharding.Mesh`` with a ``"data"`` axis; environments (and so the rollout and
-    its minibatches) are split over it, parameters replicated (data parallelism [R]); built from
-    ``cfg.num_devices`` when that is above 1."""
+    init: Callable
+    segment: Callable
+    evaluate: Callable
+
+
+def train_parts(cfg: TrainConfig, env: Any = None, mesh: Any = None) -> TrainParts:
+    """The run's pieces (``TrainParts``); ``mesh``: a ``jax.sharding.Mesh`` with a ``"data"`` axis:
+    environments (and so the rollout and its minibatches) are split over it, parameters
+    replicated (data parallelism [R]); built from ``cfg.num_devices`` when that is above 1."""
     cfg = cfg.validate()
     if mesh is None and cfg.num_devices > 1:
         from .parallel import data_mesh
@@ -89,7 +112,6 @@ def make_train(cfg: TrainConfig, env: Any = None, mesh: Any = None):
     n_mb = t * e // spec.minibatch_size
     tx = make_optimizer(cfg, spec.minibatch_size)
     test_steps = cfg.eval_steps(env.max_steps)
-    seg = u // cfg.num_evals
 
     def shard(tree, axis=0):
         if mesh is None:
@@ -143,7 +165,7 @@ def make_train(cfg: TrainConfig, env: Any = None, mesh: Any = None):
                    "commanded_hit_rate": hit_rate, **jax.tree.map(jnp.mean, aux)}
         return (params, opt_state, obs, env_state, goal, seen, n_upd + 1, rng), metrics
 
-    def train(rng):
+    def init(rng):
         rng, r_init, r_env, r_goal, r_eval = jax.random.split(rng, 5)
         obs, env_state = jax.vmap(env.reset)(jax.random.split(r_env, e))
         obs, env_state = shard(obs), shard(env_state)
@@ -151,34 +173,98 @@ def make_train(cfg: TrainConfig, env: Any = None, mesh: Any = None):
         opt_state = tx.init(params["params"])
         seen = achieved(obs).any(0)
         goal = sample_goals(r_goal, seen, e, cfg.only_seen_goals)
-        carry = (params, opt_state, obs, env_state, goal, seen, jnp.int32(0), rng)
-        success0 = evaluate(spec, params, env, r_eval, cfg.test_repeats, test_steps)
+        return (params, opt_state, obs, env_state, goal, seen, jnp.int32(0), rng), r_eval
+
+    def segment(carry):
+        return jax.lax.scan(update, carry, None, u // cfg.num_evals)
+
+    def evaluate_(params, rng):
+        return evaluate(spec, params, env, rng, cfg.test_repeats, test_steps, cfg.eval_reset_batch)
+
+    return TrainParts(init, segment, evaluate_)
+
+
+def make_train(cfg: TrainConfig, env: Any = None, mesh: Any = None):
+    """Returns ``train(rng) -> {"params", "metrics" [U], "success" [num_evals + 1, K]}``: one
+    pure function (``jax.jit(jax.vmap(train))(seeds)`` trains several seeds in one program).
+    Success is evaluated before training and after each of ``num_evals`` equal segments.
+    ``mesh``: see ``train_parts``."""
+    parts = train_parts(cfg, env, mesh)
+
+    def train(rng):
+        carry, r_eval = parts.init(rng)
+        success0 = parts.evaluate(carry[0], r_eval)
 
         def segment(carry, r):
-            carry, metrics = jax.lax.scan(update, carry, None, seg)
-            return carry, (metrics, evaluate(spec, carry[0], env, r, cfg.test_repeats, test_steps))
+            carry, metrics = parts.segment(carry)
+            return carry, (metrics, parts.evaluate(carry[0], r))
 
         carry, (metrics, success) = jax.lax.scan(segment, carry,
                                                  jax.random.split(r_eval, cfg.num_evals))
-        metrics = jax.tree.map(lambda x: x.reshape(u, *x.shape[2:]), metrics)
+        metrics = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), metrics)
         return {"params": carry[0], "metrics": metrics,
                 "success": jnp.concatenate([success0[None], success], 0)}
 
     return train
 
 
+def _compile_parts(parts: TrainParts, num_seeds: int, fast_compile: bool = False):
+    opts = {"xla_backend_optimization_level": 0} if fast_compile else None
+    rngs = jax.ShapeDtypeStruct((num_seeds, 2), jnp.uint32)
+
+    def aot(fn, *args):
+        return jax.jit(jax.vmap(fn)).lower(*args).compile(opts)
+
+    carry, r_eval = jax.eval_shape(jax.vmap(parts.init), rngs)
+    return aot(parts.init, rngs), aot(parts.segment, carry), aot(parts.evaluate, carry[0], r_eval)
+
+
 @lru_cache(maxsize=8)
-def compiled_train(cfg: TrainConfig):
-    """``jax.jit(jax.vmap(make_train(cfg)))``, one per config in a process: a second run of the
-    same config (a repeated reproduction, another seed list of the same length) reuses the
-    compiled program instead of tracing and compiling it again."""
-    return jax.jit(jax.vmap(make_train(cfg)))
+def compiled_parts(cfg: TrainConfig, num_seeds: int, fast_compile: bool = False):
+    """``(init, segment, evaluate)`` of ``train_parts(cfg)``, each ``jit(vmap(...))`` compiled
+    ahead of time for ``num_seeds`` seeds, one set per config in a process: a second run of the
+    same config (a repeated reproduction) reuses them. ``fast_compile``: LLVM's optimisation off
+    (the same XLA program and values, about half the compile time; for tests and smoke runs)."""
+    return _compile_parts(train_parts(cfg), num_seeds, fast_compile)
 
 
-def train_seeds(cfg: TrainConfig, seeds, env: Any = None):
-    """Train ``len(seeds)`` independent runs at once (``vmap`` over seeds, one jit). Without
-    ``env`` (the config's own environment) the compiled program is shared (``compiled_train``)."""
+def _clock() -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process: user + system, all threads)."""
+    return time.perf_counter(), time.process_time()
+
+
+def train_seeds(cfg: TrainConfig, seeds, env: Any = None, *, fast_compile: bool = False):
+    """Train ``len(seeds)`` independent runs at once (``vmap`` over seeds): the same values as
+    ``jax.jit(jax.vmap(make_train(cfg)))``, run as three compiled programs (``compiled_parts``,
+    shared in a process for the config's own environment) so that ``out["timings"]`` can say
+    what training and evaluation each cost: ``{compile,train,eval}_{s,cpu_s}`` (wall seconds
+    and CPU seconds of the process)."""
+    cfg = cfg.validate()
     rngs = jnp.stack([jax.random.PRNGKey(int(s)) for s in seeds])
+    clock = {"compile": [0.0, 0.0], "train": [0.0, 0.0], "eval": [0.0, 0.0]}
+
+    def timed(what, fn, *args):
+        w0, c0 = _clock()
+        out = fn(*args)
+        if what != "compile":
+            out = jax.block_until_ready(out)
+        w1, c1 = _clock()
+        clock[what][0] += w1 - w0
+        clock[what][1] += c1 - c0
+        return out
+
     if env is None:
-        return compiled_train(cfg.validate())(rngs)
-    return jax.jit(jax.vmap(make_train(cfg, env)))(rngs)
+        init, segment, evaluate_ = timed("compile", compiled_parts, cfg, len(seeds), fast_compile)
+    else:
+        init, segment, evaluate_ = timed("compile", _compile_parts, train_parts(cfg, env),
+                                         len(seeds), fast_compile)
+    carry, r_eval = timed("train", init, rngs)
+    keys = jax.vmap(lambda r: jax.random.split(r, cfg.num_evals))(r_eval)
+    success, metrics = [timed("eval", evaluate_, carry[0], r_eval)], []
+    for i in range(cfg.num_evals):
+        carry, m = timed("train", segment, carry)
+        metrics.append(m)
+        success.append(timed("eval", evaluate_, carry[0], keys[:, i]))
+    timings = {f"{k}_{unit}": v[j] for k, v in clock.items() for j, unit in enumerate(("s", "cpu_s"))}
+    return {"params": carry[0], "success": jnp.stack(success, 1), "timings": timings,
+            "metrics": jax.tree.map(lambda *x: jnp.concatenate(x, 1), *metrics)}
