@@ -20,7 +20,13 @@ from icml26_shared.cli import (
     reproduce_from_args,
 )
 
-from .config import ANSWER_MODES, DIRECTIONS, MODES, POSITIONS  # one list each (config is light)
+from .config import (  # one list each (config is light)
+    ANSWER_MODES,
+    DIRECTIONS,
+    MODES,
+    POSITIONS,
+    TOY_ARCHS,
+)
 
 
 def _alphas(text: str) -> tuple[float, ...]:
@@ -216,8 +222,8 @@ def _cmd_toy(args) -> int:
     refuse_existing(args.out)
     X, y = load_digits()
     tr, _, _ = _split(len(y))
-    model = train_toy(ToyConfig(vision_preference=args.vision_preference, steps=args.steps),
-                      X[tr], y[tr], seed=args.seed)
+    model = train_toy(ToyConfig(vision_preference=args.vision_preference, steps=args.steps,
+                                arch=args.arch), X[tr], y[tr], seed=args.seed)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     save_toy(model, args.out)
     print(f"toy VLM (P={args.vision_preference:g}) written to {args.out}")
@@ -310,6 +316,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--steps", type=int, default=600)
+    p.add_argument("--arch", choices=TOY_ARCHS, default="early",
+                   help="early: full causal attention in every layer; late: segment-local layers, a "
+                        "content-blind gather, the answer source chosen at the answer position last")
     p.set_defaults(fn=_cmd_toy)
     p = sub.add_parser("digits-items", help="conflicts on held-out digits, in the MC2 format")
     p.add_argument("--out", type=Path, required=True)

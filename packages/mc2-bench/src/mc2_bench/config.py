@@ -9,6 +9,7 @@ ANSWER_MODES = ("letter", "letter-logprob", "option-logprob")  # letter = [C]; t
 POSITIONS = ("all", "generated", "image_tokens", "text_tokens", "context")  # [R] (steering-vectors #21/#50)
 #: where directions are fitted: the last prompt position [C] pca.py, or the mean over a position set [R]
 STATE_AT = ("last", "image_tokens", "text_tokens", "context")
+TOY_ARCHS = ("early", "late")  # [R] where the toy may decide its answer source (ToyConfig.arch)
 DIRECTIONS = ("diffmean", "pca", "probe", "random")  # diffmean = [C] pca.py centroid arrows; rest [R]
 
 #: the authors' prompt pieces [C] (steer_qwen_search_scale.py / prompt.py)
@@ -36,12 +37,23 @@ class ToyConfig:
     lr: float = 3e-3  # [R]
     #: training-mix shares of single / base_image / base_text / icc prompts [R]
     mix: tuple[float, float, float, float] = (0.4, 0.2, 0.2, 0.2)
+    #: "early": every layer attends causally over the whole prompt (0.1-0.2.2; the toy settles its
+    #: source trust at the context tokens in layers 0-1). "late" [R]: layers before the last two
+    #: attend only within their segment (image / context / instruction / options), the next-to-last
+    #: layer gathers every position by learned positional (content-blind) weights, and the last layer
+    #: reads with content queries against positional keys, so the answer source is chosen at the
+    #: answer position in the last layer, by a feature of its residual stream
+    arch: str = "early"
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.vision_preference <= 1.0:
             raise ValueError(f"vision preference must lie in [0, 1], got {self.vision_preference}")
         if self.steps < 1 or self.batch < 1 or self.n_layers < 1:
             raise ValueError("steps, batch and n_layers must be positive")
+        if self.arch not in TOY_ARCHS:
+            raise ValueError(f"toy arch must be one of {TOY_ARCHS}, got {self.arch!r}")
+        if self.arch == "late" and self.n_layers < 3:
+            raise ValueError("the late toy needs at least 3 layers (segment, gather, decide)")
 
 
 @dataclass(frozen=True)

@@ -29,13 +29,15 @@ from .toy import load_digits, train_toy
 
 CFG = {
     "smoke": dict(prefs=(0.5,), steps=8, batch=16, n_dev=12, n_test=16, alphas=(-1.0, 0.0, 1.0),
-                  layers=(1,), steer_pref=0.5, directions=("diffmean", "random"), probes=False,
-                  contrasts=("instruction", "answer"), positions=("all", "context")),
+                  layers=(2,), steer_pref=0.5, directions=("diffmean", "random"), probes=False,
+                  contrasts=("instruction", "answer"), positions=("all", "context"), arch="late"),
     "quick": dict(prefs=(0.2, 0.5, 0.8), steps=600, batch=64, n_dev=100, n_test=200,
-                  alphas=(-1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5), layers=(0, 1, 2, 3), steer_pref=0.5,
+                  # the late toy (0.2.3) and an alpha grid of +-0.6, both chosen on the 100 dev items
+                  # (0.2.2's early toy and +-1.5 grid: ToyConfig(arch="early"), README)
+                  alphas=(-0.6, -0.4, -0.2, 0.0, 0.2, 0.4, 0.6), layers=(0, 1, 2, 3), steer_pref=0.5,
                   directions=("diffmean", "pca", "probe", "random"), probes=True,
                   contrasts=("instruction", "answer"),
-                  positions=("all", "text_tokens", "image_tokens", "context")),
+                  positions=("all", "text_tokens", "image_tokens", "context"), arch="late"),
 }
 
 
@@ -105,7 +107,8 @@ def _run(res: Results, cfg: dict, out_dir: Path, seed: int) -> None:
     worst = {}
     adapters = {}
     for P in cfg["prefs"]:
-        toy = train_toy(ToyConfig(vision_preference=P, steps=cfg["steps"], batch=cfg["batch"]),
+        toy = train_toy(ToyConfig(vision_preference=P, steps=cfg["steps"], batch=cfg["batch"],
+                                  arch=cfg["arch"]),
                         X[tr], y[tr], seed=seed)
         ad = adapters[P] = ToyAdapter(toy, images.__getitem__)
         name = f"toy_P{P:g}"
@@ -141,6 +144,8 @@ def _run(res: Results, cfg: dict, out_dir: Path, seed: int) -> None:
         "Splits: digits train (toys) / dev (directions, layer and flip-alpha choice) / test (every "
         "reported figure). Intervals: 95% BCa bootstrap over test items.",
         "Toy vision preference is set by construction (trained to overrule round(P*10) of 10 text sources).",
+        f"Toy architecture: {cfg['arch']} (late = segment-local layers, a content-blind gather, the "
+        "answer source chosen at the answer position in the last layer).",
         "smol-vlm (quick/full): LLaVA around a frozen SmolLM2-135M-Instruct, tower + projector trained on "
         "train-split digits by regression onto SmolLM2's embeddings of the digit names; 16 dev items choose "
         "the layers (logit lens) and fit the directions, 24 held-out items are reported (option-logprob).",

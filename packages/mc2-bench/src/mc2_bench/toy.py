@@ -9,6 +9,14 @@ log-prob modes compare the two options' digit logits.
 Its vision preference is set by construction: it is trained to follow the image for
 round(P * K) of the K text sources and the text for the others, so on items stratified over the
 sources its no-instruction vision ratio is P (up to how well it learned the mapping).
+
+Two architectures (``ToyConfig.arch``) [R]. ``early`` (0.1-0.2.2): causal attention over the whole
+prompt in every layer; it settles its source trust at the context tokens in layers 0-1. ``late``
+(0.2.3): the first n-2 layers attend only within each segment (image slot + patches, context,
+instruction, options + answer), layer n-2 gathers every position into each position by learned
+*positional* weights (blind to content, so it cannot choose a source), and the last layer reads
+with content queries against positional keys: which source the answer position reads is decided
+there, by what its own residual stream holds after layer n-2 (a linear preference feature).
 """
 
 from __future__ import annotations
@@ -56,12 +64,32 @@ def parse_context(context: str) -> tuple[int, int]:
     return int(m.group(1)), DIGITS.index(words[-1])
 
 
-class Block(nn.Module):
-    """A pre-LN causal transformer block written out (deterministic; hooks see its output)."""
+#: the prompt's segments (start, end): image slot + patches, context, instruction, options + ANS
+SEGMENTS = ((0, 1 + N_PATCH), (1 + N_PATCH, 4 + N_PATCH), (4 + N_PATCH, 5 + N_PATCH), (5 + N_PATCH, 11 + N_PATCH))
 
-    def __init__(self, d: int, heads: int):
+
+def _segment_mask(T: int) -> torch.Tensor:
+    """(T, T) bool: causal attention within each segment only (the late toy's early layers)."""
+    seg = torch.zeros(T, dtype=torch.long)
+    for i, (a, b) in enumerate(SEGMENTS):
+        seg[a:b] = i
+    return (seg[:, None] == seg[None, :]) & torch.ones(T, T, dtype=torch.bool).tril()
+
+
+class Block(nn.Module):
+    """A pre-LN transformer block written out (deterministic; hooks see its output). ``attend``:
+    "causal" (whole prefix), "segment" (within the position's segment), "mean" (a causal
+    mean of the values with learned per-position weights, blind to content: it gathers without
+    choosing) or "decide" (queries from content against learned positional keys: a position
+    chooses where to read by what its own residual stream holds)."""
+
+    def __init__(self, d: int, heads: int, attend: str = "causal"):
         super().__init__()
-        self.heads = heads
+        self.heads, self.attend = heads, attend
+        if attend == "mean":  # per-head (query position, key position) logits; zeros = uniform mean
+            self.gather = nn.Parameter(torch.zeros(heads, 16, 16))
+        if attend == "decide":  # per-head positional keys (content-blind)
+            self.keys = nn.Parameter(torch.randn(heads, 16, d // heads) * 0.02)
         self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
         self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
         self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
@@ -69,7 +97,16 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, d = x.shape
         q, k, v = self.qkv(self.ln1(x)).view(B, T, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        a = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if self.attend == "causal":
+            a = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        elif self.attend == "segment":
+            a = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=_segment_mask(T))
+        elif self.attend == "mean":  # weights from positions alone (learned), never from content
+            w = self.gather[:, :T, :T].masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+            a = torch.einsum("hts,bhsd->bhtd", w.softmax(-1), v)
+        else:  # "decide": queries from content, keys from position alone: the position reads by what it holds
+            k = self.keys[:, :T].unsqueeze(0).expand(B, -1, -1, -1)
+            a = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.proj(a.transpose(1, 2).reshape(B, T, d))
         return x + self.mlp(self.ln2(x))
 
@@ -86,7 +123,9 @@ class ToyVLM(nn.Module):
         self.tok = nn.Embedding(len(self.vocab), d)
         self.pos = nn.Parameter(torch.randn(self.seq_len, d) * 0.02)
         self.patch = nn.Linear(16, d)
-        self.layers = nn.ModuleList(Block(d, cfg.n_heads) for _ in range(cfg.n_layers))
+        n = cfg.n_layers
+        kinds = ["causal"] * n if cfg.arch == "early" else ["segment"] * (n - 2) + ["mean", "decide"]
+        self.layers = nn.ModuleList(Block(d, cfg.n_heads, k) for k in kinds)
         self.norm = nn.LayerNorm(d)
         self.head = nn.Linear(d, len(self.vocab))
 
