@@ -14,6 +14,7 @@ NAME = "unisparse"
 METHOD_NAMES = ("unisparse", "dense", "xattention", "flexprefill", "minference", "minference_vs",
                 "ashape", "oracle", "random")
 DTYPES = ("fp32", "bf16")
+NEEDLE_ARMS = ("unisparse", "xattention", "flexprefill", "minference", "ashape", "oracle")
 
 
 def _check_out(path: Path | None, force: bool) -> None:
@@ -201,6 +202,70 @@ def cmd_eval(args) -> int:
     return 0
 
 
+def cmd_needle(args) -> int:
+    from .needle import NEEDLE_METHODS, needle_study
+
+    for m in args.methods:
+        if m not in NEEDLE_METHODS:
+            raise UserError(f"unknown method {m!r} (choose from {', '.join(NEEDLE_METHODS)})")
+    if any(m in ("xattention", "flexprefill", "minference") for m in args.methods) and \
+            "unisparse" not in args.methods:
+        raise UserError("xattention / flexprefill / minference are matched to UniSparse's "
+                        "per-layer density: include 'unisparse' in --methods")
+    if not (math.isfinite(args.density) and 0 < args.density < 1):
+        raise UserError(f"--density must lie in (0, 1), got {args.density}")
+    if args.length < 4 * args.block_size:
+        raise UserError(f"--length must be at least 4 blocks ({4 * args.block_size})")
+    if not 1 <= args.docs <= 10_000 or not 1 <= args.workers <= 16:
+        raise UserError("--docs must lie in [1, 10000] and --workers in [1, 16]")
+    _check_out(args.out, args.force)
+    if args.model != "tiny":
+        load_model(args.model, args.dtype)  # refuse a bad folder before any work
+
+    from .e2e import log
+
+    methods = [m for m in NEEDLE_METHODS if m in args.methods]  # UniSparse first
+    res = needle_study(args.model, length=args.length, n_docs=args.docs, density=args.density,
+                       block=args.block_size, methods=methods, workers=args.workers,
+                       new_tokens=args.new_tokens, dtype=args.dtype, seed=args.seed, log=log)
+    print(f"{'method':<12} {'accuracy':>8} {'95% CI':>15} {'density':>8} {'agree':>6} "
+          f"{'minus dense [95% CI]':>26}")
+    for m, c in res["summary"].items():
+        md = c.get("minus_dense")
+        diff = f"{md[0]:+.3f} [{md[1]:+.3f}, {md[2]:+.3f}]" if md else ""
+        print(f"{m:<12} {c['accuracy']:>8.3f} [{c['ci95'][0]:.3f}, {c['ci95'][1]:.3f}] "
+              f"{c['density']:>8.3f} {c['agree']:>6.3f} {diff:>26}")
+    _write_json(args.out, res)
+    return 0
+
+
+def cmd_sensitivity(args) -> int:
+    from .needle import NEEDLE_METHODS, layer_sensitivity, load
+
+    if args.method not in NEEDLE_METHODS:
+        raise UserError(f"unknown method {args.method!r} (choose from {', '.join(NEEDLE_METHODS)})")
+    if not (math.isfinite(args.density) and 0 < args.density < 1):
+        raise UserError(f"--density must lie in (0, 1), got {args.density}")
+    if args.length < 4 * args.block_size or not 1 <= args.docs <= 1000:
+        raise UserError("--length must be at least 4 blocks and --docs in [1, 1000]")
+    _check_out(args.out, args.force)
+    import torch
+
+    from .e2e import documents, log
+
+    torch.set_num_threads(1)
+    model, tok = load(args.model, args.dtype, args.seed)
+    docs = documents(tok, args.length, args.docs, args.seed, offset=900)
+    res = layer_sensitivity(model, tok, docs, method=args.method, block=args.block_size,
+                            density=args.density, seed=args.seed, log=log)
+    print(f"{'layer':>5} {'delta log p(key)':>17} {'worst':>8} {'density':>8}")
+    for i, d in res["delta"].items():
+        print(f"{i:>5} {sum(d) / len(d):>17.3f} {min(d):>8.3f} "
+              f"{sum(res['density'][i]) / len(d):>8.3f}")
+    _write_json(args.out, res)
+    return 0
+
+
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog=NAME, description="UniSparse: training-free sparse prefill "
                                 "attention from multi-granularity composite tokens (ICML 2026).")
@@ -242,6 +307,37 @@ def build_parser() -> ArgumentParser:
                    help="model weights dtype (default: %(default)s; bf16 for large models)")
     e.set_defaults(fn=cmd_eval)
 
+    n = sub.add_parser("needle", help="end-to-end needle study: every layer sparse, accuracy per "
+                       "method with 95%% intervals and the paired interval against dense")
+    n.add_argument("--model", default="smollm2", help="local HF folder, 'smollm2' or 'tiny'")
+    n.add_argument("--length", type=int, default=1024, help="tokens per document")
+    n.add_argument("--docs", type=int, default=20, help="test documents (depths 0.1-0.9)")
+    n.add_argument("--density", type=float, default=0.25,
+                   help="UniSparse's nominal row budget; baselines get its measured density")
+    n.add_argument("--block-size", type=int, default=32)
+    n.add_argument("--methods", nargs="+", default=list(NEEDLE_ARMS), help="arms besides dense")
+    n.add_argument("--workers", type=int, default=2, help="processes, one torch thread each")
+    n.add_argument("--new-tokens", type=int, default=6)
+    n.add_argument("--dtype", choices=DTYPES, default="fp32")
+    n.add_argument("--seed", type=int, default=0)
+    n.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    n.add_argument("--force", action="store_true", help="overwrite --out")
+    n.set_defaults(fn=cmd_needle)
+
+    sv = sub.add_parser("sensitivity", help="one layer at a time sparse, the rest dense: change "
+                        "of the pass key's log-probability per layer")
+    sv.add_argument("--model", default="smollm2", help="local HF folder, 'smollm2' or 'tiny'")
+    sv.add_argument("--method", default="unisparse", help="the arm run in the sparse layer")
+    sv.add_argument("--length", type=int, default=1024)
+    sv.add_argument("--docs", type=int, default=2)
+    sv.add_argument("--density", type=float, default=0.25)
+    sv.add_argument("--block-size", type=int, default=32)
+    sv.add_argument("--dtype", choices=DTYPES, default="fp32")
+    sv.add_argument("--seed", type=int, default=0)
+    sv.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    sv.add_argument("--force", action="store_true", help="overwrite --out")
+    sv.set_defaults(fn=cmd_sensitivity)
+
     r = sub.add_parser("reproduce", help="the paper's claims at smoke/quick/full scale")
     add_reproduce_arguments(r)
     r.set_defaults(fn=lambda a: reproduce_from_args([NAME], a))
@@ -251,7 +347,7 @@ def build_parser() -> ArgumentParser:
 @cli_entry(NAME)
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command in ("bench", "eval") and args.block_size not in (16, 32, 64, 128, 256):
+    if args.command in ("bench", "eval", "needle", "sensitivity") and args.block_size not in (16, 32, 64, 128, 256):
         raise UserError(f"--block-size must be a power of two in 16..256, got {args.block_size}")
     return args.fn(args)
 

@@ -33,6 +33,8 @@ class PatchState:
     densities: list[float] = field(default_factory=list)
     capture: dict[int, Any] | None = None  # layer_idx -> prefill (q, k, v), filled when not None
     capture_layers: set[int] | None = None  # which layers to capture (None = all)
+    layer_cfgs: dict[int, SparseConfig] | None = None  # per-layer configs (layer_idx -> cfg)
+    layer_densities: dict[int, float] = field(default_factory=dict)  # measured, last prefill
 
 
 def _attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
@@ -56,9 +58,17 @@ def _attention(module, query, key, value, attention_mask, scaling=None, dropout=
     from .core import block_density
     from .sparse import sparse_prefill_attention
 
-    out, mask = sparse_prefill_attention(query, key, value, state.cfg, scale=scaling, return_mask=True)
+    layer = getattr(module, "layer_idx", None)
+    cfg = (state.layer_cfgs or {}).get(layer, state.cfg)
+    if cfg.method == "dense":  # every block: the model's own SDPA path computes the same
+        state.calls_dense += 1
+        state.layer_densities[layer] = 1.0
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                      scaling=scaling, **kwargs)
+    out, mask = sparse_prefill_attention(query, key, value, cfg, scale=scaling, return_mask=True)
     state.calls_sparse += 1
-    state.densities.append(float(block_density(mask, t, s, state.cfg.block_size).mean()))
+    state.densities.append(float(block_density(mask, t, s, cfg.block_size).mean()))
+    state.layer_densities[layer] = state.densities[-1]
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -76,7 +86,8 @@ def _attention_modules(model) -> list:
 
 
 def patch(model, method: str = "unisparse", density: float | None = 0.25, *,
-          min_seq_len: int | None = None, cfg: SparseConfig | None = None, **overrides):
+          min_seq_len: int | None = None, cfg: SparseConfig | None = None,
+          layer_cfgs: dict | None = None, **overrides):
     """Make ``model`` (a transformers causal LM) use sparse attention for long prefills.
 
     Args:
@@ -85,6 +96,8 @@ def patch(model, method: str = "unisparse", density: float | None = 0.25, *,
             (``1.0`` keeps every block and reproduces dense attention); other ``SparseConfig``
             fields as keyword overrides (``tau=0.95``, ``block_size=128``...).
         min_seq_len: prefills shorter than this stay dense (default: 2 blocks).
+        layer_cfgs: optional ``{layer_idx: SparseConfig}`` used instead of the shared config
+            in those layers (per-layer budgets, MInference's per-layer head patterns).
 
     Returns the same model, patched in place (``unpatch(model)`` restores it).
     """
@@ -105,7 +118,8 @@ def patch(model, method: str = "unisparse", density: float | None = 0.25, *,
     prior = getattr(model, "_unisparse_state", None)
     if prior is not None:  # re-patching keeps the true original
         original = prior.original
-    state = PatchState(cfg, min_seq_len or 2 * cfg.block_size, original)
+    layer_cfgs = {int(i): validate(c, tuple(METHODS)) for i, c in (layer_cfgs or {}).items()}
+    state = PatchState(cfg, min_seq_len or 2 * cfg.block_size, original, layer_cfgs=layer_cfgs)
     for m in mods:
         m._unisparse = state
     _set_impl(model, NAME)
