@@ -44,13 +44,14 @@ def documents(tok, length: int, n: int, seed: int, offset: int = 0):
     return out
 
 
-def prefill_and_decode(model, ids, new_tokens: int):
-    """One prefill (logits of the prompt) and greedy decoding with the KV cache."""
+def prefill_and_decode(model, ids, new_tokens: int, keep: int = 0):
+    """One prefill (logits of the prompt; of its last ``keep`` positions only when ``keep`` > 0)
+    and greedy decoding with the KV cache."""
     import torch
 
     x = torch.tensor([ids], device=model.device)
     with torch.no_grad():
-        out = model(x, use_cache=True)
+        out = model(x, use_cache=True, logits_to_keep=keep)
         logits = out.logits[0].float()
         past, nxt, gen = out.past_key_values, logits[-1].argmax(), []
         for _ in range(new_tokens):

@@ -46,18 +46,9 @@ def dev_patterns(model, tok, *, length: int, block: int, density: float, seed: i
 def prefill_decode(model, ids, new_tokens: int, keep: int = 64):
     """Greedy decoding after one prefill; the logits of the last ``keep`` prompt positions only
     (the lm-head over the whole prompt would cost a fifth of a 1k-token prefill)."""
-    import torch
+    from .e2e import prefill_and_decode
 
-    x = torch.tensor([ids], device=model.device)
-    with torch.no_grad():
-        out = model(x, use_cache=True, logits_to_keep=keep)
-        logits = out.logits[0].float()
-        past, nxt, gen = out.past_key_values, logits[-1].argmax(), []
-        for _ in range(new_tokens):
-            gen.append(int(nxt))
-            step = model(nxt.view(1, 1), past_key_values=past, use_cache=True)
-            past, nxt = step.past_key_values, step.logits[0, -1].argmax()
-    return logits, gen
+    return prefill_and_decode(model, ids, new_tokens, keep=keep)
 
 
 def run_documents(model, tok, docs, methods, *, block: int, density: float, new_tokens: int,
