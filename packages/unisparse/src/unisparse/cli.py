@@ -266,6 +266,41 @@ def cmd_sensitivity(args) -> int:
     return 0
 
 
+def cmd_tau_sweep(args) -> int:
+    from .sweep import SWEEP_ARMS, tau_sweep_study
+
+    bad = [a for a in args.methods if a not in SWEEP_ARMS]
+    if bad:
+        raise UserError(f"unknown method {bad[0]!r} (choose from {', '.join(SWEEP_ARMS)})")
+    if not all(math.isfinite(t) and 0 < t < 1 for t in args.targets):
+        raise UserError(f"--targets must lie in (0, 1), got {args.targets}")
+    if args.length < 4 * args.block_size or not 1 <= args.docs <= 1000:
+        raise UserError("--length must be at least 4 blocks and --docs in [1, 1000]")
+    _check_out(args.out, args.force)
+    import torch
+
+    from .e2e import log
+    from .needle import load
+
+    torch.set_num_threads(1)
+    model, tok = load(args.model, args.dtype, args.seed)
+    layers = tuple(args.layers)
+    n_layers = model.config.num_hidden_layers
+    if not all(0 <= li < n_layers for li in layers):
+        raise UserError(f"--layers must lie in [0, {n_layers - 1}], got {list(layers)}")
+    res = tau_sweep_study(model, tok, length=args.length, block=args.block_size, layers=layers,
+                          test_docs=args.docs, seed=args.seed, targets=tuple(args.targets),
+                          arms=tuple(args.methods), log=log)
+    print(f"{'method':<14} {'target':>6} {'density':>8} {'95% CI (docs)':>16}  per layer")
+    for arm, by in res["summary"].items():
+        for tgt, c in by.items():
+            ci = f"[{c['ci95'][0]:.3f}, {c['ci95'][1]:.3f}]" if c["ci95"] else "-"
+            lay = " ".join(f"{li}:{v:.3f}" for li, v in c["per_layer"].items())
+            print(f"{arm:<14} {tgt:>6} {c['mean']:>8.3f} {ci:>16}  {lay}")
+    _write_json(args.out, res)
+    return 0
+
+
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog=NAME, description="UniSparse: training-free sparse prefill "
                                 "attention from multi-granularity composite tokens (ICML 2026).")
@@ -338,6 +373,23 @@ def build_parser() -> ArgumentParser:
     sv.add_argument("--force", action="store_true", help="overwrite --out")
     sv.set_defaults(fn=cmd_sensitivity)
 
+    ts = sub.add_parser("tau-sweep", help="density each method needs (its own knob swept) to "
+                        "reach last-row recall targets on captured Q/K/V")
+    ts.add_argument("--model", default="smollm2", help="local HF folder, 'smollm2' or 'tiny'")
+    ts.add_argument("--length", type=int, default=4096)
+    ts.add_argument("--docs", type=int, default=2, help="test documents")
+    ts.add_argument("--layers", type=int, nargs="+", default=[2, 8, 14])
+    ts.add_argument("--targets", type=float, nargs="+", default=[0.8, 0.9, 0.95])
+    ts.add_argument("--methods", nargs="+", default=["unisparse", "unisparse_tau", "xattention",
+                                                     "flexprefill", "minference", "ashape",
+                                                     "oracle", "oracle_tau"])
+    ts.add_argument("--block-size", type=int, default=64)
+    ts.add_argument("--dtype", choices=DTYPES, default="fp32")
+    ts.add_argument("--seed", type=int, default=0)
+    ts.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    ts.add_argument("--force", action="store_true", help="overwrite --out")
+    ts.set_defaults(fn=cmd_tau_sweep)
+
     r = sub.add_parser("reproduce", help="the paper's claims at smoke/quick/full scale")
     add_reproduce_arguments(r)
     r.set_defaults(fn=lambda a: reproduce_from_args([NAME], a))
@@ -347,7 +399,7 @@ def build_parser() -> ArgumentParser:
 @cli_entry(NAME)
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command in ("bench", "eval", "needle", "sensitivity") and args.block_size not in (16, 32, 64, 128, 256):
+    if args.command in ("bench", "eval", "needle", "sensitivity", "tau-sweep") and args.block_size not in (16, 32, 64, 128, 256):
         raise UserError(f"--block-size must be a power of two in 16..256, got {args.block_size}")
     return args.fn(args)
 
