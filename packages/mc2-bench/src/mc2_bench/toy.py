@@ -239,11 +239,15 @@ def vision_sources(cfg: ToyConfig, seed: int) -> set[int]:
 
 
 def train_toy(cfg: ToyConfig, images: np.ndarray, labels: np.ndarray, seed: int = 0,
-              progress=None) -> ToyVLM:
-    """Train on the given (train-split) digits with the mix of config.mix; deterministic per seed."""
-    torch.manual_seed(seed)
-    rng = np.random.default_rng(seed)
-    model = ToyVLM(cfg)
+              progress=None, init: ToyVLM | None = None, round_: int = 0) -> ToyVLM:
+    """Train on the given (train-split) digits with the mix of config.mix; deterministic per seed.
+
+    ``init``: continue training that toy (same config and vision sources) for ``cfg.steps`` more
+    steps with a fresh optimizer and a new warm-up + cosine cycle (a warm restart [R]); ``round_``
+    (1, 2, ...) varies the batches drawn in each such round."""
+    torch.manual_seed(seed + 1009 * round_)
+    rng = np.random.default_rng(seed + 1009 * round_)
+    model = ToyVLM(cfg) if init is None else init.train()
     opt = _Adam(list(model.parameters()))
     vis = vision_sources(cfg, seed)
     modes = ("single", "base_image", "base_text", "icc")
