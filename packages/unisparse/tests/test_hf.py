@@ -13,15 +13,6 @@ from unisparse.io import patch_state
 transformers = pytest.importorskip("transformers")
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=96,
-                                   num_hidden_layers=2, num_attention_heads=4,
-                                   num_key_value_heads=2, max_position_embeddings=512)
-    return transformers.LlamaForCausalLM(cfg).eval()
-
-
 @pytest.fixture
 def ids():
     return torch.randint(0, 96, (1, 150), generator=torch.Generator().manual_seed(1))

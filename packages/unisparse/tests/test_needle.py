@@ -15,15 +15,6 @@ from unisparse.needle import run_documents, summarize, wilson
 transformers = pytest.importorskip("transformers")
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=96,
-                                   num_hidden_layers=2, num_attention_heads=4,
-                                   num_key_value_heads=2, max_position_embeddings=512)
-    return transformers.LlamaForCausalLM(cfg).eval()
-
-
 def _docs(n=1, length=192):
     g = torch.Generator().manual_seed(3)
     return [(torch.randint(3, 96, (length,), generator=g).tolist(), "00000", (40, 48))

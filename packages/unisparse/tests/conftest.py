@@ -1,0 +1,17 @@
+"""Fixtures shared by the unisparse tests."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """A random 2-layer Llama (GQA: 4 query heads, 2 KV heads), the same in every module."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=96,
+                                   num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, max_position_embeddings=512)
+    return transformers.LlamaForCausalLM(cfg).eval()
