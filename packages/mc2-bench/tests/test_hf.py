@@ -64,16 +64,18 @@ def test_letter_logprob_equals_hand_computation(setup, fam, mode):
             assert rec["prompt"] == ad.chat_prompt(it, mode, order)
 
 
-@pytest.mark.parametrize("fam", FAMILIES)
-def test_option_logprob_equals_scoring_prompt_plus_option(setup, fam):
+@pytest.mark.parametrize("fam,mode", [("llava", "single"), ("idefics3", "single"), ("llava", "base_text")])
+def test_option_logprob_equals_scoring_prompt_plus_option(setup, fam, mode):
     _, items, ads = setup
     ad = ads[fam]
-    recs = ad.answer(items, "single", 1, "option-logprob")
+    recs = ad.answer(items, mode, 1, "option-logprob")
     for it, rec in zip(items, recs):
+        if mode == "base_text":  # the context (and so the text's digit) reaches the prompt, no image
+            assert it.context in rec["prompt"] and "<image>" not in rec["prompt"]
         want = []
         for opt in options(it, 1):
             oid = ad.tok.encode(opt, add_special_tokens=False)
-            lp, ids = _hand(ad, it, "single", 1, oid)
+            lp, ids = _hand(ad, it, mode, 1, oid)
             n = len(ids) - len(oid)
             want.append(sum(float(lp[n - 1 + j, oid[j]]) for j in range(len(oid))))
         assert rec["scores"] == pytest.approx(want, abs=5e-4)

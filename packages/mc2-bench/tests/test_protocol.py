@@ -124,3 +124,46 @@ def test_load_mc2_reads_both_spellings_and_coco_paths(tmp_path):
     items = load_mc2(path, tmp_path)
     assert items[0].image.endswith("val2014/COCO_val2014_000000000042.jpg")
     assert (items[1].answer_vision, items[1].answer_text, items[1].context) == ("one", "two", "c2")
+
+
+class Reader:
+    """A mock adapter that answers from what its prompt shows: the option named by the text
+    context when there is one (base_text), the image's answer (an oracle by item id) otherwise."""
+
+    def __init__(self, items):
+        self.seen = {it.id: it.answer_vision for it in items}
+
+    def answer(self, items, mode, order, answer_mode="letter", follow=None):
+        import re
+
+        out = []
+        for it in items:
+            text = prompt_text(it, mode, order, follow)
+            m = re.search(r"Text context: .* is (\w+)\.", text)
+            said = m.group(1) if m else self.seen[it.id]
+            out.append({"letter": "AB"[options(it, order).index(said)], "text": said, "prompt": text})
+        return out
+
+
+def test_single_modality_accuracy_is_one_for_a_model_that_reads_each_modality():
+    # the text answer must reach base_text prompts and map back to "text" in both orders (a
+    # swapped label mapping or a prompt without the context scores 0.5 or 0 here)
+    from mc2_bench.protocol import single_modality_scores
+
+    assert evaluate(Reader(ITEMS), ITEMS, "base_text")["text_ratio"] == 1.0
+    assert evaluate(Reader(ITEMS), ITEMS, "base_image")["vision_ratio"] == 1.0
+    assert single_modality_scores(Reader(ITEMS), ITEMS, "option-logprob").tolist() == [1.0] * len(ITEMS)
+
+
+def test_flip_alpha_rule_takes_the_smallest_alpha_that_shifts_within_the_accuracy_cost():
+    from mc2_bench.core import choose_flip_alpha
+
+    rows = [dict(alpha=a, vision_ratio=v, single_accuracy=c) for a, v, c in
+            [(0.0, 0.5, 0.99), (0.1, 0.6, 0.99), (0.2, 0.8, 0.95), (0.3, 0.9, 0.98), (0.4, 1.0, 0.90)]]
+    f = choose_flip_alpha(rows)
+    assert f["alpha"] == 0.3 and f["within_cost"] and f["shifted"]  # 0.2 shifts but costs 4 points
+    rows[3]["single_accuracy"] = 0.9  # no alpha keeps the cost: the smallest that shifts
+    f = choose_flip_alpha(rows)
+    assert f["alpha"] == 0.2 and not f["within_cost"]
+    f = choose_flip_alpha([dict(r, vision_ratio=0.5 + 0.01 * r["alpha"]) for r in rows])
+    assert f["alpha"] == 0.4 and not f["shifted"]  # nothing shifts: the largest shift

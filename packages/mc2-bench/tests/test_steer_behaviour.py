@@ -2,7 +2,11 @@
 (2 layers, 400 steps, seconds), the answer-contrast direction fitted on the text-context tokens
 and added there moves the vision ratio toward vision for alpha > 0 and toward text for alpha < 0.
 Switching the hook off, flipping the direction's sign, or steering at all positions instead
-(where this toy does not decide) fails these tests."""
+(where this toy does not decide) fails these tests.
+
+``slow`` since 0.2.5: ``test_steer_late.py`` covers the same properties by default on the late toy
+that ``quick`` steers (the signed direction at the context tokens and at all positions, a
+flipped sign, a random direction, only the named positions touched)."""
 
 from __future__ import annotations
 
@@ -15,6 +19,8 @@ from mc2_bench.experiments import _split
 from mc2_bench.io import digits_items
 from mc2_bench.protocol import alpha_sweep, hidden_pairs, state_position
 from mc2_bench.toy import load_digits, train_toy
+
+pytestmark = pytest.mark.slow
 
 POS = "context"
 

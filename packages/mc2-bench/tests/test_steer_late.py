@@ -14,7 +14,7 @@ from mc2_bench.baselines import direction
 from mc2_bench.config import ToyConfig
 from mc2_bench.experiments import _split
 from mc2_bench.io import digits_items
-from mc2_bench.protocol import alpha_sweep, hidden_pairs
+from mc2_bench.protocol import alpha_sweep, amps_stats, hidden_pairs
 from mc2_bench.toy import N_PATCH, ToyVLM, load_digits, train_toy
 
 LAYER = 2  # the gather layer's output: what the deciding last layer reads with
@@ -47,7 +47,9 @@ def trained():
     ad = ToyAdapter(train_toy(cfg, X[tr], y[tr], seed=0), images.__getitem__)
     dev, test = [p[0] for p in dev_p], [p[0] for p in test_p]
     hv, ht = hidden_pairs(ad, dev, LAYER, "answer")  # last prompt position, fitted on dev
-    return ad, test, direction("diffmean", hv, ht, 0), hv.shape[1]
+    v = direction("diffmean", hv, ht, 0)
+    cv, ct = hidden_pairs(ad, dev, 0, "answer", at="context")  # what quick chooses on dev (0.2.5)
+    return ad, test, v, hv.shape[1], amps_stats(hv, ht, v), direction("diffmean", cv, ct, 0)
 
 
 def _sweep(ad, test, v):
@@ -56,7 +58,7 @@ def _sweep(ad, test, v):
 
 
 def test_the_late_toy_is_steered_in_the_signed_direction(trained):
-    ad, test, v, _ = trained
+    ad, test, v, _, _, _ = trained
     (neg, zero, pos), rows = _sweep(ad, test, v)
     assert pos >= zero + 0.25 and neg <= zero - 0.25, (neg, zero, pos)
     assert rows[2]["hook"]["touched_positions"][LAYER] > 0 and rows[1]["hook"]["touched_positions"][LAYER] == 0
@@ -65,7 +67,32 @@ def test_the_late_toy_is_steered_in_the_signed_direction(trained):
 
 
 def test_a_random_direction_does_not_steer_the_late_toy(trained):
-    ad, test, v, d = trained
+    ad, test, v, d, _, _ = trained
     r = np.random.default_rng(5).standard_normal(d)
     (neg, zero, pos), _ = _sweep(ad, test, r)
     assert abs(pos - neg) < 0.15 and abs(pos - zero) < 0.15, (neg, zero, pos)
+
+
+def test_amps_steers_the_late_toy_toward_vision_and_the_sign_matters(trained):
+    # per-instance scaling must keep the shift (a flipped weight sign or an unclipped w would not)
+    ad, test, v, _, stats, _ = trained
+    rows = alpha_sweep(ad, test, [LAYER], v, (0.0, 0.6), positions="all", adaptive="amps",
+                       amps_stats=stats, accuracy=False)
+    zero, pos = (r["vision_ratio"] for r in rows)
+    assert pos >= zero + 0.25, (zero, pos)
+    rows = alpha_sweep(ad, test, [LAYER], v, (0.0, -0.6), positions="all", adaptive="amps",
+                       amps_stats=stats, accuracy=False)
+    zero, neg = (r["vision_ratio"] for r in rows)
+    assert neg <= zero - 0.25, (zero, neg)
+
+
+def test_the_context_tokens_at_layer_0_steer_it_too_and_only_they_are_touched(trained):
+    ad, test, _, _, _, vc = trained
+    rows = alpha_sweep(ad, test, [0], vc, (-0.6, 0.0, 0.6), positions="context", accuracy=False)
+    neg, zero, pos = (r["vision_ratio"] for r in rows)
+    assert pos >= zero + 0.25 and neg <= zero - 0.25, (neg, zero, pos)
+    assert rows[2]["hook"]["positions"] == "context" and rows[1]["hook"]["touched_positions"][0] == 0
+    assert rows[2]["hook"]["touched_positions"][0] == 3 * 2 * len(test)  # CTX, source, digit; 2 orders
+    rows = alpha_sweep(ad, test, [0], -vc, (-0.6, 0.0, 0.6), positions="context", accuracy=False)
+    neg, zero, pos = (r["vision_ratio"] for r in rows)  # a flipped sign: the other way
+    assert pos <= zero - 0.25 and neg >= zero + 0.25, (neg, zero, pos)

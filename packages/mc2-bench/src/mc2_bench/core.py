@@ -126,9 +126,17 @@ def diffmean_direction(h_vision: np.ndarray, h_text: np.ndarray) -> np.ndarray:
 
 
 def pca_direction(h_vision: np.ndarray, h_text: np.ndarray) -> np.ndarray:
-    """Top principal component of the paired differences, signed toward vision [R]."""
-    d = np.asarray(h_vision, float) - np.asarray(h_text, float)
-    _, _, vt = np.linalg.svd(d, full_matrices=False)  # uncentred: the mean shift dominates
+    """Top principal component of the paired differences, signed toward vision [R]. Unpaired
+    groups of different sizes (the ``answer`` contrast) use the top PC of the pooled states
+    (centred on their pooled mean), signed toward the vision group [R]."""
+    hv, ht = np.asarray(h_vision, float), np.asarray(h_text, float)
+    if hv.shape == ht.shape:
+        d = hv - ht
+        _, _, vt = np.linalg.svd(d, full_matrices=False)  # uncentred: the mean shift dominates
+    else:
+        x = np.concatenate([hv, ht])
+        _, _, vt = np.linalg.svd(x - x.mean(0), full_matrices=False)
+        d = hv.mean(0, keepdims=True) - ht.mean(0, keepdims=True)
     v = vt[0]
     return v if float(d.mean(0) @ v) >= 0 else -v
 
@@ -207,3 +215,27 @@ def monotone_share(xs: Sequence[float]) -> float:
     """Share of consecutive steps of a sweep that do not go down (1 = monotone non-decreasing)."""
     d = np.diff(np.asarray(xs, float))
     return float((d >= -1e-12).mean()) if d.size else 1.0
+
+
+def choose_flip_alpha(rows: Sequence[dict], shift: float = 0.25, max_cost: float = 0.02) -> dict:
+    """The dev rule for the alpha that "flips" the preference [R] (0.2.5): the smallest alpha whose
+    vision ratio moved by >= ``shift`` from alpha = 0 (toward vision for alpha > 0) AND whose
+    single-modality accuracy fell by <= ``max_cost``; if no alpha keeps the cost, the smallest
+    alpha that shifts (its cost reported); if none shifts, the alpha that shifts most.
+    ``rows``: dicts with ``alpha``, ``vision_ratio``, ``single_accuracy`` (one at alpha = 0).
+    Returns {"alpha", "shift", "cost", "within_cost", "shifted"}."""
+    zero = next(r for r in rows if r["alpha"] == 0.0)
+    pos = sorted((r for r in rows if r["alpha"] > 0), key=lambda r: r["alpha"])
+    if not pos:
+        raise ValueError("the flip rule needs positive alphas")
+
+    def info(r):
+        s = r["vision_ratio"] - zero["vision_ratio"]
+        c = zero["single_accuracy"] - r["single_accuracy"]
+        return {"alpha": r["alpha"], "shift": s, "cost": c, "within_cost": c <= max_cost + 1e-12,
+                "shifted": s >= shift - 1e-12}
+    cands = [info(r) for r in pos]
+    for pick in ([c for c in cands if c["shifted"] and c["within_cost"]], [c for c in cands if c["shifted"]]):
+        if pick:
+            return pick[0]
+    return max(cands, key=lambda c: c["shift"])

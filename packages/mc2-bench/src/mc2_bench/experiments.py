@@ -31,7 +31,8 @@ from .toy import load_digits, train_toy
 CFG = {
     "smoke": dict(prefs=(0.5,), steps=8, batch=16, n_dev=12, n_test=16, alphas=(-1.0, 0.0, 1.0),
                   layers=(2,), steer_pref=0.5, directions=("diffmean", "random"), probes=False,
-                  contrasts=("instruction", "answer"), positions=("all", "context"), arch="late"),
+                  contrasts=("instruction", "answer"), positions=("all", "context"), arch="late",
+                  flip_alphas=(0.5, 1.0), flip_shift=0.25, max_cost=0.02, score_tol=0.05),
     "quick": dict(prefs=(0.2, 0.5, 0.8), steps=600, batch=64, n_dev=100, n_test=200,
                   restarts=2, restart_steps=250,  # train to the dev targets, <= 1100 steps (0.2.4)
                   # the late toy (0.2.3) and an alpha grid of +-0.6, both chosen on the 100 dev items
@@ -39,7 +40,11 @@ CFG = {
                   alphas=(-0.6, -0.4, -0.2, 0.0, 0.2, 0.4, 0.6), layers=(0, 1, 2, 3), steer_pref=0.5,
                   directions=("diffmean", "pca", "probe", "random"), probes=True,
                   contrasts=("instruction", "answer"),
-                  positions=("all", "text_tokens", "image_tokens", "context"), arch="late"),
+                  positions=("all", "text_tokens", "image_tokens", "context"), arch="late",
+                  # 0.2.5: the flip alpha's dev rule (core.choose_flip_alpha) on a fine positive grid,
+                  # among the candidates within score_tol of the best dev movement
+                  flip_alphas=tuple(round(0.05 * k, 2) for k in range(1, 13)), flip_shift=0.25,
+                  max_cost=0.02, score_tol=0.05),
 }
 
 
@@ -203,14 +208,14 @@ def _claims_preference(res: Results, cfg: dict, worst: dict) -> None:
 
 
 def _steering(res: Results, cfg: dict, ad, dev, test, seed: int) -> None:
-    from .core import monotone_share
+    from .core import choose_flip_alpha, monotone_share
     from .protocol import direction_and_stats, state_position
     from .steer_report import steering_claims
 
-    alphas = cfg["alphas"]
-    # positions, contrast and layer chosen on dev: the dev sweep of the diffmean direction (fitted
-    # on the positions it steers, protocol.state_position) whose vision ratio moves furthest
-    # toward vision from the lowest to the highest alpha, weighted by its monotone share
+    alphas, fine = cfg["alphas"], (0.0, *cfg["flip_alphas"])
+    # 1. movement on dev: for each positions x contrast x layer, the dev sweep of the diffmean
+    # direction (fitted on the positions it steers, protocol.state_position); score = movement
+    # toward vision from the lowest to the highest alpha x its monotone share
     cand = {}
     for pos in cfg["positions"]:
         for contrast in cfg["contrasts"]:
@@ -228,18 +233,38 @@ def _steering(res: Results, cfg: dict, ad, dev, test, seed: int) -> None:
                 rows = alpha_sweep(ad, dev, [L], v, alphas, positions=pos, accuracy=False)
                 vr = [r["vision_ratio"] for r in rows]
                 score = (vr[-1] - vr[0]) * monotone_share(vr)
-                cand[(pos, contrast, L)] = (score, rows, hv, ht)
+                cand[(pos, contrast, L)] = (score, hv, ht)
                 res.add("steer_dev", key, f"score_layer{L}", score, vision_ratios=vr)
-    positions, contrast, layer = max(cand, key=lambda k: cand[k][0])
-    _, dev_rows, hv, ht = cand[(positions, contrast, layer)]
-    base = next(r["vision_ratio"] for r in dev_rows if r["alpha"] == 0.0)
-    pos = [r for r in dev_rows if r["alpha"] > 0]
-    flip = next((r["alpha"] for r in pos if r["vision_ratio"] >= base + 0.25), pos[-1]["alpha"])
+    # 2. accuracy on dev (0.2.5): every candidate within cfg["score_tol"] of the best movement gets a
+    # fine positive alpha sweep with single-modality accuracy; its flip alpha is the smallest that
+    # shifts the dev vision ratio by >= 0.25 with a dev accuracy cost <= 2 points
+    # (core.choose_flip_alpha); the candidate with the smallest dev cost there wins (ties: movement)
+    best = max(c[0] for c in cand.values())
+    near = [k for k in cand if cand[k][0] >= best - cfg["score_tol"]]
+    flips = {}
+    for k in near:
+        pos, contrast, L = k
+        v = direction("diffmean", cand[k][1], cand[k][2], seed)
+        rows = alpha_sweep(ad, dev, [L], v, fine, positions=pos)
+        flips[k] = choose_flip_alpha(rows, cfg["flip_shift"], cfg["max_cost"])
+        res.add("steer_dev", f"diffmean_{contrast}_{pos}", f"flip_cost_layer{L}", flips[k]["cost"],
+                flip=flips[k], vision_ratios=[r["vision_ratio"] for r in rows],
+                single_accuracy=[r["single_accuracy"] for r in rows], alphas=list(fine))
+    key = min(near, key=lambda k: (not flips[k]["shifted"], max(flips[k]["cost"], cfg["max_cost"]),
+                                   -cand[k][0], flips[k]["alpha"]))
+    positions, contrast, layer = key
+    _, hv, ht = cand[key]
+    flip = flips[key]["alpha"]
     res.add("steer_dev", "diffmean", "chosen_layer", layer, contrast=contrast, positions=positions)
     for p in cfg["positions"]:
         res.add("steer_dev", "diffmean", f"chosen_positions_is_{p}", float(positions == p))
     res.add("steer_dev", "diffmean", "chosen_contrast_is_answer", float(contrast == "answer"))
-    res.add("steer_dev", "diffmean", "flip_alpha", flip)
+    res.add("steer_dev", "diffmean", "flip_alpha", flip, **flips[key])
+    # 3. AMPS with its own dev-chosen alpha (the same rule on its own fine dev sweep)
+    v_dm, stats = direction_and_stats(hv, ht, "diffmean", seed)
+    rows = alpha_sweep(ad, dev, [layer], v_dm, fine, positions=positions, adaptive="amps", amps_stats=stats)
+    flip_a = choose_flip_alpha(rows, cfg["flip_shift"], cfg["max_cost"])
+    res.add("steer_dev", "diffmean_amps", "flip_alpha", flip_a["alpha"], **flip_a)
     sweeps = {}
     for name in cfg["directions"]:
         v = direction(name, hv, ht, seed)
@@ -249,12 +274,17 @@ def _steering(res: Results, cfg: dict, ad, dev, test, seed: int) -> None:
                     layers=r["hook"]["layers"], positions=r["hook"]["positions"],
                     touched=r["hook"]["touched_positions"], contrast=contrast)
             res.add("steer_test", name, f"single_accuracy_alpha{r['alpha']:+g}", r["single_accuracy"])
-    v, stats = direction_and_stats(hv, ht, "diffmean", seed)
-    amps = {a: alpha_sweep(ad, test, [layer], v, [a], positions=positions, adaptive="amps",
-                           amps_stats=stats)[0] for a in (0.0, flip)}
+    uniform = next((r for r in sweeps["diffmean"] if r["alpha"] == flip), None) or alpha_sweep(
+        ad, test, [layer], v_dm, [flip], positions=positions)[0]
+    if uniform not in sweeps["diffmean"]:
+        res.add("steer_test", "diffmean", f"vision_ratio_alpha{flip:+g}", uniform["vision_ratio"],
+                touched=uniform["hook"]["touched_positions"])
+        res.add("steer_test", "diffmean", f"single_accuracy_alpha{flip:+g}", uniform["single_accuracy"])
+    amps = {a: alpha_sweep(ad, test, [layer], v_dm, [a], positions=positions, adaptive="amps",
+                           amps_stats=stats)[0] for a in (0.0, flip_a["alpha"])}
     for a, r in amps.items():
         res.add("steer_test", "diffmean_amps", f"vision_ratio_alpha{a:+g}", r["vision_ratio"],
                 layers=r["hook"]["layers"], positions=r["hook"]["positions"],
                 touched=r["hook"]["touched_positions"])
         res.add("steer_test", "diffmean_amps", f"single_accuracy_alpha{a:+g}", r["single_accuracy"])
-    steering_claims(res, sweeps, amps, flip, layer, contrast, positions)
+    steering_claims(res, sweeps, uniform, amps, flip_a["alpha"], layer, contrast, positions)
