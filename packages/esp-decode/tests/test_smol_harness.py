@@ -1,7 +1,9 @@
 """The SmolLM2 harness (dev choice, timed side-by-side test, claims) on a tiny random Llama."""
 
 import numpy as np
+import pytest
 from esp_decode import smol
+from esp_decode.core import ratio_interval
 from esp_decode.experiments import _claims
 
 from icml26_shared import Results
@@ -25,3 +27,20 @@ def test_harness_chooses_on_dev_times_every_drafter_and_checks_claims(tiny_llama
     _claims(res, out, "smollm2")
     assert [c.claim_id for c in res.claims][-1] == "throughput"
     assert res.claims[-1].ours is not None and res.claims[-1].held is not None
+    by_id = {c.claim_id: c for c in res.claims}
+    for cid, base, regime in (("esp_vs_pld", "pld", "all"), ("esp_vs_lade", "lade", "all"),
+                              ("esp_open_vs_pld", "pld", "open"), ("esp_open_vs_lade", "lade", "open")):
+        c = by_id[cid]   # each baseline on its own: target = 1.1 x that baseline's mean on the same prompts
+        want = 1.1 * np.mean([v for r in (out["regimes"] if regime == "all" else [regime])
+                              for v in out["arms"][base][r]["mal"]])
+        assert c.baseline == pytest.approx(want) and "ratio" in c.note, cid
+
+
+def test_ratio_interval_is_paired_and_brackets_the_ratio():
+    a, b = np.array([1.2, 1.3, 1.1, 1.5, 1.4]), np.array([1.0, 1.1, 1.0, 1.2, 1.3])
+    r, lo, hi = ratio_interval(a, b)
+    assert r == pytest.approx(a.mean() / b.mean()) and lo < r < hi
+    # pairing matters: the same values unpaired (b shuffled) give a wider interval
+    _, lo2, hi2 = ratio_interval(a, b[[4, 3, 2, 1, 0]])
+    assert hi2 - lo2 > hi - lo
+    assert ratio_interval([2.0], [1.0]) == (2.0, 2.0, 2.0)

@@ -207,3 +207,29 @@ def verify_sampling(tree: Tree, probs: torch.Tensor, generator: torch.Generator)
 def mean_accepted_length(new_tokens: int, calls: int) -> float:
     """(new tokens − 1) ÷ (model calls − 1): the prefill's token is not drafted; AR gives 1.0."""
     return float("nan") if calls <= 1 else (new_tokens - 1) / (calls - 1)
+
+
+def ratio_interval(a, b, confidence: float = 0.95, n_resamples: int = 9999, seed: int = 0) -> tuple[float, float, float]:
+    """mean(a) / mean(b) and its paired bootstrap interval (BCa over the units, e.g. prompts, that
+    ``a`` and ``b`` share; percentile where BCa is undefined; collapsed with < 2 pairs)."""
+    import warnings
+
+    from scipy.stats import bootstrap
+
+    a, b = np.asarray(a, dtype=float).ravel(), np.asarray(b, dtype=float).ravel()
+    r = float(a.mean() / b.mean())
+    if a.size < 2 or (np.ptp(a) == 0 and np.ptp(b) == 0):
+        return r, r, r
+
+    def stat(x, y, axis=-1):
+        return x.mean(axis=axis) / y.mean(axis=axis)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for method in ("BCa", "percentile"):
+            ci = bootstrap((a, b), stat, paired=True, vectorized=True, confidence_level=confidence,
+                           n_resamples=n_resamples, method=method, random_state=np.random.default_rng(seed))
+            lo, hi = float(ci.confidence_interval.low), float(ci.confidence_interval.high)
+            if np.isfinite(lo) and np.isfinite(hi):
+                return r, lo, hi
+    return r, r, r
