@@ -78,13 +78,32 @@ def test_summary_statistics():
     (["needle", "--methods", "xattention"], "include 'unisparse'"),
     (["needle", "--density", "1"], "--density must lie in (0, 1)"),
     (["needle", "--length", "64"], "at least 4 blocks"),
-    (["needle", "--workers", "0"], "--workers in [1, 16]"),
+    (["needle", "--workers", "0"], "--workers must lie in [1, 16]"),
     (["needle", "--model", "/nonexistent/model"], "not a Hugging Face model folder"),
+    (["needle", "--docs", "0"], "--docs must lie in [1, 10000]"),
+    (["sensitivity", "--density", "nan"], "--density must lie in (0, 1)"),
+    (["sensitivity", "--length", "100"], "at least 4 blocks (128)"),
+    (["sensitivity", "--method", "dense"], "unknown method 'dense'"),
+    (["sensitivity", "--docs", "1001"], "--docs must lie in [1, 1000]"),
+    (["tau-sweep", "--targets", "0.9", "1"], "--targets must lie in (0, 1)"),
+    (["tau-sweep", "--methods", "nope"], "unknown method 'nope'"),
+    (["tau-sweep", "--length", "200"], "at least 4 blocks (256)"),
+    (["tau-sweep", "--block-size", "48"], "--block-size must be a power of two"),
 ])
-def test_needle_user_errors(argv, msg, capsys):
-    assert main(argv) == 2
+def test_study_user_errors(argv, msg, capsys, tmp_path):
+    out = tmp_path / "o.json"
+    assert main([*argv, "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and msg in err[0]
+    assert len(err) == 1 and err[0].startswith("unisparse: error: ") and msg in err[0]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("cmd", ["needle", "sensitivity", "tau-sweep"])
+def test_study_out_is_not_overwritten(cmd, capsys, tmp_path):
+    out = tmp_path / "o.json"
+    out.write_text("keep")
+    assert main([cmd, "--model", "tiny", "--out", str(out)]) == 2
+    assert out.read_text() == "keep" and "exists" in capsys.readouterr().err
 
 
 def test_one_layer_at_a_time_sparsifies_only_that_layer(tiny):

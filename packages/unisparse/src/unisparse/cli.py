@@ -10,6 +10,8 @@ from pathlib import Path
 from icml26_shared import UserError, cli_entry
 from icml26_shared.cli import ArgumentParser, add_reproduce_arguments, reproduce_from_args
 
+from .io import load_model
+
 NAME = "unisparse"
 METHOD_NAMES = ("unisparse", "dense", "xattention", "flexprefill", "minference", "minference_vs",
                 "ashape", "oracle", "random")
@@ -35,60 +37,52 @@ def _write_json(path: Path | None, data) -> None:
     print(f"wrote {path}")
 
 
+def _check_names(names, allowed, what: str = "method") -> None:
+    bad = [m for m in names if m not in allowed]
+    if bad:
+        raise UserError(f"unknown {what} {bad[0]!r} (choose from {', '.join(allowed)})")
+
+
+def _check_fraction(flag: str, value: float, *, one: bool = False) -> None:
+    """``value`` in (0, 1) — or (0, 1] with ``one`` — and not NaN."""
+    if not (math.isfinite(value) and 0 < value and (value <= 1 if one else value < 1)):
+        raise UserError(f"{flag} must lie in (0, 1{']' if one else ')'}, got {value}")
+
+
+def _check_range(flag: str, value: int, lo: int, hi: int) -> None:
+    if not lo <= value <= hi:
+        raise UserError(f"{flag} must lie in [{lo}, {hi}], got {value}")
+
+
+def _check_study(args, max_docs: int = 1000) -> None:
+    """The checks shared by ``needle``, ``sensitivity`` and ``tau-sweep``."""
+    if args.length < 4 * args.block_size:
+        raise UserError(f"--length must be at least 4 blocks ({4 * args.block_size}), "
+                        f"got {args.length}")
+    _check_range("--docs", args.docs, 1, max_docs)
+    if hasattr(args, "density"):
+        _check_fraction("--density", args.density)
+    _check_out(args.out, args.force)
+
+
+def _load_one_thread(args):
+    """``(model, tokenizer)`` for a study, torch on one thread (the machine is shared)."""
+    import torch
+
+    from .needle import load
+
+    torch.set_num_threads(1)
+    return load(args.model, args.dtype, args.seed)
+
+
 def _check_common(args) -> None:
-    for m in args.methods:
-        if m not in METHOD_NAMES:
-            raise UserError(f"unknown method {m!r} (choose from {', '.join(METHOD_NAMES)})")
-    if not (math.isfinite(args.density) and 0 < args.density <= 1):
-        raise UserError(f"--density must lie in (0, 1], got {args.density}")
+    _check_names(args.methods, METHOD_NAMES)
+    _check_fraction("--density", args.density, one=True)
     if any(n < 1 for n in args.lengths):
         raise UserError("--lengths must be positive")
     for name in ("heads", "kv_heads", "head_dim", "repeats", "docs"):
         if getattr(args, name, 1) < 1:
             raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-
-
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
-
-
-def load_model(spec: str, dtype: str = "fp32"):
-    """(model, tokenizer) from a local Hugging Face folder or ``"smollm2"``; a folder without
-    config.json or tokenizer files, or one that fails to load, is a ``UserError``."""
-    import torch
-
-    torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
-    if spec == "smollm2":
-        from icml26_shared.data import load_smollm2
-
-        model, tok = load_smollm2()
-        return model.to(torch_dtype).eval(), tok
-    path = Path(spec)
-    if not (path / "config.json").is_file():
-        raise UserError(f"--model {spec}: not a Hugging Face model folder (no config.json); "
-                        "use a local folder or 'smollm2'")
-    if not any((path / f).is_file() for f in TOKENIZER_FILES):
-        raise UserError(f"--model {spec}: no tokenizer files ({', '.join(TOKENIZER_FILES)})")
-    import logging
-    import warnings
-
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    logging.getLogger("transformers").setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype,
-                                                         local_files_only=True)
-    except (OSError, ValueError, KeyError, RuntimeError) as exc:
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"--model {spec}: cannot load ({msg})") from None
-    return model.eval(), tok
-
-
-_load_model = load_model
 
 
 def cmd_bench(args) -> int:
@@ -157,7 +151,7 @@ def _capture(args, n: int):
     from .io import patch, patch_state, unpatch
     from .tasks import needle_prompt
 
-    model, tok = _load_model(args.model)
+    model, tok = load_model(args.model)
     ids, _ = needle_prompt(tok, n, args.seed)
     n_layers = model.config.num_hidden_layers
     layer = args.layer if args.layer is not None else n_layers // 2
@@ -205,20 +199,13 @@ def cmd_eval(args) -> int:
 def cmd_needle(args) -> int:
     from .needle import NEEDLE_METHODS, needle_study
 
-    for m in args.methods:
-        if m not in NEEDLE_METHODS:
-            raise UserError(f"unknown method {m!r} (choose from {', '.join(NEEDLE_METHODS)})")
+    _check_names(args.methods, NEEDLE_METHODS)
     if any(m in ("xattention", "flexprefill", "minference") for m in args.methods) and \
             "unisparse" not in args.methods:
         raise UserError("xattention / flexprefill / minference are matched to UniSparse's "
                         "per-layer density: include 'unisparse' in --methods")
-    if not (math.isfinite(args.density) and 0 < args.density < 1):
-        raise UserError(f"--density must lie in (0, 1), got {args.density}")
-    if args.length < 4 * args.block_size:
-        raise UserError(f"--length must be at least 4 blocks ({4 * args.block_size})")
-    if not 1 <= args.docs <= 10_000 or not 1 <= args.workers <= 16:
-        raise UserError("--docs must lie in [1, 10000] and --workers in [1, 16]")
-    _check_out(args.out, args.force)
+    _check_range("--workers", args.workers, 1, 16)
+    _check_study(args, max_docs=10_000)
     if args.model != "tiny":
         load_model(args.model, args.dtype)  # refuse a bad folder before any work
 
@@ -240,21 +227,13 @@ def cmd_needle(args) -> int:
 
 
 def cmd_sensitivity(args) -> int:
-    from .needle import NEEDLE_METHODS, layer_sensitivity, load
+    from .needle import NEEDLE_METHODS, layer_sensitivity
 
-    if args.method not in NEEDLE_METHODS:
-        raise UserError(f"unknown method {args.method!r} (choose from {', '.join(NEEDLE_METHODS)})")
-    if not (math.isfinite(args.density) and 0 < args.density < 1):
-        raise UserError(f"--density must lie in (0, 1), got {args.density}")
-    if args.length < 4 * args.block_size or not 1 <= args.docs <= 1000:
-        raise UserError("--length must be at least 4 blocks and --docs in [1, 1000]")
-    _check_out(args.out, args.force)
-    import torch
-
+    _check_names([args.method], NEEDLE_METHODS)
+    _check_study(args)
     from .e2e import documents, log
 
-    torch.set_num_threads(1)
-    model, tok = load(args.model, args.dtype, args.seed)
+    model, tok = _load_one_thread(args)
     docs = documents(tok, args.length, args.docs, args.seed, offset=900)
     res = layer_sensitivity(model, tok, docs, method=args.method, block=args.block_size,
                             density=args.density, seed=args.seed, log=log)
@@ -269,21 +248,13 @@ def cmd_sensitivity(args) -> int:
 def cmd_tau_sweep(args) -> int:
     from .sweep import SWEEP_ARMS, tau_sweep_study
 
-    bad = [a for a in args.methods if a not in SWEEP_ARMS]
-    if bad:
-        raise UserError(f"unknown method {bad[0]!r} (choose from {', '.join(SWEEP_ARMS)})")
-    if not all(math.isfinite(t) and 0 < t < 1 for t in args.targets):
-        raise UserError(f"--targets must lie in (0, 1), got {args.targets}")
-    if args.length < 4 * args.block_size or not 1 <= args.docs <= 1000:
-        raise UserError("--length must be at least 4 blocks and --docs in [1, 1000]")
-    _check_out(args.out, args.force)
-    import torch
-
+    _check_names(args.methods, SWEEP_ARMS)
+    for t in args.targets:
+        _check_fraction("--targets", t)
+    _check_study(args)
     from .e2e import log
-    from .needle import load
 
-    torch.set_num_threads(1)
-    model, tok = load(args.model, args.dtype, args.seed)
+    model, tok = _load_one_thread(args)
     layers = tuple(args.layers)
     n_layers = model.config.num_hidden_layers
     if not all(0 <= li < n_layers for li in layers):
@@ -342,52 +313,41 @@ def build_parser() -> ArgumentParser:
                    help="model weights dtype (default: %(default)s; bf16 for large models)")
     e.set_defaults(fn=cmd_eval)
 
-    n = sub.add_parser("needle", help="end-to-end needle study: every layer sparse, accuracy per "
-                       "method with 95%% intervals and the paired interval against dense")
-    n.add_argument("--model", default="smollm2", help="local HF folder, 'smollm2' or 'tiny'")
-    n.add_argument("--length", type=int, default=1024, help="tokens per document")
-    n.add_argument("--docs", type=int, default=20, help="test documents (depths 0.1-0.9)")
-    n.add_argument("--density", type=float, default=0.25,
-                   help="UniSparse's nominal row budget; baselines get its measured density")
-    n.add_argument("--block-size", type=int, default=32)
+    def study(name, help, *, length, docs, block, density="kept fraction of causal blocks"):
+        """A study subcommand with the options ``needle``, ``sensitivity``, ``tau-sweep`` share."""
+        sp = sub.add_parser(name, help=help)
+        sp.add_argument("--model", default="smollm2", help="local HF folder, 'smollm2' or 'tiny'")
+        sp.add_argument("--length", type=int, default=length, help="tokens per document")
+        sp.add_argument("--docs", type=int, default=docs, help="test documents")
+        if density:
+            sp.add_argument("--density", type=float, default=0.25, help=density)
+        sp.add_argument("--block-size", type=int, default=block)
+        sp.add_argument("--dtype", choices=DTYPES, default="fp32")
+        sp.add_argument("--seed", type=int, default=0)
+        sp.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+        sp.add_argument("--force", action="store_true", help="overwrite --out")
+        return sp
+
+    n = study("needle", "end-to-end needle study: every layer sparse, accuracy per method with "
+              "95%% intervals and the paired interval against dense", length=1024, docs=20,
+              block=32, density="UniSparse's nominal row budget; baselines get its measured density")
     n.add_argument("--methods", nargs="+", default=list(NEEDLE_ARMS), help="arms besides dense")
     n.add_argument("--workers", type=int, default=2, help="processes, one torch thread each")
     n.add_argument("--new-tokens", type=int, default=6)
-    n.add_argument("--dtype", choices=DTYPES, default="fp32")
-    n.add_argument("--seed", type=int, default=0)
-    n.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
-    n.add_argument("--force", action="store_true", help="overwrite --out")
     n.set_defaults(fn=cmd_needle)
 
-    sv = sub.add_parser("sensitivity", help="one layer at a time sparse, the rest dense: change "
-                        "of the pass key's log-probability per layer")
-    sv.add_argument("--model", default="smollm2", help="local HF folder, 'smollm2' or 'tiny'")
+    sv = study("sensitivity", "one layer at a time sparse, the rest dense: change of the pass "
+               "key's log-probability per layer", length=1024, docs=2, block=32)
     sv.add_argument("--method", default="unisparse", help="the arm run in the sparse layer")
-    sv.add_argument("--length", type=int, default=1024)
-    sv.add_argument("--docs", type=int, default=2)
-    sv.add_argument("--density", type=float, default=0.25)
-    sv.add_argument("--block-size", type=int, default=32)
-    sv.add_argument("--dtype", choices=DTYPES, default="fp32")
-    sv.add_argument("--seed", type=int, default=0)
-    sv.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
-    sv.add_argument("--force", action="store_true", help="overwrite --out")
     sv.set_defaults(fn=cmd_sensitivity)
 
-    ts = sub.add_parser("tau-sweep", help="density each method needs (its own knob swept) to "
-                        "reach last-row recall targets on captured Q/K/V")
-    ts.add_argument("--model", default="smollm2", help="local HF folder, 'smollm2' or 'tiny'")
-    ts.add_argument("--length", type=int, default=4096)
-    ts.add_argument("--docs", type=int, default=2, help="test documents")
+    ts = study("tau-sweep", "density each method needs (its own knob swept) to reach last-row "
+               "recall targets on captured Q/K/V", length=4096, docs=2, block=64, density=None)
     ts.add_argument("--layers", type=int, nargs="+", default=[2, 8, 14])
     ts.add_argument("--targets", type=float, nargs="+", default=[0.8, 0.9, 0.95])
     ts.add_argument("--methods", nargs="+", default=["unisparse", "unisparse_tau", "xattention",
                                                      "flexprefill", "minference", "ashape",
                                                      "oracle", "oracle_tau"])
-    ts.add_argument("--block-size", type=int, default=64)
-    ts.add_argument("--dtype", choices=DTYPES, default="fp32")
-    ts.add_argument("--seed", type=int, default=0)
-    ts.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
-    ts.add_argument("--force", action="store_true", help="overwrite --out")
     ts.set_defaults(fn=cmd_tau_sweep)
 
     r = sub.add_parser("reproduce", help="the paper's claims at smoke/quick/full scale")
@@ -399,7 +359,7 @@ def build_parser() -> ArgumentParser:
 @cli_entry(NAME)
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command in ("bench", "eval", "needle", "sensitivity", "tau-sweep") and args.block_size not in (16, 32, 64, 128, 256):
+    if getattr(args, "block_size", 64) not in (16, 32, 64, 128, 256):
         raise UserError(f"--block-size must be a power of two in 16..256, got {args.block_size}")
     return args.fn(args)
 

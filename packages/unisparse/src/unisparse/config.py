@@ -38,10 +38,14 @@ class SparseConfig:
     #: cumulative-mass budget (top-p): keep the fewest ranked blocks whose estimated mass reaches
     #: ``tau``; ``None`` = budget by ``density`` alone. XAttention uses 0.8–0.9, FlexPrefill 0.9 [C]
     tau: float | None = None
-    #: sequence pooling factors of the composite tokens, each dividing ``block_size``; the paper
-    #: pools queries and keys by average pooling at several granularities [P]; the set is [R];
-    #: ``None`` = (block_size, block_size // 4)
-    granularities: tuple[int, ...] | None = None
+    #: sequence pooling factors of the composite tokens, each dividing ``block_size``: an int
+    #: ``g`` pools queries and keys by ``g``, a pair ``(c_q, c_k)`` pools queries by ``c_q`` and
+    #: keys by ``c_k`` (the paper's two factors [P]); several entries = several granularities,
+    #: fused by ``combine``. ``None`` = ``((block_size, 1),)``: one composite query per block
+    #: against every key — chosen on dev documents in 0.3.3 (pooling the keys averages away the
+    #: few high-logit keys that carry the mass; the 0.1–0.3.2 default ``(block_size,
+    #: block_size // 4)`` lost the needle) [R]
+    granularities: tuple | None = None
     #: how per-granularity block scores are fused: mean of row-normalized scores or max [R]
     combine: str = "mean"
     #: leading key blocks always kept (attention sink) [C: StreamingLLM / XAttention keep-sink]
@@ -68,7 +72,7 @@ class SparseConfig:
     @property
     def grans(self) -> tuple[int, ...]:
         if self.granularities is None:
-            return (self.block_size, max(1, self.block_size // 4))
+            return ((self.block_size, 1),)
         return tuple(self.granularities)
 
     def with_(self, **changes) -> SparseConfig:
@@ -91,7 +95,9 @@ def validate(cfg: SparseConfig, methods: tuple[str, ...]) -> SparseConfig:
         raise UserError(f"density must lie in (0, 1], got {cfg.density}")
     if cfg.tau is not None and not 0 < cfg.tau <= 1:
         raise UserError(f"tau must lie in (0, 1], got {cfg.tau}")
-    if not cfg.grans or any(g < 1 or bs % g for g in cfg.grans):
+    if not cfg.grans or any(not isinstance(f, int) or f < 1 or bs % f
+                            for g in cfg.grans for f in ((g,) if isinstance(g, int) else g)) \
+            or any(not isinstance(g, int) and len(g) != 2 for g in cfg.grans):
         raise UserError(f"each granularity must divide block_size={bs}, got {cfg.grans}")
     if cfg.combine not in COMBINES:
         raise UserError(f"combine must be one of {', '.join(COMBINES)}, got {cfg.combine!r}")

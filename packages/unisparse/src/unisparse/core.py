@@ -47,27 +47,29 @@ def _expand_kv(x: torch.Tensor, h: int) -> torch.Tensor:
 
 
 def composite_block_scores(qc: torch.Tensor, kc: torch.Tensor, g: int, t: int, s: int,
-                           block_size: int, scale: float) -> torch.Tensor:
-    """Softmax attention between composite queries ``qc [B,H,⌈T/g⌉,Dc]`` and composite keys
-    ``kc [B,H,⌈S/g⌉,Dc]`` (each composite covering ``g`` consecutive tokens) under the causal mask
-    at composite level, summed onto the block grid: ``[B,H,NQ,NK]``, each row summing to one."""
+                           block_size: int, scale: float, gk: int | None = None) -> torch.Tensor:
+    """Softmax attention between composite queries ``qc [B,H,⌈T/g⌉,Dc]`` (each covering ``g``
+    consecutive queries) and composite keys ``kc [B,H,⌈S/gk⌉,Dc]`` (each covering ``gk``
+    consecutive keys; ``gk=None``: ``g``) under the causal mask at composite level, summed onto
+    the block grid: ``[B,H,NQ,NK]``, each row summing to one."""
+    gk = g if gk is None else gk
     b, h, mq, _ = qc.shape
     mk = kc.shape[2]
-    r = block_size // g
+    rq, rk = block_size // g, block_size // gk
     nq, nk = n_blocks(t, block_size), n_blocks(s, block_size)
     last_q = (torch.arange(mq, device=qc.device) * g + g - 1).clamp(max=t - 1) + (s - t)
-    visible = (torch.arange(mk, device=qc.device) * g)[None, :] <= last_q[:, None]  # [mq, mk]
+    visible = (torch.arange(mk, device=qc.device) * gk)[None, :] <= last_q[:, None]  # [mq, mk]
     out = torch.zeros(b, h, nq, nk, device=qc.device)
     step = max(1, MAX_SCORE_ELEMS // max(b * mq * mk, 1))
     for h0 in range(0, h, step):
         sc = torch.matmul(qc[:, h0:h0 + step], kc[:, h0:h0 + step].transpose(-1, -2)) * scale
         p = torch.softmax(sc.masked_fill(~visible, -math.inf), dim=-1)
-        p = torch.nn.functional.pad(p, (0, nk * r - mk, 0, nq * r - mq))
+        p = torch.nn.functional.pad(p, (0, nk * rk - mk, 0, nq * rq - mq))
         hh = p.shape[1]
-        blk = p.reshape(b, hh, nq * r, nk, r).sum(-1).reshape(b, hh, nq, r, nk)
+        blk = p.reshape(b, hh, nq * rq, nk, rk).sum(-1).reshape(b, hh, nq, rq, nk)
         out[:, h0:h0 + step] = blk.sum(3)
     # mean over the real composite queries of each query block
-    real = torch.nn.functional.pad(torch.ones(mq, device=qc.device), (0, nq * r - mq)).reshape(nq, r)
+    real = torch.nn.functional.pad(torch.ones(mq, device=qc.device), (0, nq * rq - mq)).reshape(nq, rq)
     return out / real.sum(1)[:, None]
 
 
@@ -90,8 +92,9 @@ def unisparse_scores(q: torch.Tensor, k: torch.Tensor, block_size: int,
     scale = 1 / math.sqrt(d) if scale is None else scale
     maps = []
     for g in granularities:
-        qc, kc = avg_pool_seq(q, g), _expand_kv(avg_pool_seq(k, g), h)
-        maps.append(composite_block_scores(qc, kc, g, t, s, block_size, scale))
+        gq, gk = (g, g) if isinstance(g, int) else g
+        qc, kc = avg_pool_seq(q, gq), _expand_kv(avg_pool_seq(k, gk), h)
+        maps.append(composite_block_scores(qc, kc, gq, t, s, block_size, scale, gk))
     stacked = torch.stack(maps)
     fused = stacked.mean(0) if combine == "mean" else stacked.amax(0)
     return normalize_rows(fused, causal_block_valid(t, s, block_size, q.device))

@@ -269,8 +269,9 @@ def _notes(res, p, allocation, t_fid, t_all):
     res.notes += [
         "Faithful [P]: composite tokens by sequence average pooling of queries and keys; block "
         "selection followed by exact block-sparse attention; training-free, prefill only.",
-        "Reconstructed [R]: granularities (block, block/4) fused by the mean of row-normalized "
-        "block maps; per-row budgets (sink + local band, then each row's top blocks).",
+        "Reconstructed [R]: pooling factors (c_q, c_k) = (block, 1) — one composite query per "
+        "block against every key, chosen on dev documents in 0.3.3 (pooled keys lost the "
+        "needle); per-row budgets (sink + local band, then each row's top blocks).",
         f"Dev split chose: allocation={allocation!r} (last-row recall at density "
         f"{p['claim_density']}); MInference's per-head pattern of each layer (recall at that "
         "density). Claims are on the test documents.",

@@ -20,7 +20,7 @@ ARMS = {
     "unisparse_row": ("unisparse", {"allocation": "row"}),  # equal share per row (0.2 default)
     "unisparse_tau": ("unisparse", {"allocation": "tau"}),  # per-row top-p bisected to budget
     "unisparse_head": ("unisparse", {"allocation": "head"}),  # ablation: old per-head budget
-    "unisparse_1g": ("unisparse", {"granularities": "block"}),  # ablation: one granularity
+    "unisparse_1g": ("unisparse", {"granularities": "block"}),  # ablation: keys pooled too (b, b)
     "xattention": ("xattention", {}),
     "flexprefill": ("flexprefill", {}),
     "minference": ("minference", {}),
@@ -57,7 +57,7 @@ def capture(model, ids: list[int], layers) -> dict:
 
         hook = mods[0].register_forward_hook(stop)
     try:
-        model(torch.tensor([ids]), use_cache=False)
+        model(torch.tensor([ids], device=model.device), use_cache=False)
     except _Stop:
         pass
     finally:

@@ -84,21 +84,21 @@ def full_recipe(out_dir: Path, seed: int):
     if not model_dir or not (Path(model_dir) / "config.json").is_file():
         raise UserError("the full scale needs UNISPARSE_MODEL=<local Hugging Face causal-LM folder "
                         f"with config.json and tokenizer files>; got {model_dir!r}")
-    from .cli import load_model
-    from .e2e import E2E_METHODS, documents, evaluate_model
     from .experiments import _claims_needle
+    from .needle import needle_study
 
-    model, tok = load_model(model_dir, "bf16")
-    model = model.to("cuda")
-    docs = documents(tok, 4096, 24, seed, offset=900)
-    e2e = evaluate_model(model, tok, docs, E2E_METHODS, block=128, density=0.3, new_tokens=8,
-                         seed=seed)
-    del model
+    # the same study as `unisparse needle`: UniSparse first, its measured per-layer density the
+    # budget of the threshold baselines, MInference's patterns searched on a dev document
+    study = needle_study(model_dir, length=4096, n_docs=24, density=0.3, block=128, workers=1,
+                         new_tokens=8, dtype="bf16", seed=seed, device="cuda")
+    e2e = {arm: {"correct": [r[arm]["correct"] for r in study["per_doc"]]}
+           for arm in study["per_doc"][0]}
     torch.cuda.empty_cache()
     rows = run()
     res = Results(package=DESCRIPTOR.name, version=DESCRIPTOR.version, scale="full", seed=seed)
-    for m, metrics in e2e.items():
-        res.add("end_to_end", m, "needle_accuracy", metrics["correct"], length=4096)
+    for m, cell in study["summary"].items():
+        res.add("end_to_end", m, "needle_accuracy", e2e[m]["correct"], length=4096,
+                density=cell["density"], minus_dense=list(cell.get("minus_dense", ())))
     res.claims.append(_claims_needle(e2e, 4096, 0.3))
     by = {}
     for r in rows:

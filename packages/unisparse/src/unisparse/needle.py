@@ -25,7 +25,7 @@ def load(spec: str, dtype: str = "fp32", seed: int = 0):
         from .e2e import tiny_model
 
         return tiny_model(seed)
-    from .cli import load_model
+    from .io import load_model
 
     return load_model(spec, dtype)
 
@@ -96,6 +96,7 @@ def _worker(job: dict) -> list[dict]:
 
     torch.set_num_threads(1)
     model, tok = load(job["spec"], job["dtype"], job["seed"])
+    model = model.to(job.get("device", "cpu"))
     from .e2e import documents
 
     docs = documents(tok, job["length"], job["n_docs"], job["seed"], offset=900)
@@ -108,9 +109,10 @@ def _worker(job: dict) -> list[dict]:
 def needle_study(spec: str = "smollm2", *, length: int = 1024, n_docs: int = 20,
                  density: float = 0.25, block: int = 32, methods=NEEDLE_METHODS,
                  workers: int = 2, new_tokens: int = 6, dtype: str = "fp32", seed: int = 0,
-                 log=None) -> dict:
+                 device: str = "cpu", log=None) -> dict:
     """Run the study; returns ``{"per_doc": [...], "summary": {...}, "patterns": {...}, ...}``.
-    Test documents: ``e2e.documents(..., offset=900)``, depths spread evenly over [0.1, 0.9]."""
+    Test documents: ``e2e.documents(..., offset=900)``, depths spread evenly over [0.1, 0.9].
+    ``device="cuda"`` runs the model there (use ``workers=1``)."""
     import torch
 
     log = log or (lambda _m: None)
@@ -119,6 +121,7 @@ def needle_study(spec: str = "smollm2", *, length: int = 1024, n_docs: int = 20,
     torch.set_num_threads(1)
     try:
         model, tok = load(spec, dtype, seed)
+        model = model.to(device)
         patterns = None
         if "minference" in methods:
             patterns = dev_patterns(model, tok, length=length, block=block, density=density,
@@ -126,7 +129,7 @@ def needle_study(spec: str = "smollm2", *, length: int = 1024, n_docs: int = 20,
             log(f"MInference patterns searched on the dev document ({len(patterns)} layers)")
         job = dict(spec=spec, dtype=dtype, seed=seed, length=length, n_docs=n_docs,
                    methods=tuple(methods), block=block, density=density,
-                   new_tokens=new_tokens, patterns=patterns)
+                   new_tokens=new_tokens, patterns=patterns, device=device)
         shards = [list(range(n_docs))[w::workers] for w in range(workers)]
         shards = [s for s in shards if s]
         if len(shards) == 1:
