@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from leo_craftax.craftax_goals import craftax_classic_goal_set, craftax_goal_set
 from leo_craftax.envs import GoalSet, Gridworld
+from leo_craftax.train import FAST_COMPILE
 
 from icml26_shared import UserError
 
@@ -13,12 +14,14 @@ from icml26_shared import UserError
 def test_gridworld_predicate_walls_and_episode_length():
     env = Gridworld(size=6, wall_prob=0.3, map_seed=2, max_steps=200)
     assert env.goal_set.num_goals == int(env.free.sum())
-    achieved = jax.jit(lambda pos: env.goal_set.achieved(env._obs(pos)))
+    achieved = jax.jit(lambda pos: env.goal_set.achieved(env._obs(pos)),
+                       compiler_options=FAST_COMPILE)
     for g, (r, c) in enumerate(np.asarray(env.cells)):
         ach = np.asarray(achieved(jnp.array([r, c])))
         assert ach[g] and ach.sum() == 1
-    _, state = env.reset(jax.random.PRNGKey(0), False)
-    step = jax.jit(env.step)
+    _, state = jax.jit(env.reset, static_argnums=1, compiler_options=FAST_COMPILE)(
+        jax.random.PRNGKey(0), False)
+    step = jax.jit(env.step, compiler_options=FAST_COMPILE)
     done_at = None
     for t in range(200):
         _, state, done = step(jax.random.PRNGKey(t), state, t * 7 % 4)
@@ -50,7 +53,7 @@ def _classic_obs(inventory=None, block=None, mob=None):
 def test_craftax_classic_goals_on_hand_built_observations():
     gs = craftax_classic_goal_set()
     assert gs.num_goals == 136 and len(set(gs.names)) == 136
-    achieved = jax.jit(gs.achieved)
+    achieved = jax.jit(gs.achieved, compiler_options=FAST_COMPILE)
 
     def on(obs):
         return {gs.names[i] for i in np.nonzero(np.asarray(achieved(obs)))[0]}
@@ -76,7 +79,7 @@ def test_craftax_goal_set_counts_and_levels():
     obs[n_map + 11] = 2 / 4.0             # stone pickaxe
     obs[n_map + 43 + 5] = 0.1             # dungeon level 1
     obs[n_map + 16 + 6 + 7] = 0.3         # strength 3
-    on = {gs.names[i] for i in np.nonzero(np.asarray(jax.jit(gs.achieved)(jnp.asarray(obs))))[0]}
+    on = {gs.names[i] for i in np.nonzero(np.asarray(jax.jit(gs.achieved, compiler_options=FAST_COMPILE)(obs)))[0]}
     assert on == {"inventory/wood_20-24", "tools/stone_pickaxe", "dungeon_level/dlvl_1",
                   "intrinsics/strength_3"}
 
@@ -100,8 +103,8 @@ def test_craftax_classic_goals_match_a_real_reset_state():
         obs, state = env.reset(r)
         return obs, state, env.goal_set.achieved(obs)
 
-    key = jax.random.PRNGKey(0)  # one program, LLVM optimisation off (same values, faster compile)
-    obs, state, ach = jax.jit(reset).lower(key).compile({"xla_backend_optimization_level": 0})(key)
+    key = jax.random.PRNGKey(0)  # one program, compiled fast (same values)
+    obs, state, ach = jax.jit(reset).lower(key).compile(FAST_COMPILE)(key)
     on = {env.goal_set.names[i] for i in np.nonzero(np.asarray(ach))[0]}
     pos = np.asarray(state.player_position)
     want = set()

@@ -4,10 +4,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from leo_craftax.norm import BatchRenorm, apply_eval, apply_train, init_vars
+from leo_craftax.norm import BatchRenorm
+from leo_craftax.norm import apply_eval as _apply_eval
+from leo_craftax.norm import apply_train as _apply_train
+from leo_craftax.norm import init_vars as _init_vars
+from leo_craftax.train import FAST_COMPILE
 
-X = jnp.array([[1.0, 10.0], [2.0, 14.0], [4.0, 6.0], [5.0, 2.0]])  # 4 rows, 2 features
+X = np.array([[1.0, 10.0], [2.0, 14.0], [4.0, 6.0], [5.0, 2.0]], np.float32)  # 4 rows, 2 features
 EPS = 1e-3
+
+# each a compiled program per module (modules hash by their fields), not one per operation
+apply_train = jax.jit(_apply_train, static_argnums=0, compiler_options=FAST_COMPILE)
+apply_eval = jax.jit(_apply_eval, static_argnums=0, compiler_options=FAST_COMPILE)
+init_vars = jax.jit(_init_vars, static_argnums=0, compiler_options=FAST_COMPILE)
 
 
 def _vars(brn, mean, var, steps):
@@ -71,8 +80,12 @@ def test_gradient_does_not_flow_through_r_and_d():
     w = jnp.array([[0.3, -1.0], [2.0, 0.5], [-0.7, 1.2], [1.1, 0.1]])
     brn = BatchRenorm(warmup_steps=0)
     bn = BatchRenorm(warmup_steps=0, r_max=1.0, d_max=0.0)
-    g_brn = jax.grad(lambda x: jnp.sum(w * apply_train(brn, _vars(brn, mu, var, 0), x)[0]))(X)
-    g_bn = jax.grad(lambda x: jnp.sum(w * apply_train(bn, _vars(bn, mu, var, 0), x)[0]))(X)
+    v_brn, v_bn = _vars(brn, mu, var, 0), _vars(bn, mu, var, 0)
+    grads = jax.jit(lambda x: (
+        jax.grad(lambda x: jnp.sum(w * _apply_train(brn, v_brn, x)[0]))(x),
+        jax.grad(lambda x: jnp.sum(w * _apply_train(bn, v_bn, x)[0]))(x)),
+        compiler_options=FAST_COMPILE)
+    g_brn, g_bn = grads(X)
     x = np.asarray(X)
     r = np.clip(np.sqrt(x.var(0) + EPS) / np.sqrt(var + EPS), 1 / 3, 3)
     np.testing.assert_allclose(g_brn, r * np.asarray(g_bn), rtol=1e-4, atol=1e-6)

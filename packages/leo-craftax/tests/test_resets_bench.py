@@ -11,8 +11,8 @@ from leo_craftax.bench import cost_model
 from leo_craftax.config import EnvConfig, TrainConfig, gridworld_cpu
 from leo_craftax.envs import Gridworld, auto_reset_step, optimistic_reset_step
 from leo_craftax.norm import apply_eval, apply_train, init_vars
-
-FAST = {"xla_backend_optimization_level": 0}  # LLVM optimisation off: same values, faster compile
+from leo_craftax.train import FAST_COMPILE as FAST  # same values, a fraction of the compile time
+from leo_craftax.train import extra_eval_keys, final_success
 
 
 class _Counter:
@@ -30,14 +30,24 @@ class _Counter:
         return jnp.stack([state["id"], t]).astype(jnp.float32), {"id": state["id"], "t": t}, done
 
 
-# one compiled step per (env, ratio) instead of one program per operation
-_step = jax.jit(optimistic_reset_step, static_argnums=(0, 4))
+# one compiled step per (env, ratio) instead of one program per operation; numpy out
+_step_jit = jax.jit(optimistic_reset_step, static_argnums=(0, 4), compiler_options=FAST)
+
+
+def _step(*args):
+    return jax.tree.map(np.asarray, _step_jit(*args))
+
+
+def _resets(env, e: int):
+    """``e`` fresh states (one compiled program)."""
+    keys = jax.random.split(jax.random.PRNGKey(0), e)
+    return jax.tree.map(np.asarray, jax.jit(jax.vmap(env.reset), compiler_options=FAST)(keys))
 
 
 def test_optimistic_resets_hand_fresh_states_to_ended_envs_only():
     env, e, ratio = _Counter(), 16, 4
-    obs, st = jax.jit(jax.vmap(env.reset))(jax.random.split(jax.random.PRNGKey(0), e))
-    action = jnp.array([1, 0] * 8)  # 8 envs end: more than the 4 fresh states
+    obs, st = _resets(env, e)
+    action = np.array([1, 0] * 8, np.int32)  # 8 envs end: more than the 4 fresh states
     nxt, obs_act, st2, done = _step(env, jax.random.PRNGKey(1), st, action, ratio)
     assert np.array_equal(np.asarray(done), np.asarray(action > 0))
     np.testing.assert_array_equal(nxt[:, 1], np.ones(e))            # the true next observation
@@ -49,7 +59,8 @@ def test_optimistic_resets_hand_fresh_states_to_ended_envs_only():
     np.testing.assert_array_equal(np.asarray(st2["t"])[np.asarray(done)], 0)
     np.testing.assert_array_equal(obs_act[:, 0], ids)
     # at most E/ratio ended: every ended env gets its own fresh start
-    few = jnp.zeros(e, jnp.int32).at[jnp.array([2, 5, 11])].set(1)
+    few = np.zeros(e, np.int32)
+    few[[2, 5, 11]] = 1
     _, _, st3, d3 = _step(env, jax.random.PRNGKey(1), st, few, ratio)
     assert len(set(np.asarray(st3["id"])[np.asarray(d3)].tolist())) == 3
 
@@ -57,9 +68,9 @@ def test_optimistic_resets_hand_fresh_states_to_ended_envs_only():
 def test_ratio_one_is_one_reset_per_env():
     env = Gridworld(size=5, wall_prob=0.2, map_seed=1, max_steps=3)
     e = 8
-    _, st = jax.jit(jax.vmap(env.reset))(jax.random.split(jax.random.PRNGKey(0), e))
-    st = {**st, "t": jnp.full(e, 2)}  # every env ends on this step
-    action = jnp.zeros(e, jnp.int32)
+    _, st = _resets(env, e)
+    st = {**st, "t": np.full(e, 2, np.int32)}  # every env ends on this step
+    action = np.zeros(e, np.int32)
     _, obs_act, st2, done = _step(env, jax.random.PRNGKey(3), st, action, 1)
     assert bool(done.all())
     assert len({tuple(p) for p in np.asarray(st2["pos"]).tolist()}) > 1  # independent resets
@@ -71,16 +82,18 @@ def test_ratio_one_is_one_reset_per_env():
 def test_chunked_and_factored_her_all_equal_k_goal_conditioned_passes():
     cfg = gridworld_cpu("pqn_her", her_mode="all", width=32, layers=3)
     net = gc_q_network(cfg, 12, 5)
-    obs = jax.random.normal(jax.random.PRNGKey(0), (7, 20))
-    v = init_vars(net, jax.random.PRNGKey(1), obs, jnp.zeros(7, jnp.int32))
     variants = [(4, False), (5, True)]  # chunked naive, chunked factored
 
-    def ref(p):  # one goal-conditioned pass per goal, BatchRenorm in training mode
-        one = lambda g: apply_train(net, {**v, "params": p}, obs, jnp.full(7, g))  # noqa: E731
-        q, stats = jax.vmap(one, out_axes=(1, 0))(jnp.arange(12))
-        return q, jax.tree.map(lambda s: s[0], stats)
+    def all_values(r_obs, r_init):  # every quantity compared below, in one compiled program
+        obs = jax.random.normal(r_obs, (7, 20))
+        v = init_vars(net, r_init, obs, jnp.zeros(7, jnp.int32))
 
-    def all_values(p):  # every quantity compared below, in one compiled program
+        def ref(p):  # one goal-conditioned pass per goal, BatchRenorm in training mode
+            one = lambda g: apply_train(net, {**v, "params": p}, obs, jnp.full(7, g))  # noqa: E731
+            q, stats = jax.vmap(one, out_axes=(1, 0))(jnp.arange(12))
+            return q, jax.tree.map(lambda s: s[0], stats)
+
+        p = v["params"]
         out = {"ref": ref(p), "ref_grad": jax.grad(lambda p: (ref(p)[0] ** 2).sum())(p),
                "ref_eval": jax.vmap(lambda g: apply_eval(net, {**v, "params": p}, obs,
                                                          jnp.full(7, g)), out_axes=1)(jnp.arange(12))}
@@ -90,13 +103,14 @@ def test_chunked_and_factored_her_all_equal_k_goal_conditioned_passes():
                           her_all_q(net, {**v, "params": p}, obs, c, fa)[0])
         return out
 
-    got = jax.jit(all_values).lower(v["params"]).compile(FAST)(v["params"])
+    got = jax.jit(all_values, compiler_options=FAST)(jax.random.PRNGKey(0), jax.random.PRNGKey(1))
     want, s_want = got["ref"]
     assert float(jnp.abs(s_want["encoder"]["input_norm"]["brn"]["mean"]).max()) > 0
     for c, fa in variants:
         (q, stats), grad, q_eval = got[f"{c}/{fa}"]
         np.testing.assert_allclose(q, want, rtol=1e-5, atol=1e-6)
-        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6), stats, s_want)
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7), stats,
+                     s_want)
         # the gradient through it too (chunks are rematerialised in the backward pass)
         jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5),
                      grad, got["ref_grad"])
@@ -106,19 +120,21 @@ def test_chunked_and_factored_her_all_equal_k_goal_conditioned_passes():
 
 def test_dual_leo_variants_differ_only_by_the_extra_goal():
     k, a = 9, 4
-    mb = {"obs": jax.random.normal(jax.random.PRNGKey(0), (6, 10)),
-          "action": jnp.arange(6) % a, "goal": jnp.arange(6) % k,
-          "g_any": (jnp.arange(6) + 3) % k, "y": jnp.full(6, 0.5), "y_all": jnp.full((6, k), 0.5)}
+    idx = np.arange(6)
+    mb = {"action": idx % a, "goal": idx % k, "g_any": (idx + 3) % k,
+          "y": np.full(6, 0.5, np.float32), "y_all": np.full((6, k), 0.5, np.float32)}
     cmd = gridworld_cpu("dual_leo_pqn", width=16, layers=1)
     both = cmd.replace(distill_goals="commanded+random")
     s1, s2 = build_algo(cmd, k, a), build_algo(both, k, a)
-    params = s1.init(jax.random.PRNGKey(1), mb["obs"][:1])
-    same = {**mb, "g_any": mb["goal"]}  # the random goal is the commanded one: identical terms
 
-    def distill(p):
-        return [s.loss(p, b)[1][0]["distill"] for s in (s1, s2) for b in (mb, same)]
+    def distill(r_obs, r_init):  # one compiled program
+        b = {**mb, "obs": jax.random.normal(r_obs, (6, 10))}
+        params = s1.init(r_init, b["obs"][:1])
+        same = {**b, "g_any": b["goal"]}  # the random goal is the commanded one: identical terms
+        return [s.loss(params, x)[1][0]["distill"] for s in (s1, s2) for x in (b, same)]
 
-    d1, d1_same, d2, d2_same = map(float, jax.jit(distill).lower(params).compile(FAST)(params))
+    d1, d1_same, d2, d2_same = map(float, jax.jit(distill, compiler_options=FAST)(
+        jax.random.PRNGKey(0), jax.random.PRNGKey(1)))
     assert d1 != pytest.approx(d2)
     assert d1_same == pytest.approx(d2_same, rel=1e-6)
 
@@ -129,6 +145,56 @@ def test_craftax_defaults_evaluate_512_steps_and_report_their_cost():
     per_point, per_segment = cfg.eval_cost(136, 10_000)
     assert per_point == 136 * 16 * 512 and per_segment == cfg.num_updates * 32 * 1024
     assert gridworld_cpu().eval_steps(200) == 200  # capped by the episode length
+
+
+def test_interim_points_evaluate_fewer_episodes_the_final_point_all():
+    """Craftax defaults: 4 episodes per goal at the points before the last, all 16 at the last
+    (4 calls of 4 on fresh keys); the gridworld's 2 repeats are one call everywhere."""
+    cfg = TrainConfig(env=EnvConfig("craftax-classic"), total_timesteps=int(1e6), num_evals=1)
+    assert (cfg.eval_chunk, cfg.test_repeats // cfg.eval_chunk) == (4, 4)
+    assert cfg.eval_cost_total(136, 10_000) == 136 * 512 * (4 + 16)  # was 136 * 512 * 32
+    assert cfg.replace(interim_repeats=0).eval_chunk == 16
+    assert cfg.replace(test_repeats=6).eval_chunk == 2
+    assert gridworld_cpu().eval_chunk == gridworld_cpu().test_repeats == 2
+
+    def fake_eval(params, r):  # a distinct "success" per key
+        return jnp.full(3, jax.random.uniform(r)) + params
+
+    key = jax.random.PRNGKey(5)
+    got = jax.jit(lambda k: final_success(fake_eval, 0.0, k, fake_eval(0.0, k), 4),
+                  compiler_options=FAST)(key)
+    draws = [float(fake_eval(0.0, k)[0]) for k in [key, *extra_eval_keys(key, 4)]]
+    assert len(set(draws)) == 4  # four calls on four different keys
+    np.testing.assert_allclose(got, np.mean(draws), rtol=1e-6)
+
+
+def test_train_seeds_final_point_is_the_same_mean(monkeypatch):
+    """``train_seeds`` (the three compiled programs, timed) averages the final point's calls on
+    the keys ``make_train``'s ``final_success`` uses; the points before it make one call."""
+    import leo_craftax.train as tr
+
+    cfg = gridworld_cpu("leo", env_size=5, total_timesteps=64 * 16 * 2, num_evals=2,
+                        test_repeats=8, interim_repeats=2)
+    calls = []
+
+    def fake_eval(params, r):
+        return jnp.full(3, jax.random.uniform(r))
+
+    def evaluate(params, keys):  # vmapped over seeds, as the compiled program is
+        calls.append(keys)
+        return jnp.stack([fake_eval(None, k) for k in keys])
+
+    parts = (lambda rngs: ((np.zeros(len(rngs)),), rngs),
+             lambda carry: (carry, {"loss": np.zeros((len(carry[0]), 1))}), evaluate)
+    monkeypatch.setattr(tr, "compiled_parts", lambda *a: parts)
+    out = tr.train_seeds(cfg, [0, 1])
+    assert len(calls) == 1 + 2 + 3  # before training, after segment 1, 4 calls at the last
+    for i, s in enumerate((0, 1)):
+        r_eval = jax.random.PRNGKey(s)
+        last = jax.random.split(r_eval, 2)[-1]
+        want = tr.final_success(fake_eval, None, last, fake_eval(None, last), 4)
+        np.testing.assert_allclose(out["success"][i, -1], want, rtol=1e-6)
+        np.testing.assert_allclose(out["success"][i, 0], fake_eval(None, r_eval), rtol=1e-6)
 
 
 def test_cost_model_at_paper_sizes():

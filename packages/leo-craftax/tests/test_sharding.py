@@ -14,19 +14,22 @@ CODE = textwrap.dedent("""
     from leo_craftax.algos import build_algo
     from leo_craftax.config import gridworld_cpu
     from leo_craftax.parallel import data_mesh, sharded_sgd_step
-    from leo_craftax.train import make_optimizer, sgd_step, make_train
+    from leo_craftax.train import FAST_COMPILE, make_optimizer, sgd_step, make_train
     for algo in ALGOS:
         cfg = gridworld_cpu(algo, env_size=5, total_timesteps=64 * 16 * 2, width=32)
         k, a, n, d = 12, 4, 64, 10
         spec = build_algo(cfg, k, a)
         tx = make_optimizer(cfg, n)
-        r = jax.random.split(jax.random.PRNGKey(0), 6)
-        mb = {"obs": jax.random.normal(r[0], (n, d)), "action": jax.random.randint(r[1], (n,), 0, a),
-              "y_all": jax.random.uniform(r[2], (n, k)), "y": jax.random.uniform(r[3], (n,)),
-              "g": jax.random.randint(r[4], (n,), 0, k)}
-        params = spec.init(r[5], mb["obs"][:1])
-        opt = tx.init(params["params"])
-        fast = {"xla_backend_optimization_level": 0}  # same program, half the compile time
+        def setup(key):  # one compiled program, not one per operation
+            r = jax.random.split(key, 6)
+            mb = {"obs": jax.random.normal(r[0], (n, d)),
+                  "action": jax.random.randint(r[1], (n,), 0, a),
+                  "y_all": jax.random.uniform(r[2], (n, k)), "y": jax.random.uniform(r[3], (n,)),
+                  "g": jax.random.randint(r[4], (n,), 0, k)}
+            params = spec.init(r[5], mb["obs"][:1])
+            return params, tx.init(params["params"]), mb
+        fast = FAST_COMPILE  # the same program, a fraction of the compile time
+        params, opt, mb = jax.jit(setup, compiler_options=fast)(jax.random.PRNGKey(0))
         step = jax.jit(lambda p, o, b: sgd_step(spec, tx, p, o, b))
         one = step.lower(params, opt, mb).compile(fast)(params, opt, mb)
         mesh = data_mesh(2)

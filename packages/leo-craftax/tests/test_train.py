@@ -7,7 +7,7 @@ import pytest
 from leo_craftax.algos import build_algo
 from leo_craftax.experiments import smoke_config
 from leo_craftax.io import load_checkpoint, save_checkpoint
-from leo_craftax.train import env_from_config, evaluate
+from leo_craftax.train import FAST_COMPILE, env_from_config, evaluate
 
 
 def test_checkpoint_roundtrip_evaluates_the_same(smoke_run, tmp_path):
@@ -18,7 +18,8 @@ def test_checkpoint_roundtrip_evaluates_the_same(smoke_run, tmp_path):
     back_cfg, back, _ = load_checkpoint(path, cfg, env.goal_set.names)
     assert back_cfg == cfg
     spec = build_algo(cfg, env.goal_set.num_goals, env.num_actions)
-    ev = jax.jit(lambda p: evaluate(spec, p, env, jax.random.PRNGKey(0), 2, env.max_steps))
+    ev = jax.jit(lambda p: evaluate(spec, p, env, jax.random.PRNGKey(0), 2, env.max_steps),
+                 compiler_options=FAST_COMPILE)
     np.testing.assert_array_equal(np.asarray(ev(back)), np.asarray(ev(params)))
 
 

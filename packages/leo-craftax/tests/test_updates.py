@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from leo_craftax.algos import build_algo
 from leo_craftax.experiments import smoke_config
-from leo_craftax.train import env_from_config, make_optimizer, sgd_step
+from leo_craftax.train import FAST_COMPILE, env_from_config, make_optimizer, sgd_step
 
 ALGOS = ("pqn_her", "ppo_gc", "dual_leo_pqn", "dual_leo_ppo")  # LEO, PQN: test_smoke_runs_learn
 STEPS = 30
@@ -51,10 +51,10 @@ def _fit(algo: str, key):
 
 @pytest.fixture(scope="module")
 def losses():
-    """Every algorithm's losses, from one compiled program (LLVM optimisation off)."""
+    """Every algorithm's losses, from one compiled program (``FAST_COMPILE``)."""
     key = jax.random.PRNGKey(0)
     fit = jax.jit(lambda r: {algo: _fit(algo, r) for algo in ALGOS})
-    return jax.tree.map(np.asarray, fit.lower(key).compile({"xla_backend_optimization_level": 0})(key))
+    return jax.tree.map(np.asarray, fit.lower(key).compile(FAST_COMPILE)(key))
 
 
 @pytest.mark.parametrize("algo", ALGOS)

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 
 from .algos import build_algo
 from .config import TrainConfig
-from .train import make_optimizer, sgd_step
+from .train import FAST_COMPILE, make_optimizer, sgd_step
 
 PRESETS = {
     "cpu": {"batch": 64, "obs_dim": 64, "num_actions": 4, "width": 128, "layers": 2,
@@ -44,20 +44,42 @@ def _batch(rng, k: int, b: int, d: int, a: int) -> dict:
 
 
 @lru_cache(maxsize=32)
+def _setup(network: str, k: int, batch: int, obs_dim: int, num_actions: int, width: int,
+           layers: int, seed: int, fast_compile: bool = False):
+    """A minibatch and the initial state of ``network`` (``leo`` or the goal-conditioned
+    ``gc`` of both HER-all arms) as one compiled program, shared by the arms that use it."""
+    cfg = _config(network, k, batch, width, layers)
+    spec = build_algo(cfg, k, num_actions)
+    tx = make_optimizer(cfg, batch)
+
+    def setup(key):
+        r1, r2 = jax.random.split(key)
+        traj = _batch(r1, k, batch, obs_dim, num_actions)
+        params = spec.init(r2, traj["obs"][0, :1])
+        return traj, r1, params, tx.init(params["params"])
+
+    opts = FAST_COMPILE if fast_compile else None
+    return jax.jit(setup, compiler_options=opts)(jax.random.PRNGKey(seed))
+
+
+def _config(algo: str, k: int, batch: int, width: int, layers: int, chunk: int = 0) -> TrainConfig:
+    return TrainConfig(algo="leo" if algo == "leo" else "pqn_her", her_mode="all", width=width,
+                       layers=layers, num_envs=batch, num_steps=1, minibatch_size=batch,
+                       total_timesteps=batch, her_all_chunk=chunk, reset_ratio=1,
+                       her_all_factored=algo == "her_all_factored")
+
+
+@lru_cache(maxsize=32)
 def _program(algo: str, k: int, batch: int, obs_dim: int, num_actions: int, width: int,
              layers: int, chunk: int, seed: int, fast_compile: bool = False):
     """The compiled update of ``algo`` and its inputs, one per size in a process (a repeated
-    benchmark reuses the compiled program). ``fast_compile``: LLVM's optimisation off (smoke
+    benchmark reuses the compiled program). ``fast_compile``: ``train.FAST_COMPILE`` (smoke
     runs only: the timings are then not those of an optimised program)."""
-    cfg = TrainConfig(algo="leo" if algo == "leo" else "pqn_her", her_mode="all", width=width,
-                      layers=layers, num_envs=batch, num_steps=1, minibatch_size=batch,
-                      total_timesteps=batch, her_all_chunk=chunk, reset_ratio=1,
-                      her_all_factored=algo == "her_all_factored")
+    cfg = _config(algo, k, batch, width, layers, chunk)
     spec = build_algo(cfg, k, num_actions)
     tx = make_optimizer(cfg, batch)
-    r1, r2 = jax.random.split(jax.random.PRNGKey(seed))
-    traj = _batch(r1, k, batch, obs_dim, num_actions)
-    params = spec.init(r2, traj["obs"][0, :1])
+    traj, r1, params, opt = _setup("leo" if algo == "leo" else "gc", k, batch, obs_dim,
+                                   num_actions, width, layers, seed, fast_compile)
 
     def step(params, opt, traj, rng):
         data = {**traj, **spec.prepare(params, traj, rng)}
@@ -65,9 +87,8 @@ def _program(algo: str, k: int, batch: int, obs_dim: int, num_actions: int, widt
         p, o, loss, _ = sgd_step(spec, tx, params, opt, mb)
         return p, o, loss
 
-    opt = tx.init(params["params"])
     step = jax.jit(step).lower(params, opt, traj, r1).compile(
-        {"xla_backend_optimization_level": 0} if fast_compile else None)
+        FAST_COMPILE if fast_compile else None)
     return step, traj, r1, params, opt
 
 

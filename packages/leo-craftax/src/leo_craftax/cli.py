@@ -41,6 +41,7 @@ def _config(args):
     kw = {"total_timesteps": args.steps, "num_evals": args.evals, "her_mode": args.her_mode,
           "distill_goals": args.distill_goals, "norm": args.norm}
     for flag, field in (("num_envs", "num_envs"), ("eval_repeats", "test_repeats"),
+                        ("interim_repeats", "interim_repeats"),
                         ("reset_ratio", "reset_ratio"), ("width", "width"), ("layers", "layers")):
         if getattr(args, flag) is not None:
             kw[field] = getattr(args, flag)
@@ -70,11 +71,13 @@ def _cmd_train(args) -> int:
     env = env_from_config(cfg)
     k = env.goal_set.num_goals
     per_point, per_segment = cfg.eval_cost(k, env.max_steps)
+    total = cfg.eval_cost_total(k, env.max_steps)
     print(f"evaluation: {k} goals x {cfg.test_repeats} repeats x {cfg.eval_steps(env.max_steps)} "
-          f"steps = {per_point:,} env steps per point, {cfg.num_evals + 1} points; training: "
-          f"{per_segment:,} env steps between points (evaluation/training = "
-          f"{per_point / per_segment:.2f}; --test-steps, --eval-repeats, --evals set it)",
-          flush=True)
+          f"steps = {per_point:,} env steps at the final point, {cfg.eval_chunk} repeats at the "
+          f"{cfg.num_evals} before it; {total:,} env steps in all against "
+          f"{per_segment * cfg.num_evals:,} training steps (evaluation/training = "
+          f"{total / (per_segment * cfg.num_evals):.2f}; --test-steps, --eval-repeats, "
+          f"--interim-repeats, --evals set it)", flush=True)
     seeds = [args.seed + i for i in range(args.seeds)]
     with compile_cache():
         result = train_seeds(cfg, seeds)
@@ -190,6 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default 512 capped by the episode length: Craftax episodes last 10k / 100k)")
     t.add_argument("--eval-repeats", type=positive_int, default=None, help="evaluation episodes per goal (default "
                    "16 on Craftax, 2 on the gridworld)")
+    t.add_argument("--interim-repeats", type=int, default=None, help="evaluation episodes per "
+                   "goal at the points before the last (default 4; 0 = --eval-repeats)")
     t.add_argument("--distill-goals", default="commanded", help="Dual LEO: commanded (the "
                    "paper's) or commanded+random (ours)")
     t.add_argument("--reset-ratio", type=positive_int, default=None, help="optimistic resets: envs per fresh start "

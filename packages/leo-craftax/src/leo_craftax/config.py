@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 from icml26_shared import UserError
@@ -72,6 +73,9 @@ class TrainConfig:
     test_steps: int | None = 512       # [C] 512 on Craftax (min with the episode length); None =
                                        #     whole episodes (10k steps on Classic, 100k on Craftax)
     num_evals: int = 1                 # [R] points on the success-vs-steps curve
+    interim_repeats: int = 4           # [R] episodes per goal at every evaluation point but the
+                                       #     last (gcd with test_repeats; 0 = test_repeats): the
+                                       #     curve's points cost 1/4, the final figure is unchanged
     eval_reset_batch: int = 64         # [R] evaluation's fresh starts drawn this many at a time
                                        #     (0 = all at once; same states, far cheaper on Craftax)
     num_devices: int = 1               # [R] data parallel over environments (jax.sharding)
@@ -116,6 +120,8 @@ class TrainConfig:
             raise UserError(f"evaluation reset batch must be >= 0 (got {self.eval_reset_batch})")
         if self.test_repeats < 1:
             raise UserError(f"evaluation repeats must be >= 1 (got {self.test_repeats})")
+        if self.interim_repeats < 0:
+            raise UserError(f"interim evaluation repeats must be >= 0 (got {self.interim_repeats})")
         if self.reset_ratio < 1 or self.num_envs % min(self.reset_ratio, self.num_envs):
             raise UserError(f"reset ratio {self.reset_ratio} must be >= 1 and divide num_envs "
                             f"{self.num_envs}")
@@ -127,12 +133,27 @@ class TrainConfig:
         """Steps of one evaluation episode: ``test_steps`` capped by the episode length."""
         return episode_length if self.test_steps is None else min(self.test_steps, episode_length)
 
+    @property
+    def eval_chunk(self) -> int:
+        """Episodes per goal in one evaluation call: every point but the last makes one call,
+        the last ``test_repeats // eval_chunk`` calls (the same ``test_repeats`` episodes)."""
+        if self.interim_repeats <= 0:
+            return self.test_repeats
+        return math.gcd(self.interim_repeats, self.test_repeats)
+
     def eval_cost(self, num_goals: int, episode_length: int) -> tuple[int, int]:
-        """``(env steps per evaluation point, training env steps per segment)``: K·repeats
-        episodes of ``eval_steps`` each, against the steps trained between two points."""
+        """``(env steps of the final evaluation point, training env steps per segment)``:
+        K·repeats episodes of ``eval_steps`` each, against the steps trained between two points
+        (the other points cost ``eval_chunk / test_repeats`` of the final one)."""
         per_point = num_goals * self.test_repeats * self.eval_steps(episode_length)
         per_segment = self.num_updates // self.num_evals * self.num_steps * self.num_envs
         return per_point, per_segment
+
+    def eval_cost_total(self, num_goals: int, episode_length: int) -> int:
+        """Evaluation env steps of a whole run: ``num_evals`` points of ``eval_chunk`` episodes
+        per goal (before training and after each segment but the last) plus the final point."""
+        per_episode_set = num_goals * self.eval_steps(episode_length)
+        return per_episode_set * (self.num_evals * self.eval_chunk + self.test_repeats)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -25,12 +25,14 @@ ARMS = {"LEO": "leo", "PQN": "pqn", "PQN+HER (mixed)": "pqn_her", "Dual LEO (PQN
         "Dual LEO (PQN, +random goal) [R]": "dual_leo_pqn"}
 ARM_OPTIONS = {"Dual LEO (PQN, +random goal) [R]": {"distill_goals": "commanded+random"}}
 SETTINGS = {  # [R] CPU scales
-    # smoke: seconds of running, compiled with LLVM's optimisation off (fast_compile); the tests
-    # reuse its programs, and its LEO and PQN runs must learn (tests/test_train.py)
+    # smoke: seconds of running, compiled fast (train.FAST_COMPILE); the tests reuse its
+    # programs, and its LEO and PQN runs must learn (tests/test_train.py); its speed rows only
+    # show the pipeline (unoptimised programs, 2 timed rounds)
     "smoke": {"size": 5, "steps": 64 * 16 * 24, "evals": 1, "seeds": 2, "ks": (8,),
-              "arms": ("LEO", "PQN"), "cfg": {}, "fast_compile": True},
+              "arms": ("LEO", "PQN"), "cfg": {}, "fast_compile": True, "bench_repeats": 2},
     "quick": {"size": 10, "steps": 64 * 16 * 200, "evals": 4, "seeds": 3,
-              "ks": (16, 64, 256, 512, 1024), "arms": tuple(ARMS), "cfg": {}, "fast_compile": False},
+              "ks": (16, 64, 256, 512, 1024), "arms": tuple(ARMS), "cfg": {}, "fast_compile": False,
+              "bench_repeats": 5},
 }
 
 
@@ -100,10 +102,11 @@ def _learning(res: Results, s: dict, seeds: list[int], out_dir: Path) -> dict[st
     return finals
 
 
-def _speed(res: Results, ks, out_dir: Path, fast_compile: bool = False) -> dict[int, float]:
+def _speed(res: Results, ks, out_dir: Path, fast_compile: bool = False,
+           repeats: int = 5) -> dict[int, float]:
     from .bench import speed_table
 
-    rows = speed_table(ks, preset="cpu", repeats=5, fast_compile=fast_compile)
+    rows = speed_table(ks, preset="cpu", repeats=repeats, fast_compile=fast_compile)
     for r in rows:
         g = f"K={r['K']}"
         res.add("speed", g, "ms_per_update_leo", 1e3 * r["leo_s"], unit="ms")
@@ -194,7 +197,7 @@ def _cpu(scale: str, out_dir: Path, seed: int) -> Results:
     s = SETTINGS[scale]
     res = Results(package=DESCRIPTOR.name, version=DESCRIPTOR.version, scale=scale, seed=seed)
     seeds = [seed + i for i in range(s["seeds"])]
-    speed = _speed(res, s["ks"], out_dir, s["fast_compile"])
+    speed = _speed(res, s["ks"], out_dir, s["fast_compile"], s["bench_repeats"])
     finals = _learning(res, s, seeds, out_dir)
     if scale == "quick":
         _craftax_smoke(res, seed)
