@@ -8,7 +8,11 @@ the 420 training clips as in quick), scored on the 90 dev clips only. One torch 
 Prints one JSON line: dev PSNR at 1 / 10 steps (and copying frame 0), the slot reconstruction error
 ||z_0 - Agg(s_0)||^2 as a fraction of the tokens' variance, the Hungarian-matched correspondence
 (probes fit on the first 210 training clips' transitions, C = 1, scored on dev), the probe matrix,
-the training losses every 50 steps and the run's CPU seconds."""
+the training losses every 50 steps (one-step error, the mean unrolled error, recon, KL), the run's
+training CPU seconds and, with --eval-at, the same dev scores at earlier steps of the same run.
+
+    uv run python packages/flam-wm/scripts/dev_binding.py --width 64 --steps 600 --unroll 4 --eval-at 300
+    uv run python packages/flam-wm/scripts/dev_binding.py --model lam --width 64 --steps 600 --unroll 4"""
 
 from __future__ import annotations
 
@@ -45,12 +49,38 @@ def main() -> None:
     p.add_argument(
         "--pos-keys", action="store_true", help="position in Slot Attention's keys (0.3's form)"
     )
+    p.add_argument("--unroll", type=int, default=1, help="FDM steps unrolled in the loss (0.4.1)")
+    p.add_argument("--unroll-from", type=int, default=0, help="one-step loss until this step")
+    p.add_argument("--eval-at", default="", help="also score dev at these steps, e.g. 300,450")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
     video, acts = generate(4, 600, 12, seed=4, controlled=True)
-    tr, dv, _ = _split(600)
+    dv = _split(600)[1]
+
+    def score(model) -> dict:
+        m = rollout_metrics(model, video[dv], 10)
+        fit = slice(0, 210)
+        acc = probe_matrix(
+            latents(model, video[fit]),
+            acts[fit].reshape(-1, 4),
+            latents(model, video[dv]),
+            acts[dv].reshape(-1, 4),
+            1.0,
+        )
+        corr, _ = correspondence(acc, chance_per_entity(acts[dv].reshape(-1, 4)))
+        return {
+            "dev_psnr_1": round(m["psnr_1"], 2),
+            "dev_psnr_10": round(m["psnr_10"], 2),
+            "copy_1": round(m["copy_1"], 2),
+            "copy_10": round(m["copy_10"], 2),
+            "slot_recon": round(slot_recon_error(model, video[dv]), 3),
+            "corr": round(corr, 3),
+            "probe_matrix": np.round(acc, 2).tolist(),
+        }
+
+    tr = _split(600)[0]
     tok = fit_tokenizer(video[tr], grid=8, channels=8, hidden=16, steps=300, seed=0)
     cfg = build(
         a.model,
@@ -63,44 +93,45 @@ def main() -> None:
         token_channels=8,
         token_hidden=16,
     )
-    cfg = ModelConfig(**{**cfg.to_dict(), "pos_keys": a.pos_keys})
-    log = []
+    cfg = ModelConfig(**{**cfg.to_dict(), "pos_keys": a.pos_keys, "unroll": a.unroll})
+    log, early, eval_cpu = [], {}, [0.0]
+    at = {int(x) for x in a.eval_at.split(",") if x}
+
+    def on_step(s, m, i):
+        if s % 50 == 0:
+            log.append([s, *(round(i[k], 2) for k in ("pred", "pred_unroll", "recon", "kl"))])
+        if s in at:  # score dev mid-way (no random numbers drawn: the run itself is unchanged)
+            c0 = time.process_time()
+            m.eval()
+            early[s] = score(m)
+            m.train()
+            eval_cpu[0] += time.process_time() - c0
+
     t0 = time.process_time()
     model = train(
         cfg,
-        TrainConfig(steps=a.steps, batch_size=32, window=5, lr=a.lr, seed=a.seed),
+        TrainConfig(
+            steps=a.steps,
+            batch_size=32,
+            window=5,
+            lr=a.lr,
+            seed=a.seed,
+            unroll_from=a.unroll_from,
+        ),
         video[tr],
         tokenizer=tok,
-        on_step=lambda s, m, i: (
-            log.append([s, *(round(i[k], 2) for k in ("pred", "recon", "kl"))])
-            if s % 50 == 0
-            else None
-        ),
+        on_step=on_step,
     )
-    cpu = time.process_time() - t0
-    m = rollout_metrics(model, video[dv], 10)
-    fit = slice(0, 210)
-    acc = probe_matrix(
-        latents(model, video[fit]),
-        acts[fit].reshape(-1, 4),
-        latents(model, video[dv]),
-        acts[dv].reshape(-1, 4),
-        1.0,
-    )
-    corr, _ = correspondence(acc, chance_per_entity(acts[dv].reshape(-1, 4)))
+    cpu = time.process_time() - t0 - eval_cpu[0]  # training only
+    final = score(model)
     print(
         json.dumps(
             {
                 **vars(a),
                 "train_cpu_s": round(cpu, 1),
-                "dev_psnr_1": round(m["psnr_1"], 2),
-                "dev_psnr_10": round(m["psnr_10"], 2),
-                "copy_1": round(m["copy_1"], 2),
-                "copy_10": round(m["copy_10"], 2),
-                "slot_recon": round(slot_recon_error(model, video[dv]), 3),
-                "corr": round(corr, 3),
-                "probe_matrix": np.round(acc, 2).tolist(),
-                "log_step_pred_recon_kl": log,
+                **final,
+                "at_step": early,
+                "log_step_pred_pred_unroll_recon_kl": log,
             }
         )
     )

@@ -226,3 +226,50 @@ def test_slot_attention_keys_see_content_not_position_so_slots_follow_entities()
             attn = model.factorizer.encode(z)[1][0, 0, bg]    # [background tokens, K]
         spread = (attn - attn[:1]).abs().max().item()
         assert (spread < 1e-5) if not pos_keys else (spread > 1e-3)
+
+
+def test_unrolled_loss_scores_the_fdm_on_its_own_rollouts():
+    """0.4.1: with unroll U the loss holds the 1..U-step errors of the FDM applied to its own
+    predictions from every true slot state (as ``rollout`` does from frame 0), by independent code."""
+    z = tokenize(torch.from_numpy(generate(2, 2, 5, size=16, seed=6)[0]), 4)
+    model = WorldModel(small(unroll=3))
+    s = model.slots(z)
+    a = model.infer(s)[0]
+    terms = model.unrolled_errors(s, a, z)
+    assert len(terms) == 3
+    t_len = z.shape[1]
+    for j in range(1, 4):
+        errs = []
+        for t in range(t_len - j):  # every start with a frame j steps ahead in the window
+            cur = s[:, t]
+            for i in range(j):
+                cur = model.fdm(cur, a[:, t + i])
+            errs.append((z[:, t + j] - model.agg(cur)).pow(2).sum(-1).mean())
+        assert terms[j - 1].item() == pytest.approx(torch.stack(errs).mean().item(), rel=1e-5)
+    with torch.no_grad():  # the start at frame 0 is evaluation's rollout
+        roll = model.rollout(z, a)
+    assert roll.shape == (2, 4, 16, 48)
+    assert model.unrolled_errors(s, a, z)[0].item() == pytest.approx(
+        (z[:, 1:] - model.agg(model.fdm(s[:, :-1], a))).pow(2).sum(-1).mean().item(), rel=1e-6)
+    _, info = model.loss(z, torch.Generator().manual_seed(0))
+    assert info["pred_unroll"] != info["pred"]
+    assert len(WorldModel(small(unroll=9)).unrolled_errors(s, a, z)) == 4  # cut to the window
+    with pytest.raises(ValueError, match="one step"):
+        small(unroll=2, residual=True)
+
+
+@pytest.mark.parametrize("model", ["lam", "flam"])
+def test_multi_step_training_cuts_the_drift_of_rollouts(model):
+    """The mechanism at work (fails when ``unroll`` is ignored: both runs are then identical): on a
+    fixed set of clips, the same run with the FDM trained on its own 4-step rollouts predicts 4
+    steps ahead better than with the one-step loss (measured 0.78-0.82 vs 2.6-3.4 for lam, 1.35-1.37
+    vs 1.8-2.3 for FLAM over 3 seeds)."""
+    video, _ = generate(2, 16, 5, size=16, seed=3)
+    z = tokenize(torch.from_numpy(video), 4)
+    err = {}
+    for u in (1, 4):
+        cfg = small(model, unroll=u)
+        m = train(cfg, TrainConfig(steps=60, batch_size=16, window=5, lr=1e-2, seed=0), video)
+        with torch.no_grad():
+            err[u] = (m.rollout(z)[:, 3] - z[:, 4]).pow(2).sum(-1).mean().item()
+    assert err[4] < 0.8 * err[1]

@@ -107,6 +107,24 @@ def test_train_refuses_a_run_of_another_config_and_resumes_its_own(data, tmp_pat
     assert main(_train_cmd(data, run, "--steps", "5")) == 0                   # its own config: resumes
     assert json.loads((run / "metrics.json").read_text())["steps"] == 5
 
+    for extra, field in ((["--unroll", "2"], "unroll"), (["--unroll-from", "2"], "unroll_from")):
+        assert main(_train_cmd(data, run, "--steps", "5", *extra)) == 2      # 0.4.1's loss options
+        assert field in capsys.readouterr().err
+    cfg = json.loads((run / "config.json").read_text())  # a RUN written before 0.4.1 lacks both fields
+    del cfg["model"]["unroll"], cfg["train"]["unroll_from"]
+    (run / "config.json").write_text(json.dumps(cfg))
+    assert main(_train_cmd(data, run, "--steps", "6")) == 0                   # ... and still resumes
+    assert json.loads((run / "metrics.json").read_text())["steps"] == 6
+
+
+def test_unroll_warm_up_trains_one_step_ahead_until_unroll_from():
+    video, _ = generate(2, 6, 5, size=16, seed=5)
+    tc = dict(steps=3, batch_size=4, window=5, seed=1)
+    one = train(small(), TrainConfig(**tc), video)
+    warm = train(small(unroll=4), TrainConfig(**tc, unroll_from=3), video)    # the whole run is warm-up
+    late = train(small(unroll=4), TrainConfig(**tc, unroll_from=2), video)    # unrolled at the last step
+    assert _same_weights(one, warm) and not _same_weights(one, late)
+
 
 WORKER = r"""
 import sys, numpy as np, torch
@@ -186,3 +204,13 @@ def test_checkpoint_files_are_safetensors(data, tmp_path):
         assert f.metadata()["step"] == "2" and any(k.startswith("opt.") for k in f.keys())  # noqa: SIM118
     assert not [p for p in Path(tmp_path / "r").iterdir() if p.name.startswith(".")]
     assert np.isfinite(json.loads((tmp_path / "r" / "metrics.json").read_text())["psnr_1"])
+
+
+def test_a_diverged_run_stops_at_once_by_name(monkeypatch):
+    from flam_wm.core import WorldModel
+
+    video = generate(2, 4, 4, size=16, seed=5)[0]
+    loss = WorldModel.loss
+    monkeypatch.setattr(WorldModel, "loss", lambda self, *a, **k: (loss(self, *a, **k)[0] * float("nan"), {}))
+    with pytest.raises(FloatingPointError, match="non-finite loss at step 1 .model flam, lr 0.002"):
+        train(small(), TrainConfig(steps=2, batch_size=2, window=4), video)

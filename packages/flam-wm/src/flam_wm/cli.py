@@ -14,6 +14,7 @@ from icml26_shared.cli import (
     add_reproduce_arguments,
     float_in,
     nonneg_float,
+    nonneg_int,
     positive_int,
     reproduce_from_args,
 )
@@ -67,8 +68,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
     try:
         slots = args.slots if args.model == "flam" else 1
         mcfg = ModelConfig(model=args.model, slots=slots, latent_dim=args.latent_dim, beta=args.beta,
-                           size=args.size, width=args.width, temporal=not args.no_temporal, **tok_kw)
-        tcfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, seed=args.seed, lr=args.lr)
+                           size=args.size, width=args.width, temporal=not args.no_temporal, unroll=args.unroll,
+                           **tok_kw)
+        tcfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, seed=args.seed, lr=args.lr,
+                           unroll_from=args.unroll_from)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     video, _ = read_dataset(args.data, args.size)
@@ -76,7 +79,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if acc is not None and tcfg.batch_size % acc.num_processes:
         raise UserError(f"--batch-size {tcfg.batch_size} is not divisible by the {acc.num_processes} processes")
     config = {"model": mcfg.to_dict(), "train": {"steps": tcfg.steps, "batch_size": tcfg.batch_size,
-                                                 "window": tcfg.window, "seed": tcfg.seed, "lr": tcfg.lr},
+                                                 "window": tcfg.window, "seed": tcfg.seed, "lr": tcfg.lr,
+                                                 "unroll_from": tcfg.unroll_from},
               "data": str(Path(args.data).resolve()), "clips": int(video.shape[0])}
     if tok_info is not None:
         config["tokenizer"] = tok_info
@@ -95,6 +99,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     try:
         model = train(mcfg, tcfg, video, run_dir=args.out, every=args.checkpoint_every, accelerator=acc,
                       tokenizer=tok)
+    except FloatingPointError as exc:  # diverged: one line (the RUN keeps its last checkpoint)
+        raise UserError(f"{exc}; try a lower --lr") from None
     except Interrupted as exc:
         print(f"flam-wm: interrupted at step {exc.step} of {tcfg.steps}; checkpoint written to {args.out} "
               "(run the same command to resume)", file=sys.stderr)
@@ -330,6 +336,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--batch-size", type=positive_int, default=16)
     t.add_argument("--lr", type=float_in(0, 1, low_open=True, high_open=True), default=2e-3)
     t.add_argument("--no-temporal", action="store_true", help="ablation: no causal temporal attention")
+    t.add_argument("--unroll", type=positive_int, default=1,
+                   help="FDM steps unrolled in the loss (1: one-step, the paper's; up to the window - 1)")
+    t.add_argument("--unroll-from", type=nonneg_int, default=0, help="train one step ahead until this step")
     t.add_argument("--tokenizer", type=Path, default=None,
                    help="a frozen tokenizer (flam-wm fit-tokenizer); default: the exact 4x4 patch tokenizer")
     t.add_argument("--checkpoint-every", type=positive_int, default=200, help="steps between checkpoints")

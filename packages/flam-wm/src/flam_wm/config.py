@@ -28,6 +28,7 @@ class ModelConfig:
     pos: str = "learned"         # Slot Attention's position embedding: "learned" table or "grid" (linear map of fixed coordinates) [R]
     pos_keys: bool = False       # position in Slot Attention's keys too (Locatello et al.; 0.3's form) or, default, only in its values: keys from content, so slots bind to entities [R; chosen on dev, README]
     decoder: str = "mlp"         # FLAM's aggregator: "mlp" (slot -> every token) or "broadcast" (spatial broadcast) [R]
+    unroll: int = 1              # FDM steps unrolled in the loss (1 = the paper's one-step loss [P]; U > 1: the FDM also trained on its own U-step rollouts, mean of the U terms [R])
     codes: int = 8               # lam-vq codebook size (Genie's latent actions are a small codebook [P]; 8 [R])
 
     def __post_init__(self) -> None:
@@ -36,7 +37,7 @@ class ModelConfig:
         if self.tokenizer not in ("patch", "conv"):
             raise ValueError(f"unknown tokenizer {self.tokenizer!r} (patch or conv)")
         for name in ("slots", "latent_dim", "size", "patch", "width", "iters", "iters_carry", "codes",
-                     "token_grid", "token_channels", "token_hidden"):
+                     "token_grid", "token_channels", "token_hidden", "unroll"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
@@ -46,6 +47,8 @@ class ModelConfig:
             raise ValueError(f"size {self.size} is not a multiple of the patch {self.patch}")
         if self.pos not in ("learned", "grid") or self.decoder not in ("mlp", "broadcast"):
             raise ValueError(f"unknown pos {self.pos!r} / decoder {self.decoder!r}")
+        if self.residual and self.unroll > 1:
+            raise ValueError("the residual decoder is trained one step ahead only (unroll must be 1)")
         for name in ("beta", "recon"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and v == v and 0 <= v < float("inf")):
@@ -67,6 +70,7 @@ class TrainConfig:
     window: int = 6              # frames per training window [R]
     lr: float = 2e-3             # Adam learning rate [R]
     seed: int = 0
+    unroll_from: int = 0         # the one-step loss until this step, then ModelConfig.unroll steps (a warm-up: the latents get used first) [R]
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "window"):
@@ -75,5 +79,7 @@ class TrainConfig:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
         if self.window < 2:
             raise ValueError("window must be at least 2 frames")
+        if not isinstance(self.unroll_from, int) or self.unroll_from < 0:
+            raise ValueError(f"unroll_from must be an integer >= 0, got {self.unroll_from!r}")
         if not (self.lr == self.lr and 0 < self.lr < 1):
             raise ValueError(f"lr must be in (0, 1), got {self.lr!r}")

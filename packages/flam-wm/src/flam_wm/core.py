@@ -264,9 +264,11 @@ class WorldModel(nn.Module):
         return mu, logvar
 
     def loss(self, z: torch.Tensor, gen: torch.Generator | None = None,
-             eps: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
-        """L = ||z_{t+1} - z_hat_{t+1}||^2 + beta * sum_k KL(q(a^k) || N(0, I)) [P], + recon [R].
-        With ``residual`` (default) the aggregator decodes the change the FDM makes to the slots,
+             eps: torch.Tensor | None = None, unroll: int | None = None) -> tuple[torch.Tensor, dict]:
+        """L = ||z_{t+1} - z_hat_{t+1}||^2 + beta * sum_k KL(q(a^k) || N(0, I)) [P], + recon [R];
+        with ``unroll`` U > 1 the first term is the mean of the 1..U-step errors (``unrolled_errors``;
+        U = ``cfg.unroll`` unless given, as the training loop does during its one-step warm-up).
+        With ``residual`` (off by default) the aggregator decodes the change the FDM makes to the slots,
         z_hat_{t+1} = z_t + Agg(s_hat_{t+1}) - Agg(s_t), and recon = ||z_t - Agg(s_t)||^2 over the
         window's frames but the last; else z_hat_{t+1} = Agg(s_hat_{t+1}) and recon covers frame 0.
         ``lam-vq`` replaces the KL by the VQ codebook + commitment loss [P: Genie]. ``eps`` (the
@@ -281,21 +283,37 @@ class WorldModel(nn.Module):
                 eps = torch.randn(mu.shape, generator=gen, device=mu.device)
             a = mu + eps * (0.5 * logvar).exp()
             reg = self.cfg.beta * kl
-        nxt = self.agg(self.fdm(s[:, :-1], a))
         if self.cfg.residual:
             here = self.agg(s[:, :-1])
-            z_hat = z[:, :-1] + nxt - here
+            z_hat = z[:, :-1] + self.agg(self.fdm(s[:, :-1], a)) - here
             recon = (z[:, :-1] - here).pow(2).sum(-1).mean()
+            terms = [(z[:, 1:] - z_hat).pow(2).sum(-1).mean()]
         else:
-            z_hat = nxt
             recon = (z[:, :1] - self.agg(s[:, :1])).pow(2).sum(-1).mean()  # frame 0, where rollouts start [R]
-        pred = (z[:, 1:] - z_hat).pow(2).sum(-1).mean()
+            terms = self.unrolled_errors(s, a, z, unroll)
+        pred = torch.stack(terms).mean()
         total = pred + reg + self.cfg.recon * recon
-        return total, {"pred": pred.item(), "kl": kl.item(), "reg": reg.item(), "recon": recon.item()}
+        return total, {"pred": terms[0].item(), "pred_unroll": pred.item(), "kl": kl.item(), "reg": reg.item(),
+                       "recon": recon.item()}
 
-    def forward(self, z: torch.Tensor, eps: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
-        """The training loss (what DDP / accelerate call): ``loss(z, eps=eps)``."""
-        return self.loss(z, eps=eps)
+    def unrolled_errors(self, s: torch.Tensor, a: torch.Tensor, z: torch.Tensor,
+                        unroll: int | None = None) -> list[torch.Tensor]:
+        """Multi-step FDM loss [R]: from every true slot state s_t, the FDM is applied to its own
+        predictions j = 1..U times with the latent actions a_t .. a_{t+j-1} (as ``rollout`` does at
+        evaluation), and each ẑ_{t+j} is scored against z_{t+j}; returns the U mean squared errors
+        (U = ``cfg.unroll``, cut to the window). U = 1 is the paper's one-step loss [P]. Gradients
+        flow through the whole unroll (the FDM learns to correct its own drift)."""
+        cur, terms = s[:, :-1], []
+        for j in range(min(self.cfg.unroll if unroll is None else unroll, a.shape[1])):
+            cur = self.fdm(cur, a[:, j:])  # cur[:, i] predicts the slots of frame i + j + 1
+            terms.append((z[:, j + 1:] - self.agg(cur)).pow(2).sum(-1).mean())
+            cur = cur[:, :-1]  # the last start has no frame j + 2 in the window
+        return terms
+
+    def forward(self, z: torch.Tensor, eps: torch.Tensor | None = None,
+                unroll: int | None = None) -> tuple[torch.Tensor, dict]:
+        """The training loss (what DDP / accelerate call): ``loss(z, eps=eps, unroll=unroll)``."""
+        return self.loss(z, eps=eps, unroll=unroll)
 
     @torch.no_grad()
     def rollout(self, z: torch.Tensor, latents: torch.Tensor | None = None) -> torch.Tensor:

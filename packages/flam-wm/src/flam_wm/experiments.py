@@ -18,7 +18,7 @@ from icml26_shared.runner import check_scale
 
 from .baselines import build
 from .bc import DECODER_C, pseudo_label_bc, true_action_bc
-from .config import TrainConfig
+from .config import ModelConfig, TrainConfig
 from .core import n_params
 from .evaluate import (
     chance_per_entity,
@@ -32,18 +32,19 @@ from .registry import DESCRIPTOR
 from .sprites import generate
 from .train import train
 
-QUICK_STEPS = 300  # Adam steps x batch 32 for every model: what the <= 8 CPU-minute budget affords [R]
+QUICK_STEPS = 600  # Adam steps x batch 32 for every model, at width 64: where slots bind on dev [R]
 CFG = {
     "smoke": dict(entities=(1, 2), clips=20, frames=6, steps=3, batch=4, seeds=2, horizon=4, width=16,
                   device="cpu", probe_c=(1.0,), lr=(2e-3,), beta=(0.01,), k_offset=(1,), grid_steps=2,
                   labels=(0.1,), bc_steps=5, episodes=10, fit_clips=14, models=("flam", "lam"), decoder_c=(1.0,),
                   tok=dict(grid=8, channels=8, hidden=8, steps=5)),
-    "quick": dict(entities=(1, 4), clips=600, frames=12, steps=QUICK_STEPS, batch=32, seeds=3, horizon=10, width=32,
-                  device="cpu", probe_c=(0.1, 1.0), lr=(3e-3, 1e-2), beta=(0.001, 0.01), k_offset=(1, 2),
-                  grid_steps=80, labels=(0.01, 0.1), bc_steps=400, episodes=200, fit_clips=210,
+    "quick": dict(entities=(1, 4), clips=600, frames=12, steps=QUICK_STEPS, batch=32, seeds=3, horizon=10, width=64,
+                  unroll=4, unroll_from=QUICK_STEPS // 2, workers=2, device="cpu", probe_c=(0.1, 1.0),
+                  lr=(1e-3, 3e-3), beta=(0.01, 0.03), k_offset=(1, 2), grid_steps=80, labels=(0.01, 0.1), bc_steps=400, episodes=200, fit_clips=210,
                   models=("flam", "lam"), decoder_c=DECODER_C, tok=dict(grid=8, channels=8, hidden=16, steps=300)),
     "full": dict(entities=(1, 2, 4, 6), clips=2000, frames=16, steps=3000, batch=32, seeds=5, horizon=10,
-                 width=64, device="cuda", probe_c=(0.1, 1.0), lr=(3e-4, 1e-3, 3e-3), beta=(0.001, 0.01, 0.03, 0.1),
+                 width=64, unroll=4, unroll_from=1500, device="cuda", probe_c=(0.1, 1.0), lr=(3e-4, 1e-3, 3e-3),
+                 beta=(0.001, 0.01, 0.03, 0.1),
                  k_offset=(1, 2, 4), grid_steps=1000, labels=(0.01, 0.1), bc_steps=2000, episodes=500, fit_clips=1400,
                  models=("flam", "lam", "lam-vq"), decoder_c=DECODER_C, tok=dict(grid=8, channels=16, hidden=32, steps=3000)),
 }
@@ -74,11 +75,12 @@ def _evaluate(model, video, acts, sl, horizon, grid=PROBE_C, fit_clips=None) -> 
     return out
 
 
-def _model_cfg(name: str, e: int, width: int, choice: dict, tok=None):
+def _model_cfg(name: str, e: int, width: int, choice: dict, tok=None, unroll: int = 1):
     kw = {} if tok is None else dict(tokenizer="conv", token_grid=tok.grid, token_channels=tok.channels,
                                      token_hidden=tok.hidden)
-    return build(name, e, width=width, latent_dim=LATENT_DIM, beta=choice["beta"], k_offset=choice.get("k_offset", 1),
-                 **kw)
+    cfg = build(name, e, width=width, latent_dim=LATENT_DIM, beta=choice["beta"], k_offset=choice.get("k_offset", 1),
+                **kw)
+    return ModelConfig(**{**cfg.to_dict(), "unroll": unroll})  # the same multi-step loss for every model
 
 
 def _tokenizer(cfg: dict, video, sl, seed: int) -> tuple:
@@ -97,27 +99,53 @@ def _tokenizer(cfg: dict, video, sl, seed: int) -> tuple:
     return tok, frame_metrics(rec, test.astype("float32") / 255.0)["psnr"], cpu
 
 
-def _choose(name: str, e: int, cfg: dict, video, sl, seed: int, log: list, tok=None) -> dict:
+def _pool(cfg: dict):
+    """``cfg["workers"]`` processes (spawned, one torch thread each) that run the independent
+    training jobs side by side, or None for one process (smoke, full)."""
+    if cfg.get("workers", 1) <= 1:
+        return None
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(cfg["workers"], mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_init_worker)
+
+
+def _init_worker() -> None:
+    torch.set_num_threads(1)
+    warnings.simplefilter("ignore")
+
+
+def _map(pool, fn, jobs: list) -> list:
+    return [fn(*j) for j in jobs] if pool is None else list(pool.map(fn, *zip(*jobs, strict=True)))
+
+
+def _grid_score(name, e, cfg, choice, video, sl, seed, tok) -> float:
+    mcfg = _model_cfg(name, e, cfg["width"], choice, tok, cfg.get("unroll", 1))
+    tcfg = TrainConfig(steps=cfg["grid_steps"], batch_size=cfg["batch"], window=5, lr=choice["lr"], seed=seed,
+                       unroll_from=cfg.get("unroll_from", 0) * cfg["grid_steps"] // cfg["steps"])  # same share
+    m = rollout_metrics(train(mcfg, tcfg, video[sl[0]], device=cfg["device"], tokenizer=tok), video[sl[1]],
+                        cfg["horizon"])
+    return m[f"psnr_{m['horizon']}"]
+
+
+def _choose(name: str, e: int, cfg: dict, video, sl, seed: int, log: list, tok=None, pool=None) -> dict:
     """A small grid on dev at ``grid_steps`` steps and the first seed: lr x beta (lr only for
     lam-vq, which has no KL), then FLAM's K = E + offset; the best dev 10-step PSNR wins."""
-    def score(choice):
-        mcfg = _model_cfg(name, e, cfg["width"], choice, tok)
-        tcfg = TrainConfig(steps=cfg["grid_steps"], batch_size=cfg["batch"], window=5, lr=choice["lr"], seed=seed)
-        m = rollout_metrics(train(mcfg, tcfg, video[sl[0]], device=cfg["device"], tokenizer=tok), video[sl[1]],
-                            cfg["horizon"])
-        val = m[f"psnr_{m['horizon']}"]
-        log.append({"entities": e, "model": name, **choice, "dev_psnr_h": val})
-        return val
+    def scores(choices):
+        vals = _map(pool, _grid_score, [(name, e, cfg, c, video, sl, seed, tok) for c in choices])
+        log.extend({"entities": e, "model": name, **c, "dev_psnr_h": v} for c, v in zip(choices, vals, strict=True))
+        return vals
 
     betas = cfg["beta"] if name != "lam-vq" else cfg["beta"][:1]
     grid = [{"lr": lr, "beta": b, "k_offset": cfg["k_offset"][0]} for lr in cfg["lr"] for b in betas]
     if len(grid) == 1 and (name != "flam" or len(cfg["k_offset"]) == 1):
         return grid[0]
-    scores = [score(c) for c in grid]
-    best = grid[max(range(len(grid)), key=scores.__getitem__)]
+    vals = scores(grid)
+    best = grid[max(range(len(grid)), key=vals.__getitem__)]
     if name == "flam" and len(cfg["k_offset"]) > 1:
         ks = [best] + [{**best, "k_offset": k} for k in cfg["k_offset"][1:]]
-        ks_scores = [max(scores)] + [score(c) for c in ks[1:]]
+        ks_scores = [max(vals)] + scores(ks[1:])
         best = ks[max(range(len(ks)), key=ks_scores.__getitem__)]
     return best
 
@@ -133,12 +161,15 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
     res = Results(package=DESCRIPTOR.name, version=DESCRIPTOR.version, scale=scale, seed=seed)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    pool = _pool(cfg)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # sklearn convergence chatter on tiny probes
-            recs, grid_log, bc_recs = _run(res, cfg, seed)
+            recs, grid_log, bc_recs = _run(res, cfg, seed, pool)
     finally:
         torch.set_num_threads(threads)
+        if pool is not None:
+            pool.shutdown()
     from .report import claims, notes, write_csv
 
     claims(res, recs, bc_recs, cfg, seed)
@@ -152,7 +183,39 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
     return res
 
 
-def _run(res: Results, cfg: dict, seed: int) -> tuple[list, list, list]:
+def _one_run(name, e, sd, mcfg, lr, cfg, video, acts, sl, tok, controlled) -> tuple[dict, list]:
+    """Train one model at one seed, score it on test (the probes' C chosen on dev) and, on
+    controlled data, run pseudo-label BC: ``(runs.csv row, bc.csv rows)``."""
+    tcfg = TrainConfig(steps=cfg["steps"], batch_size=cfg["batch"], window=5, lr=lr, seed=sd,
+                       unroll_from=cfg.get("unroll_from", 0))
+    t0 = time.process_time()
+    model = train(mcfg, tcfg, video[sl[0]], device=cfg["device"], tokenizer=tok)
+    train_cpu = time.process_time() - t0
+    ev = _evaluate(model, video, acts, sl, cfg["horizon"], cfg["probe_c"], cfg["fit_clips"])
+    t, d, h = ev["test"], ev["dev"], ev["test"]["horizon"]
+    rec = {"entities": e, "model": name, "seed": sd, "params": n_params(model), "steps": cfg["steps"],
+           "batch": cfg["batch"], "unroll": mcfg.unroll,
+           "unroll_from": tcfg.unroll_from, "width": mcfg.width, "train_cpu_s": round(train_cpu, 1),
+           "slots": mcfg.slots, "latent_per_slot": mcfg.slot_latent, "lr": lr,
+           "beta": mcfg.beta, "psnr_1": t["psnr_1"], "psnr_h": t[f"psnr_{h}"],
+           "ssim_1": t["ssim_1"], "ssim_h": t[f"ssim_{h}"], "mse_h": t[f"mse_{h}"],
+           "dev_psnr_h": d[f"psnr_{h}"], "copy_1": t["copy_1"], "copy_h": t[f"copy_{h}"],
+           "copy_ssim_h": t[f"copy_ssim_{h}"], "dev_copy_h": d[f"copy_{h}"],
+           "corr": ev["corr"], "best_probe": ev["best_probe"], "probe_c": ev["probe_c"],
+           "slot_recon": ev["slot_recon"]}
+    bc = _bc_rows(name, e, sd, ev["latents"], video, acts, sl, cfg) if controlled and name in (
+        "flam", "lam", "lam-vq") else []
+    return rec, bc
+
+
+def _true_bc(e, sd, video, acts, sl, cfg) -> dict:
+    act, frames = _bc_inputs(video, acts, sl, cfg["fit_clips"])
+    return {"entities": e, "model": "true-actions", "seed": sd, "labels": 1.0,
+            "success": true_action_bc(act, frames, e, video.shape[2], seed=sd, bc_steps=cfg["bc_steps"],
+                                      episodes=cfg["episodes"])}
+
+
+def _run(res: Results, cfg: dict, seed: int, pool=None) -> tuple[list, list, list]:
     from .report import add_rows
 
     seeds = [seed + i for i in range(cfg["seeds"])]
@@ -166,39 +229,17 @@ def _run(res: Results, cfg: dict, seed: int) -> tuple[list, list, list]:
         res.add(f"sprites_E{e}", "tokenizer", "recon_psnr", [tok_psnr], seeds=[seed], unit="dB", split="test",
                 grid=tok.grid, channels=tok.channels, fit_cpu_s=round(tok_cpu, 1))
         if e == big:
-            chosen = {n: _choose(n, e, cfg, video, sl, seeds[0], grid_log, tok) for n in cfg["models"]}
+            chosen = {n: _choose(n, e, cfg, video, sl, seeds[0], grid_log, tok, pool) for n in cfg["models"]}
             chosen["flam-no-temporal"] = chosen["flam"]
         names = list(cfg["models"]) + (["flam-no-temporal"] if e == big else [])
-        for name in names:
-            choice = chosen[name]
-            mcfg = _model_cfg(name, e, cfg["width"], choice, tok)
-            probe_c: list[float] = []  # the probes' C is chosen on dev at the first seed, then kept
-            for sd in seeds:
-                tcfg = TrainConfig(steps=cfg["steps"], batch_size=cfg["batch"], window=5, lr=choice["lr"], seed=sd)
-                t0 = time.process_time()
-                model = train(mcfg, tcfg, video[sl[0]], device=cfg["device"], tokenizer=tok)
-                train_cpu = time.process_time() - t0
-                ev = _evaluate(model, video, acts, sl, cfg["horizon"], (probe_c[0],) if probe_c else cfg["probe_c"],
-                               cfg["fit_clips"])
-                probe_c.append(ev["probe_c"])
-                t, d, h = ev["test"], ev["dev"], ev["test"]["horizon"]
-                recs.append({"entities": e, "model": name, "seed": sd, "params": n_params(model),
-                             "steps": cfg["steps"], "batch": cfg["batch"], "train_cpu_s": round(train_cpu, 1),
-                             "slots": mcfg.slots, "latent_per_slot": mcfg.slot_latent, "lr": choice["lr"],
-                             "beta": mcfg.beta, "psnr_1": t["psnr_1"], "psnr_h": t[f"psnr_{h}"],
-                             "ssim_1": t["ssim_1"], "ssim_h": t[f"ssim_{h}"], "mse_h": t[f"mse_{h}"],
-                             "dev_psnr_h": d[f"psnr_{h}"], "copy_1": t["copy_1"], "copy_h": t[f"copy_{h}"],
-                             "copy_ssim_h": t[f"copy_ssim_{h}"], "dev_copy_h": d[f"copy_{h}"],
-                             "corr": ev["corr"], "best_probe": ev["best_probe"], "probe_c": ev["probe_c"],
-                             "slot_recon": ev["slot_recon"]})
-                if controlled and name in ("flam", "lam", "lam-vq"):
-                    bc_recs += _bc_rows(name, e, sd, ev["latents"], video, acts, sl, cfg)
-        if controlled:
-            act, frames = _bc_inputs(video, acts, sl, cfg["fit_clips"])
-            for sd in seeds:  # the reference: the same policy cloned from every true action
-                bc_recs.append({"entities": e, "model": "true-actions", "seed": sd, "labels": 1.0,
-                                "success": true_action_bc(act, frames, e, video.shape[2], seed=sd,
-                                                          bc_steps=cfg["bc_steps"], episodes=cfg["episodes"])})
+        # every (model, seed) run is independent: side by side in the pool, results in a fixed order
+        jobs = [(n, e, sd, _model_cfg(n, e, cfg["width"], chosen[n], tok, cfg.get("unroll", 1)), chosen[n]["lr"],
+                 cfg, video, acts, sl, tok, controlled) for n in names for sd in seeds]
+        for rec, bc in _map(pool, _one_run, jobs):
+            recs.append(rec)
+            bc_recs += bc
+        if controlled:  # the reference: the same policy cloned from every true action
+            bc_recs += _map(pool, _true_bc, [(e, sd, video, acts, sl, cfg) for sd in seeds])
         add_rows(res, recs, e, names, seeds, cfg)
     return recs, grid_log, bc_recs
 

@@ -157,6 +157,10 @@ def open_run(out: Path, config: dict) -> bool:
             old = json.loads(cfg_path.read_text())
         except (OSError, ValueError):
             raise UserError(f"{out} exists and is not a RUN folder (choose a new --out)") from None
+        if isinstance(old.get("model"), dict):
+            old["model"].setdefault("unroll", 1)  # a RUN written before 0.5 was trained one step ahead
+        if isinstance(old.get("train"), dict):
+            old["train"].setdefault("unroll_from", 0)
         for part in sorted(set(old) | set(config)):
             a, b = old.get(part, {}), config.get(part, {})
             if isinstance(a, dict) and isinstance(b, dict):

@@ -33,11 +33,13 @@ DESCRIPTOR = MethodDescriptor(
         "smoke": "SpriteWorld E in {1, 2}, 20 clips x 6 frames, 3 steps, 2 seeds, a few BC steps (seconds)",
         "quick": "SpriteWorld 32x32, E in {1, 4} (E=4 --controlled), 600 clips x 12 frames, one frozen 8x8x8 conv "
                  "autoencoder tokenizer per data set; lr / beta / K chosen on dev; FLAM (K=E+offset) vs lam "
-                 "(params matched) + no-temporal ablation at E=4, 300 steps x batch 32, 3 seeds; pseudo-label BC "
-                 "at 1% / 10% labels (minutes, 2 CPUs)",
+                 "(params matched) + no-temporal ablation at E=4, width 64, 600 steps x batch 32 (one-step loss, then "
+                 "4-step unrolled from step 300), 3 seeds, two worker processes; pseudo-label BC at 1% / 10% labels "
+                 "(minutes, 2 CPUs)",
         "full": "the same recipe scaled up on a CUDA device: E in {1, 2, 4, 6}, 2000 clips x 16 frames, "
-                "3000 steps x batch 32, width 64, lam-vq beside lam, 5 seeds, an 8x8x16 conv autoencoder "
+                "3000 steps x batch 32 (4-step unrolled loss from step 1500), width 64, lam-vq beside lam, 5 seeds, "
+                "an 8x8x16 conv autoencoder "
                 "tokenizer (not a VQ-VAE); refuses at once without CUDA",
     },
-    quick_minutes=8.3,  # 8.3 CPU-min measured (0.4.0, one torch thread, under contention): 21.8 min wall on a shared 2-core box
+    quick_minutes=10.0,  # 0.5.0: 19.2 CPU-min in two worker processes, 14.7 min wall at load 2.5-4 (~10 on 2 quiet cores)
 )

@@ -118,6 +118,7 @@ def notes(cfg: dict, elapsed: float) -> list[str]:
         "mixture aggregator (one MLP per slot to every token's content and mixing logit), the first-frame "
         "reconstruction term, one Slot Attention iteration per frame after the first (slots carried), "
         "Slot Attention's keys from the tokens' content only (position in its values; chosen on dev), "
+        "the multi-step (unrolled) FDM loss after a one-step warm-up, "
         "SpriteWorld, the correspondence score, the BC policy (keypoint MLP) and the reach-target task.",
         "Splits: 70/15/15 clips train/dev/test per data set. Chosen on dev (first seed, E = max): lr from "
         f"{cfg['lr']} and beta from {cfg['beta']} for every model (lam-vq: lr only), FLAM's K = E + offset "
@@ -125,11 +126,15 @@ def notes(cfg: dict, elapsed: float) -> list[str]:
         "dev_grid.csv), the probes' C, the BC decoder's C (dev transitions), the strongest PSNR baseline "
         "and the monolithic model compared in each claim. All claimed figures are on test clips "
         "(BC: fresh reach-target episodes).",
-        f"Budget: {cfg['steps']} Adam steps x batch {cfg['batch']} x 5-frame windows for every model, "
+        f"Budget: {cfg['steps']} Adam steps x batch {cfg['batch']} x 5-frame windows for every model, width "
+        f"{cfg['width']}, the same loss for every model: one step ahead until step {cfg.get('unroll_from', 0)}, "
+        f"then the FDM unrolled {cfg.get('unroll', 1)} steps on its own predictions (mean of the 1..U-step errors; "
+        "chosen on dev, scripts/dev_binding.py), "
         f"{cfg['seeds']} seeds, {cfg['clips']} clips x {cfg['frames']} frames (world models train on all "
         f"training clips; probes, BC decoders and policies fit on the first {cfg['fit_clips']}); BC policies "
         f"{cfg['bc_steps']} steps, {cfg['episodes']} reach-target episodes per policy; one torch thread; "
         f"tokenizer {cfg['tok']['grid']}x{cfg['tok']['grid']}x{cfg['tok']['channels']}, {cfg['tok']['steps']} "
         f"steps per data set. Models compared: {', '.join(cfg['models'])}. Wall time {elapsed:.0f} s (the 2-core "
-        "machine may be shared; train_cpu_s in runs.csv is each run's CPU time).",
+        f"machine may be shared; train_cpu_s in runs.csv is each run's CPU time; {cfg.get('workers', 1)} worker "
+        "process(es) train the independent runs side by side, one torch thread each).",
     ]

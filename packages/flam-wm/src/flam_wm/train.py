@@ -141,7 +141,11 @@ def train(model_cfg: ModelConfig, train_cfg: TrainConfig, video: np.ndarray, *,
             off = int(rng.integers(0, t - w + 1))
             eps = torch.randn(lat_shape, generator=gen)
             batch = z_all[torch.as_tensor(idx[lo:hi], device=device), off:off + w]
-            loss, info = net(batch, eps[lo:hi].to(device))
+            warm = step < train_cfg.unroll_from  # the one-step loss first, then the unrolled one
+            loss, info = net(batch, eps[lo:hi].to(device), 1 if warm else None)
+            if not torch.isfinite(loss):  # a diverged run fails here, by name, not later in a probe
+                raise FloatingPointError(f"training diverged: non-finite loss at step {step + 1} "
+                                         f"(model {model_cfg.model}, lr {train_cfg.lr}, seed {train_cfg.seed})")
             opt.zero_grad()
             if accelerator is not None:
                 accelerator.backward(loss)
