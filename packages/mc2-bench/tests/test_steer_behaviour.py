@@ -12,13 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from mc2_bench.adapters import ToyAdapter
 from mc2_bench.baselines import direction
 from mc2_bench.config import ToyConfig
-from mc2_bench.experiments import _split
-from mc2_bench.io import digits_items
 from mc2_bench.protocol import alpha_sweep, hidden_pairs, state_position
-from mc2_bench.toy import load_digits, train_toy
 
 pytestmark = pytest.mark.slow
 
@@ -26,15 +22,9 @@ POS = "context"
 
 
 @pytest.fixture(scope="module")
-def trained():
-    X, y = load_digits()
-    tr, dv, te = _split(len(y))
-    dev_p = digits_items(X, y, dv[:40], 1, prefix="dev")
-    test_p = digits_items(X, y, te[:40], 2, prefix="test")
-    images = {it.image: im for it, im in dev_p + test_p}
+def trained(toy_on_digits):
     cfg = ToyConfig(vision_preference=0.5, d_model=32, n_layers=2, n_heads=2, steps=400, batch=64)
-    ad = ToyAdapter(train_toy(cfg, X[tr], y[tr], seed=0), images.__getitem__)
-    dev, test = [p[0] for p in dev_p], [p[0] for p in test_p]
+    ad, dev, test = toy_on_digits(cfg)
     hv, ht = hidden_pairs(ad, dev, 0, "answer", at=state_position(POS))  # fitted on dev
     return ad, test, direction("diffmean", hv, ht, 0), hv.shape[1]
 

@@ -9,13 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from mc2_bench.adapters import ToyAdapter
 from mc2_bench.baselines import direction
 from mc2_bench.config import ToyConfig
-from mc2_bench.experiments import _split
-from mc2_bench.io import digits_items
 from mc2_bench.protocol import alpha_sweep, amps_stats, hidden_pairs
-from mc2_bench.toy import N_PATCH, ToyVLM, load_digits, train_toy
+from mc2_bench.toy import N_PATCH, ToyVLM, load_digits
 
 LAYER = 2  # the gather layer's output: what the deciding last layer reads with
 
@@ -36,16 +33,10 @@ def test_late_layers_attend_as_built():
 
 
 @pytest.fixture(scope="module")
-def trained():
-    X, y = load_digits()
-    tr, dv, te = _split(len(y))
-    dev_p = digits_items(X, y, dv[:40], 1, prefix="dev")
-    test_p = digits_items(X, y, te[:40], 2, prefix="test")
-    images = {it.image: im for it, im in dev_p + test_p}
+def trained(toy_on_digits):
     cfg = ToyConfig(vision_preference=0.5, d_model=48, n_layers=4, n_heads=4, steps=450, batch=64,
                     arch="late")
-    ad = ToyAdapter(train_toy(cfg, X[tr], y[tr], seed=0), images.__getitem__)
-    dev, test = [p[0] for p in dev_p], [p[0] for p in test_p]
+    ad, dev, test = toy_on_digits(cfg)
     hv, ht = hidden_pairs(ad, dev, LAYER, "answer")  # last prompt position, fitted on dev
     v = direction("diffmean", hv, ht, 0)
     cv, ct = hidden_pairs(ad, dev, 0, "answer", at="context")  # what quick chooses on dev (0.2.5)
