@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 from leo_craftax.cli import main
-from leo_craftax.io import load_checkpoint, save_checkpoint
+from leo_craftax.io import load_checkpoint, save_checkpoint, save_state
 
 
 def _err(capsys, argv):
@@ -28,6 +28,8 @@ def _err(capsys, argv):
     (["train", "--eval-repeats", "nan"], "positive integer"),
     (["train", "--bogus"], "unrecognized arguments"),
     (["eval", "missing.msgpack"], "does not exist"),
+    (["train", "--resume"], "nothing to resume"),
+    (["train", "--checkpoint-every", "7"], "must divide the 195 updates"),
 ])
 def test_bad_input_exits_2(capsys, tmp_path, argv, text):
     if argv[0] == "train":
@@ -135,3 +137,27 @@ def test_compile_cache_is_scoped_to_its_block(tmp_path, monkeypatch):
     finally:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", before[1])
     assert set((tmp_path / "jax").iterdir()) == inside
+
+
+def test_resume_refuses_another_run_or_an_altered_state(capsys, tmp_path, smoke_run):
+    """``train --resume`` continues only the run its state was written by: other flags or seeds,
+    an altered file, or a fresh run over an existing state exit 2 before anything is trained."""
+    from leo_craftax.experiments import smoke_config
+
+    run = smoke_run("leo")
+    out = tmp_path / "ck.msgpack"
+    state = save_state(tmp_path / "ck.msgpack.state", smoke_config("leo"), run["seeds"],
+                       run["states"][0])
+    same = ["train", "--size", "5", "--steps", str(smoke_config("leo").total_timesteps),
+            "--out", str(out)]
+    assert "differs in total_timesteps" in _err(capsys, [*same[:3], "--steps", "49152", *same[-2:],
+                                                         "--seeds", "2", "--resume"])
+    assert "holds seeds [0, 1], not [0]" in _err(capsys, [*same, "--resume"])
+    assert "written every 8 updates, not 4" in _err(
+        capsys, [*same, "--seeds", "2", "--resume", "--checkpoint-every", "4"])
+    assert "use --resume" in _err(capsys, [*same, "--seeds", "2", "--checkpoint-every", "8"])
+    data = bytearray(state.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    state.write_bytes(bytes(data))
+    assert "corrupt" in _err(capsys, [*same, "--seeds", "2", "--resume"])
+    assert not out.exists()

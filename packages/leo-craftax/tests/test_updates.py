@@ -1,4 +1,4 @@
-"""Every algorithm's update on a fixed batch of gridworld transitions: its targets prepared once
+"""Every algorithm's update on a fixed batch of transitions: its targets prepared once
 (``prepare``, as the loop does), then gradient steps on them (``sgd_step``) must lower the loss
 from its first value — fails if the update is broken (the gradient's sign flipped, no step, a
 loss that does not reach the parameters). LEO and PQN also learn end to end (test_train.py);
@@ -14,31 +14,28 @@ from leo_craftax.train import FAST_COMPILE, env_from_config, make_optimizer, sgd
 
 ALGOS = ("pqn_her", "ppo_gc", "dual_leo_pqn", "dual_leo_ppo")  # LEO, PQN: test_smoke_runs_learn
 STEPS = 30
+T, E = 4, 64  # the batch: T steps of E environments
 
 
-def _fit(algo: str, key):
-    """Losses of ``STEPS`` gradient steps on one batch of 4 x 64 random-action transitions."""
+def _fit(algo: str, key, k: int, a: int, d: int):
+    """Losses of ``STEPS`` gradient steps on one batch of T x E transitions at the smoke sizes:
+    random observations (the smoke gridworld's width), actions from the policy at ε = 1 (with
+    PPO's log-probabilities and values), random episode ends and achieved goals. A synthetic
+    batch rather than a rollout: the environment's step is the loop's (test_train.py), and
+    leaving it out of this program saves about a third of its compile time."""
     cfg = smoke_config(algo)
-    env = env_from_config(cfg)
-    k, a = env.goal_set.num_goals, env.num_actions
     spec = build_algo(cfg, k, a)
     tx = make_optimizer(cfg, spec.minibatch_size)
-    r_env, r_init, r_roll, r_prep = jax.random.split(key, 4)
-    obs, state = jax.vmap(env.reset)(jax.random.split(r_env, 64))
-    params = spec.init(r_init, obs[:1])
-    goal = jnp.arange(64) % k
-
-    def step(c, r):
-        obs, state = c
-        r_act, r_env = jax.random.split(r)
-        action, extras = spec.policy(r_act, params, obs, goal, 1.0)  # random actions (ε = 1)
-        nxt, state, done = jax.vmap(env.step)(jax.random.split(r_env, 64), state, action)
-        tr = {"obs": obs, "action": action, "next_obs": nxt, "done": done, "goal": goal,
-              "achieved": jax.vmap(env.goal_set.achieved)(nxt), **extras}
-        return (nxt, state), tr
-
-    _, traj = jax.lax.scan(step, (obs, state), jax.random.split(r_roll, 4))
-    data = {**traj, **spec.prepare(params, traj, r_prep)}
+    r = jax.random.split(key, 6)
+    obs = jax.random.normal(r[0], (T + 1, E, d))
+    goal = jnp.broadcast_to(jnp.arange(E) % k, (T, E))
+    params = spec.init(r[1], obs[0, :1])
+    action, extras = spec.policy(r[2], params, obs[:T].reshape(T * E, d), goal.reshape(-1), 1.0)
+    traj = {"obs": obs[:T], "next_obs": obs[1:], "action": action.reshape(T, E), "goal": goal,
+            "done": jax.random.bernoulli(r[3], 0.1, (T, E)),
+            "achieved": jax.random.bernoulli(r[4], 2.0 / k, (T, E, k)),
+            **jax.tree.map(lambda x: x.reshape(T, E, *x.shape[1:]), extras)}
+    data = {**traj, **spec.prepare(params, traj, r[5])}
     flat = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:])[: spec.minibatch_size], data)
 
     def sgd(c, _):
@@ -52,8 +49,10 @@ def _fit(algo: str, key):
 @pytest.fixture(scope="module")
 def losses():
     """Every algorithm's losses, from one compiled program (``FAST_COMPILE``)."""
+    env = env_from_config(smoke_config("leo"))
+    sizes = env.goal_set.num_goals, env.num_actions, env.obs_dim
     key = jax.random.PRNGKey(0)
-    fit = jax.jit(lambda r: {algo: _fit(algo, r) for algo in ALGOS})
+    fit = jax.jit(lambda r: {algo: _fit(algo, r, *sizes) for algo in ALGOS})
     return jax.tree.map(np.asarray, fit.lower(key).compile(FAST_COMPILE)(key))
 
 

@@ -63,11 +63,25 @@ def _cmd_train(args) -> int:
     out = Path(args.out)
     if out.exists() and not args.force:
         raise UserError(f"{out} exists (use --force to overwrite)")
+    state_path = Path(args.state) if args.state else out.with_name(out.name + ".state")
+    if args.resume and not state_path.is_file():
+        raise UserError(f"run state {state_path} does not exist (nothing to resume)")
+    if args.checkpoint_every and not args.resume and state_path.exists() and not args.force:
+        raise UserError(f"{state_path} exists (use --resume to continue that run, or --force)")
     import numpy as np
 
-    from .io import save_checkpoint
-    from .train import env_from_config, train_seeds
+    from .io import load_state, save_checkpoint, save_state
+    from .train import env_from_config, run_shapes, train_seeds
 
+    seeds = [args.seed + i for i in range(args.seeds)]
+    start = None
+    if args.resume:
+        start = load_state(state_path, cfg, seeds, run_shapes(cfg, len(seeds)))
+        if args.checkpoint_every and args.checkpoint_every != start["chunk"]:
+            raise UserError(f"run state {state_path} was written every {start['chunk']} updates, "
+                            f"not {args.checkpoint_every}")
+        print(f"resuming {state_path}: {start['updates']} of {cfg.num_updates} updates done",
+              flush=True)
     env = env_from_config(cfg)
     k = env.goal_set.num_goals
     per_point, per_segment = cfg.eval_cost(k, env.max_steps)
@@ -78,13 +92,21 @@ def _cmd_train(args) -> int:
           f"{per_segment * cfg.num_evals:,} training steps (evaluation/training = "
           f"{total / (per_segment * cfg.num_evals):.2f}; --test-steps, --eval-repeats, "
           f"--interim-repeats, --evals set it)", flush=True)
-    seeds = [args.seed + i for i in range(args.seeds)]
+    def on_chunk(state):
+        save_state(state_path, cfg, seeds, state)
+        print(f"run state after {state['updates']} of {cfg.num_updates} updates: {state_path}",
+              flush=True)
+
+    every = args.checkpoint_every or 0
     with compile_cache():
-        result = train_seeds(cfg, seeds)
+        result = train_seeds(cfg, seeds, chunk=every, start=start,
+                             on_chunk=on_chunk if every or start is not None else None)
     success = np.asarray(result["success"])
     tm = result["timings"]
     save_checkpoint(out, cfg, result["params"], env.goal_set.names,
                     {"success": success[:, -1].tolist(), "timings": tm}, seeds=seeds)
+    if (every or start is not None) and state_path.is_file():
+        state_path.unlink()  # the run is complete: --out holds its result
     for i, s in enumerate(seeds):
         curve = " ".join(f"{v:.3f}" for v in success[i].mean(-1))
         print(f"seed {s}: success over {k} goals by eval point: {curve}")
@@ -206,6 +228,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--obs", default="symbolic", choices=("symbolic", "pixels"), help="Craftax "
                    "observations: symbolic (the paper's) or pixels (a conv encoder)")
     t.add_argument("--out", default="leo-checkpoint.msgpack", help="checkpoint file")
+    t.add_argument("--checkpoint-every", type=positive_int, default=None, help="write the whole "
+                   "run state (every seed's network, optimiser, environments and RNG) to --state "
+                   "every N updates; N must divide the updates between evaluation points")
+    t.add_argument("--state", default=None, help="run state file (default: --out + '.state')")
+    t.add_argument("--resume", action="store_true", help="continue the run saved in --state "
+                   "(same flags; the result equals an uninterrupted run's)")
     t.add_argument("--force", action="store_true", help="overwrite --out")
     t.set_defaults(fn=_cmd_train)
     e = sub.add_parser("eval", help="success over all goals of a checkpoint")

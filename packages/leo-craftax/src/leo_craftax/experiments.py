@@ -27,9 +27,11 @@ ARM_OPTIONS = {"Dual LEO (PQN, +random goal) [R]": {"distill_goals": "commanded+
 SETTINGS = {  # [R] CPU scales
     # smoke: seconds of running, compiled fast (train.FAST_COMPILE); the tests reuse its
     # programs, and its LEO and PQN runs must learn (tests/test_train.py); its speed rows only
-    # show the pipeline (unoptimised programs, 2 timed rounds)
+    # show the pipeline (unoptimised programs, 2 timed rounds); its runs go in chunks of 8
+    # updates, as a resumable run does (the tests resume one from a saved state)
     "smoke": {"size": 5, "steps": 64 * 16 * 24, "evals": 1, "seeds": 2, "ks": (8,),
-              "arms": ("LEO", "PQN"), "cfg": {}, "fast_compile": True, "bench_repeats": 2},
+              "arms": ("LEO", "PQN"), "cfg": {}, "fast_compile": True, "bench_repeats": 2,
+              "chunk": 8},
     "quick": {"size": 10, "steps": 64 * 16 * 200, "evals": 4, "seeds": 3,
               "ks": (16, 64, 256, 512, 1024), "arms": tuple(ARMS), "cfg": {}, "fast_compile": False,
               "bench_repeats": 5},
@@ -78,7 +80,7 @@ def _learning(res: Results, s: dict, seeds: list[int], out_dir: Path) -> dict[st
         env = env_from_config(cfg)
         t0 = time.perf_counter()
         # the compiled programs are shared by a repeated run
-        out = train_seeds(cfg, seeds, fast_compile=s["fast_compile"])
+        out = train_seeds(cfg, seeds, fast_compile=s["fast_compile"], chunk=s.get("chunk", 0))
         success = np.asarray(out["success"])  # [seeds, evals + 1, K]
         wall = time.perf_counter() - t0
         final = success[:, -1].mean(-1)

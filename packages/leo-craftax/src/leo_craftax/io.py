@@ -2,7 +2,11 @@
 every trained seed (stacked on a leading axis; Flax msgpack serialization), with a SHA-256 over
 the metadata and the parameter bytes, written atomically. Loading refuses an altered file and
 checks it against what the caller expects (algo, environment, number of goals), so a checkpoint
-of another config fails clearly; ``seed=`` picks one of the trained seeds."""
+of another config fails clearly; ``seed=`` picks one of the trained seeds.
+
+Run states (``save_state`` / ``load_state``): everything a run needs to continue after its last
+completed chunk of updates (``train.train_seeds(on_chunk=, start=)``), in the same checksummed,
+atomically written container."""
 
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from .config import TrainConfig
 FORMAT = "leo-craftax-checkpoint/3"     # {"params", "batch_stats"} per seed, stacked
 FORMAT_2 = "leo-craftax-checkpoint/2"   # 0.2: bare parameters, stacked; still read
 OLD_FORMAT = "leo-craftax-checkpoint/1"  # one seed's parameters, no checksum: still read
+STATE_FORMAT = "leo-craftax-run-state/1"  # a run to resume: its whole carry, points, metrics
 
 
 def _as_vars(params: Any) -> dict:
@@ -124,3 +129,62 @@ def check_head(params: Any, num_goals: int, num_actions: int) -> None:
         raise UserError(f"the checkpoint's all-goals head has {width} outputs = "
                         f"{width / num_actions:g} goals x {num_actions} actions; this environment "
                         f"has {num_goals} goals")
+
+
+def save_state(path: str | Path, cfg: TrainConfig, seeds: Sequence[int], state: dict) -> Path:
+    """Write ``train_seeds``' run ``state`` (``on_chunk``) atomically with a SHA-256: the carry's
+    leaves in order (restored against ``train.run_shapes``), the evaluation key, the points and
+    metrics so far; config, seeds, updates done, chunk and timings in the metadata."""
+    from flax import serialization
+
+    meta_json = json.dumps({"format": STATE_FORMAT, "config": cfg.to_dict(),
+                            "seeds": [int(s) for s in seeds], "updates": int(state["updates"]),
+                            "chunk": int(state["chunk"]), "timings": state["timings"]})
+    leaves = jax.tree.leaves(state["carry"])
+    blob = serialization.msgpack_serialize({
+        "carry": {str(i): np.asarray(x) for i, x in enumerate(leaves)},
+        "r_eval": np.asarray(state["r_eval"]), "success": np.asarray(state["success"]),
+        "metrics": jax.tree.map(np.asarray, state["metrics"])})
+    data = serialization.msgpack_serialize(
+        {"meta": meta_json, "params": blob, "sha256": _digest(meta_json, blob)})
+    atomic_write_bytes(Path(path), data)
+    return Path(path)
+
+
+def load_state(path: str | Path, cfg: TrainConfig, seeds: Sequence[int], shapes: Any) -> dict:
+    """The run state in ``path`` as ``train_seeds(start=)`` takes it; ``shapes``: the run's
+    ``train.run_shapes(cfg, len(seeds))``. ``UserError`` when the file is missing, altered or not
+    a run state, or when it was written by another config or other seeds (nothing is guessed)."""
+    from flax import serialization
+
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"run state {path} does not exist (nothing to resume)")
+    try:
+        raw = serialization.msgpack_restore(path.read_bytes())
+        meta = json.loads(raw["meta"])
+        if meta.get("format") != STATE_FORMAT:
+            raise ValueError(meta.get("format"))
+        intact = raw["sha256"] == _digest(raw["meta"], raw["params"])
+    except Exception:  # noqa: BLE001 - any decoding failure is the user's file
+        raise UserError(f"{path} is not a leo-craftax run state") from None
+    if not intact:
+        raise UserError(f"{path} is corrupt: its checksum does not match its contents")
+    want = json.loads(json.dumps(cfg.to_dict()))
+    diff = sorted(k for k in set(want) | set(meta["config"]) if want.get(k) != meta["config"].get(k))
+    if diff:
+        raise UserError(f"run state {path} was written by another config (differs in "
+                        f"{', '.join(diff)}): resume with the same flags")
+    if meta["seeds"] != [int(s) for s in seeds]:
+        raise UserError(f"run state {path} holds seeds {meta['seeds']}, not {list(seeds)}")
+    body = serialization.msgpack_restore(raw["params"])
+    treedef = jax.tree.structure(shapes[0])
+    want_leaves = jax.tree.leaves(shapes[0])
+    leaves = [body["carry"].get(str(i)) for i in range(len(want_leaves))]
+    if len(body["carry"]) != len(want_leaves) or any(
+            x is None or x.shape != w.shape or x.dtype != w.dtype
+            for x, w in zip(leaves, want_leaves, strict=True)):
+        raise UserError(f"run state {path} does not match this run's shapes")
+    return {"updates": meta["updates"], "chunk": meta["chunk"], "timings": meta["timings"],
+            "carry": jax.tree.unflatten(treedef, leaves), "r_eval": body["r_eval"],
+            "success": body["success"], "metrics": body.get("metrics", {})}

@@ -18,7 +18,10 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
+
+from icml26_shared import UserError
 
 from .algos import AlgoSpec, build_algo
 from .config import TrainConfig
@@ -101,6 +104,7 @@ class TrainParts(NamedTuple):
     segment: Callable
     evaluate: Callable
     final_calls: int = 1
+    update: Callable | None = None  # one update, ``(carry, None) -> (carry, metrics)``
 
 
 def extra_eval_keys(rng, n: int):
@@ -204,7 +208,7 @@ def train_parts(cfg: TrainConfig, env: Any = None, mesh: Any = None) -> TrainPar
     def evaluate_(params, rng):
         return evaluate(spec, params, env, rng, cfg.eval_chunk, test_steps, cfg.eval_reset_batch)
 
-    return TrainParts(init, segment, evaluate_, cfg.test_repeats // cfg.eval_chunk)
+    return TrainParts(init, segment, evaluate_, cfg.test_repeats // cfg.eval_chunk, update)
 
 
 def make_train(cfg: TrainConfig, env: Any = None, mesh: Any = None):
@@ -233,24 +237,37 @@ def make_train(cfg: TrainConfig, env: Any = None, mesh: Any = None):
     return train
 
 
-def _compile_parts(parts: TrainParts, num_seeds: int, fast_compile: bool = False):
+def _compile_parts(parts: TrainParts, num_seeds: int, fast_compile: bool = False, chunk: int = 0):
+    """``(init, segment, evaluate)`` compiled for ``num_seeds`` seeds; ``chunk`` > 0: the segment
+    program runs ``chunk`` updates (the same scanned update; ``train_seeds`` calls it as often as
+    the evaluation points need)."""
     opts = FAST_COMPILE if fast_compile else None
     rngs = jax.ShapeDtypeStruct((num_seeds, 2), jnp.uint32)
 
     def aot(fn, *args):
         return jax.jit(jax.vmap(fn)).lower(*args).compile(opts)
 
+    segment = parts.segment if chunk <= 0 else (
+        lambda c: jax.lax.scan(parts.update, c, None, chunk))
     carry, r_eval = jax.eval_shape(jax.vmap(parts.init), rngs)
-    return aot(parts.init, rngs), aot(parts.segment, carry), aot(parts.evaluate, carry[0], r_eval)
+    return aot(parts.init, rngs), aot(segment, carry), aot(parts.evaluate, carry[0], r_eval)
 
 
 @lru_cache(maxsize=8)
-def compiled_parts(cfg: TrainConfig, num_seeds: int, fast_compile: bool = False):
+def compiled_parts(cfg: TrainConfig, num_seeds: int, fast_compile: bool = False, chunk: int = 0):
     """``(init, segment, evaluate)`` of ``train_parts(cfg)``, each ``jit(vmap(...))`` compiled
     ahead of time for ``num_seeds`` seeds, one set per config in a process: a second run of the
     same config (a repeated reproduction) reuses them. ``fast_compile``: ``FAST_COMPILE`` (the
-    same XLA program and values, a fraction of the compile time; for tests and smoke runs)."""
-    return _compile_parts(train_parts(cfg), num_seeds, fast_compile)
+    same XLA program and values, a fraction of the compile time; for tests and smoke runs).
+    ``chunk``: updates per segment call (0: the updates between two evaluation points)."""
+    return _compile_parts(train_parts(cfg), num_seeds, fast_compile, chunk)
+
+
+def run_shapes(cfg: TrainConfig, num_seeds: int):
+    """``(carry, r_eval)`` of ``num_seeds`` seeds as shapes and dtypes (nothing compiled): what a
+    saved run state (``io.load_state``) must hold to resume ``cfg``."""
+    rngs = jax.ShapeDtypeStruct((num_seeds, 2), jnp.uint32)
+    return jax.eval_shape(jax.vmap(train_parts(cfg).init), rngs)
 
 
 def _clock() -> tuple[float, float]:
@@ -258,15 +275,34 @@ def _clock() -> tuple[float, float]:
     return time.perf_counter(), time.process_time()
 
 
-def train_seeds(cfg: TrainConfig, seeds, env: Any = None, *, fast_compile: bool = False):
+def train_seeds(cfg: TrainConfig, seeds, env: Any = None, *, fast_compile: bool = False,
+                chunk: int = 0, on_chunk: Callable | None = None, start: dict | None = None):
     """Train ``len(seeds)`` independent runs at once (``vmap`` over seeds): the same values as
     ``jax.jit(jax.vmap(make_train(cfg)))``, run as three compiled programs (``compiled_parts``,
     shared in a process for the config's own environment) so that ``out["timings"]`` can say
     what training and evaluation each cost: ``{compile,train,eval}_{s,cpu_s}`` (wall seconds
-    and CPU seconds of the process)."""
+    and CPU seconds of the process).
+
+    Resumable runs: the segment program runs ``chunk`` updates per call (0: all the updates
+    between two evaluation points; it must divide them), and after every call but the run's
+    last ``on_chunk(state)`` gets the whole run state — ``{"updates", "chunk", "carry"`` (the
+    variables, optimiser, environments, goals and RNG of every seed), ``"r_eval", "success"``
+    (the points so far, ``[seeds, points, K]``), ``"metrics"`` (``[seeds, updates]``),
+    ``"timings"}`` as numpy — which ``io.save_state`` writes. ``start=`` such a state
+    (``io.load_state``) continues the run from it: the same compiled programs on the same
+    values and keys, so a resumed run equals an uninterrupted one (tested); ``timings`` add up
+    over the sessions."""
     cfg = cfg.validate()
+    per_seg = cfg.num_updates // cfg.num_evals
+    chunk = start["chunk"] if start is not None else (chunk or per_seg)
+    if chunk < 1 or per_seg % chunk:
+        raise UserError(f"checkpoint interval {chunk} must divide the {per_seg} updates between "
+                        f"two evaluation points")
     rngs = jnp.stack([jax.random.PRNGKey(int(s)) for s in seeds])
     clock = {"compile": [0.0, 0.0], "train": [0.0, 0.0], "eval": [0.0, 0.0]}
+    if start is not None:
+        for k, v in clock.items():
+            v[0], v[1] = start["timings"][f"{k}_s"], start["timings"][f"{k}_cpu_s"]
 
     def timed(what, fn, *args):
         w0, c0 = _clock()
@@ -278,24 +314,42 @@ def train_seeds(cfg: TrainConfig, seeds, env: Any = None, *, fast_compile: bool 
         clock[what][1] += c1 - c0
         return out
 
+    def timings():
+        return {f"{k}_{unit}": v[j] for k, v in clock.items() for j, unit in enumerate(("s", "cpu_s"))}
+
+    def state():  # numpy on the host (no device programs for the bookkeeping)
+        host = jax.device_get({"carry": carry, "r_eval": r_eval, "success": success,
+                               "metrics": metrics})
+        return {"updates": done, "chunk": chunk, "timings": timings(), "carry": host["carry"],
+                "r_eval": host["r_eval"], "success": np.stack(host["success"], 1),
+                "metrics": jax.tree.map(lambda *x: np.concatenate(x, 1), *host["metrics"])}
+
     if env is None:
-        init, segment, evaluate_ = timed("compile", compiled_parts, cfg, len(seeds), fast_compile)
+        init, segment, evaluate_ = timed("compile", compiled_parts, cfg, len(seeds), fast_compile,
+                                         0 if chunk == per_seg else chunk)
     else:
         init, segment, evaluate_ = timed("compile", _compile_parts, train_parts(cfg, env),
-                                         len(seeds), fast_compile)
-    carry, r_eval = timed("train", init, rngs)
+                                         len(seeds), fast_compile, 0 if chunk == per_seg else chunk)
+    if start is None:
+        carry, r_eval = timed("train", init, rngs)
+        success, metrics, done = [timed("eval", evaluate_, carry[0], r_eval)], [], 0
+    else:
+        carry, r_eval, done = start["carry"], start["r_eval"], start["updates"]
+        success, metrics = list(np.moveaxis(np.asarray(start["success"]), 1, 0)), [start["metrics"]]
     keys = jax.vmap(lambda r: jax.random.split(r, cfg.num_evals))(r_eval)
-    success, metrics = [timed("eval", evaluate_, carry[0], r_eval)], []
-    for i in range(cfg.num_evals):
+    while done < cfg.num_updates:
         carry, m = timed("train", segment, carry)
         metrics.append(m)
-        success.append(timed("eval", evaluate_, carry[0], keys[:, i]))
+        done += chunk
+        if done % per_seg == 0:
+            success.append(timed("eval", evaluate_, carry[0], keys[:, done // per_seg - 1]))
+        if done < cfg.num_updates and on_chunk is not None:
+            on_chunk(state())
     n = cfg.test_repeats // cfg.eval_chunk
     if n > 1:  # the final point: test_repeats episodes per goal, in n calls
         more = jax.vmap(lambda r: extra_eval_keys(r, n))(keys[:, -1])  # [seeds, n - 1, 2]
         for j in range(n - 1):
             success[-1] = success[-1] + timed("eval", evaluate_, carry[0], more[:, j])
         success[-1] = success[-1] / n
-    timings = {f"{k}_{unit}": v[j] for k, v in clock.items() for j, unit in enumerate(("s", "cpu_s"))}
-    return {"params": carry[0], "success": jnp.stack(success, 1), "timings": timings,
+    return {"params": carry[0], "success": jnp.stack(success, 1), "timings": timings(),
             "metrics": jax.tree.map(lambda *x: jnp.concatenate(x, 1), *metrics)}
