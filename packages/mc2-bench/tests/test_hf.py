@@ -146,6 +146,42 @@ def test_alpha_zero_bit_identical_and_letter_mode_generates(setup, fam):
     assert hook.touched[1] == 2 * (ad.max_new_tokens - 1)  # one new position per cached step
 
 
+@pytest.mark.parametrize("fam", FAMILIES)
+@pytest.mark.parametrize("answer_mode", ["letter-logprob", "option-logprob"])
+def test_prefix_cache_replays_the_unsteered_layers_exactly(setup, fam, answer_mode):
+    _, items, ads = setup
+    ad = ads[fam]
+    v = np.random.default_rng(5).standard_normal(32)
+
+    def answer(hook_layer=None):
+        if hook_layer is None:
+            return [r["scores"] for r in ad.answer(items, "single", 0, answer_mode)]
+        with SteeringHook([hook_layer], v, 0.8).attach(ad):
+            return [r["scores"] for r in ad.answer(items, "single", 0, answer_mode)]
+    ref, want = answer(), answer(2)
+    assert want != ref
+    first, calls = ad.layer_modules()[0], []
+    orig = first.forward
+    first.forward = lambda *a, **k: (calls.append(1), orig(*a, **k))[1]
+    try:
+        ad.cache_prefix_at(1)
+        assert answer() == ref
+        multi = any(len(ad.tok.encode(o, add_special_tokens=False)) > 1 for it in items for o in options(it, 0))
+        if answer_mode == "option-logprob" and multi:  # a KV cache is continued: no replay, same answers
+            assert not ad._prefix and answer(2) == want
+            return
+        assert len(ad._prefix) == 2  # unsteered passes keep layer 1's output (batch 3: 2 batches)
+        n = len(calls)
+        assert answer(2) == want and len(calls) == n  # bit-identical, layer 0 not run again
+        assert answer(2) == want and len(calls) == n
+        answer(1)  # a hook at or below the kept layer: a full pass
+        assert len(calls) > n
+    finally:
+        ad.cache_prefix_at(None)
+        del first.forward
+    assert list(ad._layer_list) == ad.layer_modules()  # the real layers are back
+
+
 def test_cli_eval_on_a_hf_folder(setup, capsys):
     from mc2_bench.cli import main
 

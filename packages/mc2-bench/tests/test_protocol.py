@@ -167,3 +167,20 @@ def test_flip_alpha_rule_takes_the_smallest_alpha_that_shifts_within_the_accurac
     assert f["alpha"] == 0.2 and not f["within_cost"]
     f = choose_flip_alpha([dict(r, vision_ratio=0.5 + 0.01 * r["alpha"]) for r in rows])
     assert f["alpha"] == 0.4 and not f["shifted"]  # nothing shifts: the largest shift
+
+
+def test_flip_alpha_rule_with_an_upper_bound_refuses_a_cost_small_by_chance():
+    from mc2_bench.core import choose_flip_alpha, cost_upper_bound
+
+    n = 100
+    acc0 = np.ones(n)
+    noisy = np.ones(n)
+    noisy[0] = 0.0  # 1 point of cost from one item: its upper bound passes 2 points
+    clean = np.ones(n)
+    clean[:2] = 0.75  # 0.5 points
+    assert cost_upper_bound(acc0, noisy) > 0.02 > cost_upper_bound(acc0, clean) > 0.005
+    rows = [dict(alpha=a, vision_ratio=v, single_accuracy=float(s.mean()), accuracy_scores=s.tolist())
+            for a, v, s in [(0.0, 0.5, acc0), (0.1, 0.8, noisy), (0.2, 0.9, clean)]]
+    assert choose_flip_alpha(rows)["alpha"] == 0.1  # the point estimate passes (1 point)
+    f = choose_flip_alpha(rows, confidence=0.95)
+    assert f["alpha"] == 0.2 and f["within_cost"] and f["cost_bound"] > f["cost"]

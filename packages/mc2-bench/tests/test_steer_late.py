@@ -39,7 +39,7 @@ def trained(toy_on_digits):
     ad, dev, test = toy_on_digits(cfg)
     hv, ht = hidden_pairs(ad, dev, LAYER, "answer")  # last prompt position, fitted on dev
     v = direction("diffmean", hv, ht, 0)
-    cv, ct = hidden_pairs(ad, dev, 0, "answer", at="context")  # what quick chooses on dev (0.2.5)
+    cv, ct = hidden_pairs(ad, dev, 0, "answer", at="context")  # quick chose layer 0 (0.2.5) and 1 (0.2.6) here
     return ad, test, v, hv.shape[1], amps_stats(hv, ht, v), direction("diffmean", cv, ct, 0)
 
 

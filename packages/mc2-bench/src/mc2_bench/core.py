@@ -217,13 +217,26 @@ def monotone_share(xs: Sequence[float]) -> float:
     return float((d >= -1e-12).mean()) if d.size else 1.0
 
 
-def choose_flip_alpha(rows: Sequence[dict], shift: float = 0.25, max_cost: float = 0.02) -> dict:
+def cost_upper_bound(acc0: Sequence[float], acc: Sequence[float], confidence: float = 0.95) -> float:
+    """One-sided upper confidence bound of the mean accuracy cost mean(acc0 - acc) over paired
+    items: the upper end of a two-sided (2 * confidence - 1) BCa bootstrap interval [R]."""
+    from icml26_shared.eval import paired_interval
+
+    d = np.asarray(acc0, float) - np.asarray(acc, float)
+    return float(paired_interval(d, confidence=2.0 * confidence - 1.0, n_resamples=1999).high)
+
+
+def choose_flip_alpha(rows: Sequence[dict], shift: float = 0.25, max_cost: float = 0.02,
+                      confidence: float | None = None) -> dict:
     """The dev rule for the alpha that "flips" the preference [R] (0.2.5): the smallest alpha whose
     vision ratio moved by >= ``shift`` from alpha = 0 (toward vision for alpha > 0) AND whose
     single-modality accuracy fell by <= ``max_cost``; if no alpha keeps the cost, the smallest
     alpha that shifts (its cost reported); if none shifts, the alpha that shifts most.
+    ``confidence`` (0.2.6): the cost compared with ``max_cost`` is then the one-sided upper
+    confidence bound of the dev cost over items (``cost_upper_bound``; rows need per-item
+    ``accuracy_scores``), so a dev cost that is small by chance does not pass.
     ``rows``: dicts with ``alpha``, ``vision_ratio``, ``single_accuracy`` (one at alpha = 0).
-    Returns {"alpha", "shift", "cost", "within_cost", "shifted"}."""
+    Returns {"alpha", "shift", "cost", "cost_bound", "within_cost", "shifted"}."""
     zero = next(r for r in rows if r["alpha"] == 0.0)
     pos = sorted((r for r in rows if r["alpha"] > 0), key=lambda r: r["alpha"])
     if not pos:
@@ -232,8 +245,10 @@ def choose_flip_alpha(rows: Sequence[dict], shift: float = 0.25, max_cost: float
     def info(r):
         s = r["vision_ratio"] - zero["vision_ratio"]
         c = zero["single_accuracy"] - r["single_accuracy"]
-        return {"alpha": r["alpha"], "shift": s, "cost": c, "within_cost": c <= max_cost + 1e-12,
-                "shifted": s >= shift - 1e-12}
+        b = c if confidence is None else cost_upper_bound(zero["accuracy_scores"], r["accuracy_scores"],
+                                                          confidence)
+        return {"alpha": r["alpha"], "shift": s, "cost": c, "cost_bound": b,
+                "within_cost": b <= max_cost + 1e-12, "shifted": s >= shift - 1e-12}
     cands = [info(r) for r in pos]
     for pick in ([c for c in cands if c["shifted"] and c["within_cost"]], [c for c in cands if c["shifted"]]):
         if pick:

@@ -32,7 +32,8 @@ CFG = {
     "smoke": dict(prefs=(0.5,), steps=8, batch=16, n_dev=12, n_test=16, alphas=(-1.0, 0.0, 1.0),
                   layers=(2,), steer_pref=0.5, directions=("diffmean", "random"), probes=False,
                   contrasts=("instruction", "answer"), positions=("all", "context"), arch="late",
-                  flip_alphas=(0.5, 1.0), flip_shift=0.25, max_cost=0.02, score_tol=0.05),
+                  flip_alphas=(0.5, 1.0), flip_shift=0.25, max_cost=0.02, score_tol=0.05,
+                  n_dev_cost=12, cost_confidence=0.95),
     "quick": dict(prefs=(0.2, 0.5, 0.8), steps=600, batch=64, n_dev=100, n_test=200,
                   restarts=2, restart_steps=250,  # train to the dev targets, <= 1100 steps (0.2.4)
                   # the late toy (0.2.3) and an alpha grid of +-0.6, both chosen on the 100 dev items
@@ -44,7 +45,12 @@ CFG = {
                   # 0.2.5: the flip alpha's dev rule (core.choose_flip_alpha) on a fine positive grid,
                   # among the candidates within score_tol of the best dev movement
                   flip_alphas=tuple(round(0.05 * k, 2) for k in range(1, 13)), flip_shift=0.25,
-                  max_cost=0.02, score_tol=0.05),
+                  max_cost=0.02, score_tol=0.05,
+                  # 0.2.6: the accuracy cost is a small effect: the flip rule reads it on 250 dev
+                  # items (the first 100 plus 150 more dev digits; smol-vlm's 16 dev digits are the
+                  # last of the split, disjoint) and compares its one-sided 95% upper bound with
+                  # max_cost; training, probes, directions and the movement stage keep the first 100
+                  n_dev_cost=250, cost_confidence=0.95),
 }
 
 
@@ -107,10 +113,15 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
 def _run(res: Results, cfg: dict, out_dir: Path, seed: int) -> None:
     X, y = load_digits()
     tr, dv, te = _split(len(y))
-    dev_pairs = digits_items(X, y, dv[:cfg["n_dev"]], seed + 1, prefix="dev")
+    n_dev_all = max(cfg["n_dev"], cfg["n_dev_cost"])
+    if n_dev_all > len(dv):
+        raise ValueError(f"{n_dev_all} dev items asked, the dev split holds {len(dv)} digits")
+    # the first n_dev items are the same whatever n_dev_all (items are drawn in order)
+    dev_pairs = digits_items(X, y, dv[:n_dev_all], seed + 1, prefix="dev")
     test_pairs = digits_items(X, y, te[:cfg["n_test"]], seed + 2, prefix="test")
     images = {it.image: im for it, im in dev_pairs + test_pairs}
-    dev, test = [p[0] for p in dev_pairs], [p[0] for p in test_pairs]
+    dev_all, test = [p[0] for p in dev_pairs], [p[0] for p in test_pairs]
+    dev, dev_cost = dev_all[:cfg["n_dev"]], dev_all[:cfg["n_dev_cost"]]
     worst = {}
     adapters = {}
     for P in cfg["prefs"]:
@@ -145,7 +156,7 @@ def _run(res: Results, cfg: dict, out_dir: Path, seed: int) -> None:
             if not cfg["probes"]:
                 break
     _claims_preference(res, cfg, worst)
-    _steering(res, cfg, adapters[cfg["steer_pref"]], dev, test, seed)
+    _steering(res, cfg, adapters[cfg["steer_pref"]], dev, test, seed, dev_cost)
     res.notes += [
         "All models are in-process toys trained on digits disjoint from every evaluated item: the "
         "results test the MC2 protocol and the steering mechanics, NOT the paper's finding about real MLLMs.",
@@ -207,12 +218,14 @@ def _claims_preference(res: Results, cfg: dict, worst: dict) -> None:
                                          note=f"worst toy P={P:g}; lower end = worse direction's CI"))
 
 
-def _steering(res: Results, cfg: dict, ad, dev, test, seed: int) -> None:
+def _steering(res: Results, cfg: dict, ad, dev, test, seed: int, dev_cost=None) -> None:
     from .core import choose_flip_alpha, monotone_share
     from .protocol import direction_and_stats, state_position
     from .steer_report import steering_claims
 
     alphas, fine = cfg["alphas"], (0.0, *cfg["flip_alphas"])
+    dev_cost = dev if dev_cost is None else dev_cost
+    conf = cfg.get("cost_confidence")
     # 1. movement on dev: for each positions x contrast x layer, the dev sweep of the diffmean
     # direction (fitted on the positions it steers, protocol.state_position); score = movement
     # toward vision from the lowest to the highest alpha x its monotone share
@@ -236,21 +249,23 @@ def _steering(res: Results, cfg: dict, ad, dev, test, seed: int) -> None:
                 cand[(pos, contrast, L)] = (score, hv, ht)
                 res.add("steer_dev", key, f"score_layer{L}", score, vision_ratios=vr)
     # 2. accuracy on dev (0.2.5): every candidate within cfg["score_tol"] of the best movement gets a
-    # fine positive alpha sweep with single-modality accuracy; its flip alpha is the smallest that
-    # shifts the dev vision ratio by >= 0.25 with a dev accuracy cost <= 2 points
-    # (core.choose_flip_alpha); the candidate with the smallest dev cost there wins (ties: movement)
+    # fine positive alpha sweep with single-modality accuracy on the dev_cost items; its flip alpha
+    # is the smallest that shifts the dev vision ratio by >= 0.25 with the one-sided 95% upper bound
+    # of the dev accuracy cost <= 2 points (0.2.6; core.choose_flip_alpha); the candidate with the
+    # smallest bound there wins (ties: movement)
     best = max(c[0] for c in cand.values())
     near = [k for k in cand if cand[k][0] >= best - cfg["score_tol"]]
     flips = {}
     for k in near:
         pos, contrast, L = k
         v = direction("diffmean", cand[k][1], cand[k][2], seed)
-        rows = alpha_sweep(ad, dev, [L], v, fine, positions=pos)
-        flips[k] = choose_flip_alpha(rows, cfg["flip_shift"], cfg["max_cost"])
+        rows = alpha_sweep(ad, dev_cost, [L], v, fine, positions=pos)
+        flips[k] = choose_flip_alpha(rows, cfg["flip_shift"], cfg["max_cost"], conf)
         res.add("steer_dev", f"diffmean_{contrast}_{pos}", f"flip_cost_layer{L}", flips[k]["cost"],
                 flip=flips[k], vision_ratios=[r["vision_ratio"] for r in rows],
-                single_accuracy=[r["single_accuracy"] for r in rows], alphas=list(fine))
-    key = min(near, key=lambda k: (not flips[k]["shifted"], max(flips[k]["cost"], cfg["max_cost"]),
+                single_accuracy=[r["single_accuracy"] for r in rows], alphas=list(fine),
+                n_items=len(dev_cost))
+    key = min(near, key=lambda k: (not flips[k]["shifted"], max(flips[k]["cost_bound"], cfg["max_cost"]),
                                    -cand[k][0], flips[k]["alpha"]))
     positions, contrast, layer = key
     _, hv, ht = cand[key]
@@ -262,8 +277,9 @@ def _steering(res: Results, cfg: dict, ad, dev, test, seed: int) -> None:
     res.add("steer_dev", "diffmean", "flip_alpha", flip, **flips[key])
     # 3. AMPS with its own dev-chosen alpha (the same rule on its own fine dev sweep)
     v_dm, stats = direction_and_stats(hv, ht, "diffmean", seed)
-    rows = alpha_sweep(ad, dev, [layer], v_dm, fine, positions=positions, adaptive="amps", amps_stats=stats)
-    flip_a = choose_flip_alpha(rows, cfg["flip_shift"], cfg["max_cost"])
+    rows = alpha_sweep(ad, dev_cost, [layer], v_dm, fine, positions=positions, adaptive="amps",
+                       amps_stats=stats)
+    flip_a = choose_flip_alpha(rows, cfg["flip_shift"], cfg["max_cost"], conf)
     res.add("steer_dev", "diffmean_amps", "flip_alpha", flip_a["alpha"], **flip_a)
     sweeps = {}
     for name in cfg["directions"]:

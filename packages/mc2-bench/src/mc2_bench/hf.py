@@ -44,20 +44,42 @@ def _load_rgb(path: str):
         return im.convert("RGB")
 
 
-def _decoder_layers(model) -> list:
+def _decoder_layers(model) -> torch.nn.ModuleList:
     """The language model's decoder layers (the residual stream hooks act on)."""
     inner = getattr(model, "model", model)
     for attr in ("language_model", "text_model"):
         lm = getattr(inner, attr, None)
-        if lm is not None and hasattr(lm, "layers"):
-            return list(lm.layers)
-    best = []
+        if lm is not None and isinstance(getattr(lm, "layers", None), torch.nn.ModuleList):
+            return lm.layers
+    best = torch.nn.ModuleList()
     for name, mod in model.named_modules():
         if name.endswith("layers") and isinstance(mod, torch.nn.ModuleList) and "vision" not in name:
-            best = max(best, list(mod), key=len)
-    if not best:
+            best = max(best, mod, key=len)
+    if not len(best):
         raise ValueError("could not find the language model's decoder layers")
     return best
+
+
+class _Skip(torch.nn.Module):
+    """Stands in for a decoder layer below a replayed one: passes its input on, computes nothing."""
+
+    def __init__(self, as_tuple: bool):
+        super().__init__()
+        self.as_tuple = as_tuple
+
+    def forward(self, hidden_states, *args, **kwargs):
+        return (hidden_states,) if self.as_tuple else hidden_states
+
+
+class _Replay(torch.nn.Module):
+    """Stands in for a decoder layer: returns the output it gave on these exact inputs."""
+
+    def __init__(self, output):
+        super().__init__()
+        self.output = output
+
+    def forward(self, *args, **kwargs):
+        return self.output
 
 
 class HFVisionChatAdapter:
@@ -76,8 +98,11 @@ class HFVisionChatAdapter:
         self.max_new_tokens = max_new_tokens
         self.image_loader = image_loader or _load_rgb
         self.position_info: dict = {}
-        self._layers = _decoder_layers(model)
+        self._layer_list = _decoder_layers(model)
+        self._layers = list(self._layer_list)
         self.n_layers = len(self._layers)
+        self._prefix_layer: int | None = None
+        self._prefix: dict = {}
         self.image_token_id = self._image_token_id()
         self.letter_ids = [self._first_id("A"), self._first_id("B")]
         self._family = type(processor).__name__
@@ -86,7 +111,9 @@ class HFVisionChatAdapter:
 
     @classmethod
     def from_pretrained(cls, path, device: str | None = None, dtype=None, **kw) -> HFVisionChatAdapter:
-        """Load a local folder with the Auto classes alone (no download: ``local_files_only``)."""
+        """Load a local folder with the Auto classes alone (no download: ``local_files_only``).
+        ``device`` ("cuda", "cuda:1", "cpu"): the weights load straight onto it (``device_map``,
+        accelerate), so a 7B model never sits in host memory in full; inputs follow the model."""
         from transformers import AutoModelForImageTextToText, AutoProcessor
         from transformers.utils import logging as hf_logging
 
@@ -95,9 +122,8 @@ class HFVisionChatAdapter:
         path = Path(path)
         proc = AutoProcessor.from_pretrained(path, local_files_only=True)
         model = AutoModelForImageTextToText.from_pretrained(
-            path, local_files_only=True, dtype=dtype or torch.float32)
-        if device:
-            model = model.to(device)
+            path, local_files_only=True, dtype=dtype or torch.float32,
+            **({"device_map": str(torch.device(device))} if device else {}))
         return cls(model, proc, device=device, **kw)
 
     def _image_token_id(self) -> int | None:
@@ -175,9 +201,51 @@ class HFVisionChatAdapter:
     def _run(self, enc, **kw):
         self._set_info(enc)
         try:
-            return self.model(**enc, **kw)
+            if self._prefix_layer is None or kw.get("use_cache"):
+                return self.model(**enc, **kw)
+            return self._run_prefixed(enc, **kw)
         finally:
             self.position_info = {}
+
+    def cache_prefix_at(self, layer: int | None) -> None:
+        """Exact reuse of unsteered layers [R]: with ``layer`` set, every answer pass without KV
+        cache remembers decoder layer ``layer``'s output, keyed by the exact encoded inputs; a later
+        pass on the same inputs whose hooks all sit above ``layer`` (a steering sweep) replays it
+        and skips layers 0..``layer`` (bit-identical: those layers saw the same inputs, unhooked).
+        ``None`` turns it off and forgets what was kept."""
+        self._prefix_layer = None if layer is None or layer < 0 else int(layer)
+        self._prefix = {}
+
+    def _run_prefixed(self, enc, **kw):
+        import hashlib
+
+        L = self._prefix_layer
+        hooked = [i for i, m in enumerate(self._layers) if m._forward_hooks or m._forward_pre_hooks]
+        if hooked and min(hooked) <= L:
+            return self.model(**enc, **kw)
+        kw = {**kw, "use_cache": False}  # no KV cache is read from these passes
+        h = hashlib.sha1()
+        for k in sorted(enc):
+            h.update(k.encode() + enc[k].detach().cpu().contiguous().numpy().tobytes())
+        key = h.hexdigest()
+        if key in self._prefix:
+            out = self._prefix[key]
+            stubs = [_Skip(isinstance(out, tuple)) for _ in range(L)] + [_Replay(out)]
+            try:
+                for i, st in enumerate(stubs):
+                    self._layer_list[i] = st
+                return self.model(**enc, **kw)
+            finally:
+                for i in range(L + 1):
+                    self._layer_list[i] = self._layers[i]
+        store = {}
+        grab = self._layers[L].register_forward_hook(lambda m, a, o: store.setdefault("out", o))
+        try:
+            res = self.model(**enc, **kw)
+        finally:
+            grab.remove()
+        self._prefix[key] = store["out"]
+        return res
 
     # --- answers --------------------------------------------------------------------------------
 
@@ -231,12 +299,15 @@ class HFVisionChatAdapter:
                  "scores": [float(a), float(b)]} for a, b in lp]
 
     def _option_logprob(self, enc, chunk, order):
-        out = self._run(enc, logits_to_keep=1, use_cache=True)
+        opts = [[self.tok.encode(options(it, order)[k], add_special_tokens=False) for it in chunk]
+                for k in (0, 1)]
+        multi = any(len(o) > 1 for ids in opts for o in ids)  # a KV cache only when continued
+        out = self._run(enc, logits_to_keep=1, use_cache=multi)
         first = torch.log_softmax(out.logits[:, -1].float(), -1)
         B = enc["input_ids"].shape[0]
         scores = np.zeros((B, 2))
         for k in (0, 1):
-            opt_ids = [self.tok.encode(options(it, order)[k], add_special_tokens=False) for it in chunk]
+            opt_ids = opts[k]
             L = max(len(o) for o in opt_ids)
             ids = torch.full((B, L), self.tok.pad_token_id, dtype=torch.long)
             valid = torch.zeros(B, L, dtype=torch.bool)
@@ -266,19 +337,22 @@ class HFVisionChatAdapter:
     # --- hidden states --------------------------------------------------------------------------
 
     @torch.no_grad()
-    def hidden(self, items, mode, order, follow=None, at: str = "last") -> np.ndarray:
+    def hidden(self, items, mode, order, follow=None, at: str | tuple[str, ...] = "last"):
         """(n, n_layers, d): each decoder layer's output at the last prompt position, or averaged
-        over the positions a hook with ``positions=at`` touches (``adapters.pool_states``)."""
-        out = []
+        over the positions a hook with ``positions=at`` touches (``adapters.pool_states``). A tuple
+        ``at`` returns one such array per entry from a single forward pass."""
+        ats = (at,) if isinstance(at, str) else tuple(at)
+        out = {a: [] for a in ats}
         items = list(items)
         for i in range(0, len(items), self.batch):
             enc, _ = self._encode(items[i:i + self.batch], mode, order, follow)
-            grabbed: dict[int, torch.Tensor] = {}
+            grabbed: dict[tuple[str, int], torch.Tensor] = {}
 
             def grab(idx, store=grabbed):
                 def fn(module, args, output):
-                    h = output[0] if isinstance(output, tuple) else output
-                    store[idx] = pool_states(h.float().cpu(), self.position_info, at)
+                    h = (output[0] if isinstance(output, tuple) else output).float().cpu()
+                    for a in ats:
+                        store[a, idx] = pool_states(h, self.position_info, a)
                 return fn
             hs = [m.register_forward_hook(grab(j)) for j, m in enumerate(self._layers)]
             try:
@@ -286,8 +360,10 @@ class HFVisionChatAdapter:
             finally:
                 for h in hs:
                     h.remove()
-            out.append(torch.stack([grabbed[j] for j in range(self.n_layers)], 1))
-        return torch.cat(out).numpy()
+            for a in ats:
+                out[a].append(torch.stack([grabbed[a, j] for j in range(self.n_layers)], 1))
+        res = tuple(torch.cat(out[a]).numpy() for a in ats)
+        return res[0] if isinstance(at, str) else res
 
     def logit_lens(self, states: np.ndarray, token_ids: Sequence[int]) -> np.ndarray:
         """Final norm + LM head applied to (n, n_layers, d) states -> (n, n_layers, len(token_ids))

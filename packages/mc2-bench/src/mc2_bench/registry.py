@@ -52,7 +52,8 @@ DESCRIPTOR = MethodDescriptor(
                  "random-init LLaVA through HFVisionChatAdapter (every mode, a 3-point sweep)",
         "quick": "toys at P = 0.2, 0.5, 0.8 (600-1100 steps, to dev targets), 100 dev / 200 test digit "
                  "conflicts: preference, instruction following, per-layer probes, 7-point alpha sweeps of "
-                 "diffmean / pca / probe / random directions, flip alpha chosen on dev with accuracy, "
+                 "diffmean / pca / probe / random directions, flip alpha chosen on 250 dev items with "
+                 "the upper bound of its accuracy cost, "
                  "AMPS (its own dev alpha) vs uniform; smol-vlm (LLaVA around "
                  "frozen SmolLM2-135M) on 16 dev / 24 test items: single-modality accuracy, preference, "
                  "blank-image ablation, 3-point alpha sweep at logit-lens layers with single-modality "
@@ -62,7 +63,7 @@ DESCRIPTOR = MethodDescriptor(
                 "with its random control: needs a CUDA device and MC2_MODEL, MC2_JSON, MC2_IMAGES; "
                 "refuses within seconds when any is missing",
     },
-    # measured 0.2.5: 8.08 CPU-min (user 475.5 s + sys 9.4 s) from an empty ICML26_CACHE (SmolLM2
-    # conversion and smol-vlm build inside), torch pinned to 1 thread; shared-machine wall 19.5 min
-    quick_minutes=8.1,
+    # measured 0.2.6: 7.84 CPU-min (user 461.9 s + sys 8.4 s) from an empty ICML26_CACHE (SmolLM2
+    # conversion and smol-vlm build inside), torch pinned to 1 thread; shared-machine wall 20.1 min
+    quick_minutes=7.9,
 )

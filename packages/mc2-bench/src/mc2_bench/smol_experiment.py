@@ -103,6 +103,13 @@ def run_smol(res: Results, scale: str, X, y, splits, seed: int) -> None:
     dev, test = [p[0] for p in dev_pairs], [p[0] for p in test_pairs]
     ad = HFVisionChatAdapter.from_pretrained(path, batch=24, image_loader=images.__getitem__)
     name = "smol_vlm"
+    # dev first (nothing here depends on test): the layer window, then every unsteered answer pass
+    # keeps the output of the layer below the window, so the steered passes replay it exactly
+    # (``cache_prefix_at``: layers below the window are not recomputed for each alpha and direction)
+    hv, ht, mv, mt = _dev_states(ad, dev)
+    sep = mv.mean(0) - mt.mean(0)
+    layers = choose_window(sep, cfg["window"])
+    ad.cache_prefix_at(layers[0] - 1)
     bi = evaluate(ad, test, "base_image", ANSWER, per_item=True)
     bt = evaluate(ad, test, "base_text", ANSWER, per_item=True)
     single = evaluate(ad, test, "single", ANSWER, per_item=True)
@@ -121,11 +128,8 @@ def run_smol(res: Results, scale: str, X, y, splits, seed: int) -> None:
     iv = paired_interval(acc_img - acc_blank, n_resamples=1999)
     res.add("smol_single", name, "image_minus_blank_accuracy", iv.mean, interval=[iv.low, iv.high])
 
-    hv, ht, mv, mt = _dev_states(ad, dev)
-    sep = mv.mean(0) - mt.mean(0)
     for L, s in enumerate(sep):
         res.add("smol_dev", "logit_lens", f"separation_layer{L}", float(s))
-    layers = choose_window(sep, cfg["window"])
     res.add("smol_dev", "logit_lens", "chosen_first_layer", layers[0], layers=list(layers))
     contrast, positions, vecs, stats, dev_vr = _choose_contrast(res, ad, dev, layers, hv, ht, cfg, seed)
     acc0 = 0.5 * (acc_img + acc_txt)
@@ -152,6 +156,7 @@ def run_smol(res: Results, scale: str, X, y, splits, seed: int) -> None:
                     touched=r["hook"]["touched_positions"], contrast=contrast)
             if r["single_accuracy"] is not None:
                 res.add("smol_steer", dname, f"single_accuracy_alpha{r['alpha']:+g}", r["single_accuracy"])
+    ad.cache_prefix_at(None)
     _smol_claims(res, acc_img, acc_txt, sweeps, layers, flip, f"{contrast} contrast, {positions} positions")
 
 
@@ -166,8 +171,9 @@ def _choose_contrast(res, ad, dev, layers, hv_icc, ht_icc, cfg, seed):
 
     hs, hc, mods = [], [], []
     for o in (0, 1):
-        hs.append(ad.hidden(dev, "single", o))
-        hc.append(ad.hidden(dev, "single", o, at="context"))
+        h_last, h_context = ad.hidden(dev, "single", o, at=("last", "context"))  # one pass
+        hs.append(h_last)
+        hc.append(h_context)
         mods += [r["modality"] for r in _modalities(ad, dev, "single", o, ANSWER)]
     h, h_ctx, m = np.concatenate(hs), np.concatenate(hc), np.array(mods, dtype=object)
     dev_vr = float(np.mean(m == "vision"))
