@@ -183,3 +183,40 @@ def test_decoder_api_and_unsupported_models(tiny_llama, greedy):
         generate(gpt2, [[1, 2]], make_drafter("esp"), 4)
     with pytest.raises(UserError, match="max_new_tokens"):
         generate(tiny_llama, [[1, 2]], make_drafter("esp"), 0)
+
+
+def test_lazy_head_and_depth_wise_verification_match_the_full_computation(tiny_llama):
+    """``ItemProbs`` rows equal the softmax of the LM head over every item, and the batched
+    depth-wise greedy verification equals ``core.verify_greedy`` on the full argmax, row by row;
+    the head runs only on the root and the accepted path."""
+    from esp_decode.core import build_tree, verify_greedy
+    from esp_decode.decode import ItemProbs, verify_greedy_batched
+
+    head = tiny_llama.get_output_embeddings()
+    seen = {"rows": 0}
+
+    def counting(x):
+        seen["rows"] += x.shape[0]
+        return torch.nn.functional.linear(x, head.weight)
+
+    counting.weight = head.weight
+    g = torch.Generator().manual_seed(0)
+    hiddens, trees, items = [], [], []
+    for k in range(3):
+        h = torch.randn(12, tiny_llama.config.hidden_size, generator=g)
+        full = head(h).float()
+        # trees whose level 1 holds the root's argmax, so some rows accept a path
+        probs = torch.softmax(full[:3] * 3, -1)
+        tree = build_tree(probs, (4, 2, 2), 8 + k)
+        hiddens.append((h, full))
+        trees.append(tree)
+        items.append(ItemProbs(h[: 1 + len(tree) + 2], counting, 0.0))
+    out = verify_greedy_batched(items, trees)
+    for (_h, full), tree, got in zip(hiddens, trees, out, strict=True):
+        assert got == verify_greedy(tree, full[: 1 + len(tree)].argmax(-1).tolist())
+    assert seen["rows"] == sum(1 + len(acc) for acc, _ in out) < sum(1 + len(t) for t in trees)
+    h, full = hiddens[0]
+    m = len(items[0])
+    torch.testing.assert_close(items[0][[m - 1, 0]], torch.softmax(full[[m - 1, 0]], -1))
+    torch.testing.assert_close(items[0][1:3], torch.softmax(full[1:3], -1))
+    assert items[0].shape == (m, full.shape[-1])

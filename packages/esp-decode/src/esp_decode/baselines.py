@@ -101,6 +101,9 @@ class LADEDrafter(Drafter):
             tree.add_path(cont[:max_depth], score=1.0 / (1 + rank), max_nodes=self.cfg.max_nodes)
         return tree, [(-1, t) for t in self.window[b]]
 
+    def wanted(self, b, tree, probes, accepted):
+        return list(range(1 + len(tree), 1 + len(tree) + self.cfg.window))
+
     def observe(self, b, rec: CallRecord):
         W, N = self.cfg.window, self.cfg.ngram
         base = 1 + len(rec.tree)

@@ -20,12 +20,69 @@ from .core import (
     item_visibility,
     mean_accepted_length,
     tree_attention_mask,
-    verify_greedy,
     verify_sampling,
 )
 
 #: architectures whose attention takes a custom 4-D mask and explicit position ids
 SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "olmo2", "phi3")
+
+
+class ItemProbs:
+    """One row's per-item distributions of a call (``[items, V]``: root, nodes, probes), indexed like
+    a tensor. The LM head and the softmax run only on the items that are read: verification asks
+    for the root and the accepted path (``fill``, batched over rows), drafters for what their
+    ``wanted`` names (batched too); any other item is computed when read."""
+
+    def __init__(self, hidden: torch.Tensor, head, temperature: float):
+        self.hidden, self.head, self.temperature = hidden, head, temperature
+        self.logits: dict[int, torch.Tensor] = {}
+        self.shape = (hidden.shape[0], head.weight.shape[0])
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key):
+        if isinstance(key, int):
+            return self[[key]][0]
+        rows = list(range(self.shape[0]))[key] if isinstance(key, slice) else [int(i) for i in key]
+        fill([self], [rows])
+        if not rows:
+            return torch.zeros(0, self.shape[1])
+        logits = torch.stack([self.logits[i] for i in rows])
+        return torch.softmax(logits / self.temperature if self.temperature > 0 else logits, -1)
+
+
+def fill(items: list[ItemProbs], rows: list[list[int]]) -> None:
+    """Compute the logits of ``rows[k]`` of ``items[k]`` not yet known, for every k in ONE head call
+    (the LM head's weights are read once for the whole batch)."""
+    todo = [(it, i) for it, r in zip(items, rows, strict=True) for i in sorted(set(r)) if i not in it.logits]
+    if not todo:
+        return
+    logits = todo[0][0].head(torch.stack([it.hidden[i] for it, i in todo])).float()
+    for (it, i), row in zip(todo, logits, strict=True):
+        it.logits[i] = row
+
+
+def verify_greedy_batched(items: list[ItemProbs], trees: list[Tree]) -> list[tuple[list[int], int]]:
+    """``core.verify_greedy`` for every row at once, one depth at a time: the head runs on the root,
+    then on each row's newly accepted node (one batched call per depth), never on the whole tree."""
+    state: list[tuple[int, list[int]]] = [(-1, []) for _ in items]
+    out: list = [None] * len(items)
+    pending = list(range(len(items)))
+    while pending:
+        fill([items[k] for k in pending], [[state[k][0] + 1] for k in pending])
+        nxt = []
+        for k in pending:
+            cur, acc = state[k]
+            want = int(items[k].logits[cur + 1].argmax())
+            child = trees[k].child(cur, want)
+            if child is None:
+                out[k] = (acc, want)
+            else:
+                state[k] = (child, [*acc, child])
+                nxt.append(k)
+        pending = nxt
+    return out
 
 
 @dataclass
@@ -36,7 +93,7 @@ class CallRecord:
     n_chain: int
     tree: Tree
     probes: list[tuple[int, int | None]]
-    probs: torch.Tensor           # [1 + nodes + probes, V] softmax of root, nodes, probes
+    probs: ItemProbs              # [1 + nodes + probes, V] softmax of root, nodes, probes (on demand)
     accepted: list[int]
     bonus: int
 
@@ -57,6 +114,11 @@ class Drafter:
 
     def mask_vector(self, b: int) -> torch.Tensor:
         raise NotImplementedError
+
+    def wanted(self, b: int, tree: Tree, probes: list[tuple[int, int | None]], accepted: list[int]) -> list[int]:
+        """Items (0 = root, 1 + i = node i, 1 + |tree| + k = probe k) whose distributions ``observe``
+        will read beyond the root and the accepted path: computed in one batched head call."""
+        return []
 
     def observe(self, b: int, rec: CallRecord) -> None:
         pass
@@ -131,22 +193,21 @@ def _get(obj, name):
 
 
 def _compact(cache, keep: list[list[int]]) -> None:
-    """Keep, per row, the given slot indices (left-aligned); the rest is cropped (DynamicCache.crop)."""
+    """Keep, per row, the given slot indices (left-aligned); the rest is cropped (DynamicCache.crop).
+    Slots before the first one that moves stay where they are: only the tail is gathered."""
     new_len = max(len(k) for k in keep)
     cur = cache.get_seq_length()
-    if all(k == list(range(len(k))) for k in keep):
-        if new_len < cur:
-            cache.crop(new_len - cur)  # negative: remove that many (transformers 4.x and 5.x alike)
-        return
-    idx = torch.tensor([k + [0] * (new_len - len(k)) for k in keep])
-    for obj, *names in _kv_tensors(cache):
-        for name in names:
-            t = _get(obj, name)
-            B, H, _, D = t.shape
-            g = t.gather(2, idx.to(t.device)[:, None, :, None].expand(B, H, new_len, D))
-            t[:, :, :new_len] = g
+    start = min(next((i for i, j in enumerate(k) if i != j), len(k)) for k in keep)
+    if start < new_len:
+        idx = torch.tensor([k[start:] + [0] * (new_len - len(k)) for k in keep])
+        for obj, *names in _kv_tensors(cache):
+            for name in names:
+                t = _get(obj, name)
+                B, H, _, D = t.shape
+                g = t.gather(2, idx.to(t.device)[:, None, :, None].expand(B, H, new_len - start, D))
+                t[:, :, start:new_len] = g
     if new_len < cur:
-        cache.crop(new_len - cur)
+        cache.crop(new_len - cur)  # negative: remove that many (transformers 4.x and 5.x alike)
 
 
 @torch.no_grad()
@@ -156,8 +217,10 @@ def generate(model, prompts: list[list[int]], drafter: Drafter, max_new_tokens: 
              ) -> tuple[list[list[int]], list[dict]]:
     """Decode every prompt (batched: per-sequence trees in one padded call). Returns the new tokens
     per prompt and per-prompt stats (``model_calls`` counts every forward, prefill included).
-    ``cache``: a ``DynamicCache`` to use (afterwards it holds each row's committed prefix except its
-    last token, left-aligned). It may come pre-filled with the keys and values of the first ``L``
+    A row that is done (EOS or ``max_new_tokens``) leaves the batch and the cache
+    (``DynamicCache.batch_select_indices``), so later calls carry only the rows still decoding.
+    ``cache``: a ``DynamicCache`` to use (afterwards it holds the committed prefix, except its last
+    token, of the rows that finished last — at batch 1, the prompt's). It may come pre-filled with the keys and values of the first ``L``
     tokens of every prompt (``L`` = its length, shorter than every prompt; e.g. one prompt's prefill
     shared by several drafters via ``copy.deepcopy``): decoding then starts from there, and the
     first call (the rest of the prompt plus the first draft) counts as the prefill.
@@ -191,22 +254,17 @@ def generate(model, prompts: list[list[int]], drafter: Drafter, max_new_tokens: 
     new = [[] for _ in range(B)]
     done = [False] * B
     stats = [RowStats() for _ in range(B)]
-    while not all(done):
-        active = [b for b in range(B) if not done[b]]
+    live = list(range(B))   # rows still decoding, in the cache's row order; finished rows leave
+    while live:
         layouts = {}
-        for b in active:
+        for b in live:
             remaining = max_new_tokens - len(new[b])
             tree, probes = drafter.draft(b, ctx[b], max(0, remaining - 1))
             n_chain = len(ctx[b]) - n_cached[b] - 1
             layouts[b] = (n_chain, tree, probes)
         cache_len = cache.get_seq_length()
         vis_rows, pos_rows, emb_rows = [], [], []
-        for b in range(B):
-            if b not in layouts:
-                vis_rows.append(torch.ones(1, 1, dtype=torch.bool))
-                pos_rows.append([0])
-                emb_rows.append(embed(torch.tensor([pad_token_id], device=dev)))
-                continue
+        for b in live:
             n_chain, tree, probes = layouts[b]
             hosts = [h for h, _ in probes]
             vis_rows.append(item_visibility(n_chain, tree, hosts))
@@ -220,41 +278,42 @@ def generate(model, prompts: list[list[int]], drafter: Drafter, max_new_tokens: 
             emb_rows.append(e)
         n = max(v.shape[0] for v in vis_rows)
         d = emb_rows[0].shape[-1]
-        inputs = torch.zeros(B, n, d, dtype=emb_rows[0].dtype, device=dev)
-        pos = torch.zeros(B, n, dtype=torch.long)
-        for b in range(B):
-            m = emb_rows[b].shape[0]
-            inputs[b, :m] = emb_rows[b]
-            pos[b, :m] = torch.tensor(pos_rows[b])
-            pos[b, m:] = pos_rows[b][-1]
-        valid = [n_cached[b] for b in range(B)]
-        mask = tree_attention_mask(vis_rows, valid, cache_len, dtype=inputs.dtype).to(dev)
+        inputs = torch.zeros(len(live), n, d, dtype=emb_rows[0].dtype, device=dev)
+        pos = torch.zeros(len(live), n, dtype=torch.long)
+        for i in range(len(live)):
+            m = emb_rows[i].shape[0]
+            inputs[i, :m] = emb_rows[i]
+            pos[i, :m] = torch.tensor(pos_rows[i])
+            pos[i, m:] = pos_rows[i][-1]
+        mask = tree_attention_mask(vis_rows, [n_cached[b] for b in live], cache_len, dtype=inputs.dtype).to(dev)
         out = base(inputs_embeds=inputs, attention_mask=mask, position_ids=pos.to(dev), use_cache=True,
                    **{kw: cache})
         hidden = out.last_hidden_state
-        keep = []
-        for b in range(B):
-            old = list(range(n_cached[b]))
-            if b not in layouts:
-                keep.append(old)
-                continue
+        items = []
+        for i, b in enumerate(live):
             n_chain, tree, probes = layouts[b]
-            m = 1 + len(tree) + len(probes)
-            logits = head(hidden[b, n_chain: n_chain + m]).float()
-            probs = torch.softmax(logits / temperature, -1) if temperature > 0 else torch.softmax(logits, -1)
-            if temperature > 0:
-                accepted, bonus = verify_sampling(tree, probs[: 1 + len(tree)].cpu(), gen)
-            else:
-                accepted, bonus = verify_greedy(tree, logits[: 1 + len(tree)].argmax(-1).tolist())
+            items.append(ItemProbs(hidden[i, n_chain: n_chain + 1 + len(tree) + len(probes)], head, temperature))
+        trees = [layouts[b][1] for b in live]
+        if temperature > 0:
+            fill(items, [list(range(1 + len(t))) for t in trees])
+            verdicts = [verify_sampling(t, it[: 1 + len(t)].cpu(), gen) for it, t in zip(items, trees, strict=True)]
+        else:
+            verdicts = verify_greedy_batched(items, trees)
+        fill(items, [drafter.wanted(b, layouts[b][1], layouts[b][2], verdicts[i][0]) for i, b in enumerate(live)])
+        keep = []
+        for i, b in enumerate(live):
+            n_chain, tree, probes = layouts[b]
+            probs, (accepted, bonus) = items[i], verdicts[i]
+            m = len(probs)
             drafter.observe(b, CallRecord(list(ctx[b]), n_chain, tree, probes, probs, accepted, bonus))
-            keep.append(old + [cache_len + i for i in range(n_chain + 1)]
+            keep.append(list(range(n_cached[b])) + [cache_len + j for j in range(n_chain + 1)]
                         + [cache_len + n_chain + 1 + a for a in accepted])
             n_cached[b] = len(ctx[b]) + len(accepted)
             added = [tree.tokens[a] for a in accepted] + [bonus]
             cut = len(added)
-            for i, t in enumerate(added):
+            for j, t in enumerate(added):
                 if t in eos:
-                    cut = i + 1
+                    cut = j + 1
                     break
             cut = min(cut, max_new_tokens - len(new[b]))
             added = added[:cut]
@@ -269,4 +328,9 @@ def generate(model, prompts: list[list[int]], drafter: Drafter, max_new_tokens: 
             if len(new[b]) >= max_new_tokens or (added and added[-1] in eos):
                 done[b] = True
         _compact(cache, keep)
+        if any(done[b] for b in live):   # finished rows leave the batch and the cache
+            rest = [i for i, b in enumerate(live) if not done[b]]
+            if rest:
+                cache.batch_select_indices(torch.tensor(rest, device=dev))
+            live = [live[i] for i in rest]
     return new, [s.as_dict() for s in stats]

@@ -67,6 +67,11 @@ class ESPDrafter(Drafter):
             hosts = [-1]
         return [(h, None) for h in hosts for _ in range(k)]
 
+    def wanted(self, b, tree, probes, accepted) -> list[int]:
+        """The masks that seed the next tree, and the root's masks (the probe log)."""
+        base = 1 + len(tree)
+        return mask_rows(tree, probes, accepted) + [base + k for k, (h, t) in enumerate(probes) if h == -1 and t is None]
+
     def observe(self, b: int, rec: CallRecord) -> None:
         if self.cfg.mask_init == "context_mean":
             table = self.model.get_input_embeddings().weight
@@ -108,19 +113,24 @@ def best_path(tree: Tree) -> list[int]:
 def masks_after(rec: CallRecord) -> torch.Tensor | None:
     """The next tree's per-level distributions: the masks of the deepest accepted node that carries
     masks; a host at depth d_h whose path was accepted to depth m lends masks m − d_h onwards."""
-    base = 1 + len(rec.tree)
+    rows = mask_rows(rec.tree, rec.probes, rec.accepted)
+    return rec.probs[rows] if rows else None
+
+
+def mask_rows(tree: Tree, probes: list[tuple[int, int | None]], accepted: list[int]) -> list[int]:
+    """The call's item rows that ``masks_after`` reads (empty: no usable mask)."""
+    base = 1 + len(tree)
     by_host: dict[int, list[int]] = {}
-    for k, (h, t) in enumerate(rec.probes):
+    for k, (h, t) in enumerate(probes):
         if t is None:
             by_host.setdefault(h, []).append(base + k)
-    path = [-1, *rec.accepted]
-    m = len(rec.accepted)
+    path = [-1, *accepted]
+    m = len(accepted)
     for depth in range(m, -1, -1):
         host = path[depth]
         if host in by_host:
-            rows = by_host[host][m - depth:]
-            return rec.probs[rows] if rows else None
-    return None
+            return by_host[host][m - depth:]
+    return []
 
 
 class HybridDrafter(Drafter):
@@ -155,6 +165,9 @@ class HybridDrafter(Drafter):
                 break
             where[i] = tree.add(parent, tok, sc)
         return tree, self.esp.probes_for(tree)
+
+    def wanted(self, b, tree, probes, accepted):
+        return self.esp.wanted(b, tree, probes, accepted)
 
     def observe(self, b, rec):
         self.esp.observe(b, rec)

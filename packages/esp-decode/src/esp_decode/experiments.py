@@ -28,13 +28,12 @@ from .registry import CLAIMS, DESCRIPTOR
 CFG = {
     "smoke": dict(tiny=dict(d=32, layers=2, seconds=5, steps=3, n_test=1, n_dev=1, tokens=6, dev_tokens=6,
                             mask_steps=2, grid=1, threads=1), smol=None),
-    # tiny LM: 160 steps on one thread, stopped after 180 CPU-s; 16 test prompts x 48 tokens per
+    # tiny LM: 160 steps on one thread, stopped after 180 CPU-s; 16 test prompts x 64 tokens per
     # regime; SmolLM2 (a second process, one thread; the main one joins once the tiny LM is done):
-    # 1 dev prompt (12 tokens) + 4 test prompts (24 tokens, one batch) per regime. The 64 and
-    # 48 tokens cost 21.5 CPU-min (0.2.2); these fit its 8 minutes on 2 cores.
-    "quick": dict(tiny=dict(d=128, layers=4, seconds=180, steps=160, n_test=16, n_dev=4, tokens=48,
+    # 1 dev prompt (12 tokens) + 4 test prompts (48 tokens, one batch) per regime: the sizes.
+    "quick": dict(tiny=dict(d=128, layers=4, seconds=180, steps=160, n_test=16, n_dev=4, tokens=64,
                             dev_tokens=32, mask_steps=60, grid=None, threads=1),
-                  smol=dict(n_dev=1, n_test=4, tokens=24, dev_tokens=12, batch=4)),
+                  smol=dict(n_dev=1, n_test=4, tokens=48, dev_tokens=12, batch=4)),
 }
 ESP_GRID = (ESPConfig(num_masks=4, topk=(8, 4, 2, 2)), ESPConfig(num_masks=3, topk=(4, 2, 2)),
             ESPConfig(num_masks=4, topk=(4, 2, 2, 2), max_nodes=24))

@@ -45,14 +45,14 @@ DESCRIPTOR = MethodDescriptor(
         "smoke": "a 2-layer d=32 character LM trained for 3 steps; 2 test prompts per regime x 8 tokens; "
                  "every drafter checked lossless (seconds, no SmolLM2)",
         "quick": "tiny character LM (4 layers, d=128, 160 steps on one thread, stopped at 180 CPU-s) on "
-                 "copy/arith/grammar, 16 test prompts per regime x 48 tokens (batch 8), knobs chosen on 4 dev "
+                 "copy/arith/grammar, 16 test prompts per regime x 64 tokens (batch 8), knobs chosen on 4 dev "
                  "prompts per regime; SmolLM2-135M-Instruct in a second process on rewrite/open/code chat "
                  "prompts: the default tree with masks on its best path, mask init and LADE window chosen on 1 "
-                 "dev prompt per regime, 4 test prompts per regime x 24 tokens (one batch per regime), every "
+                 "dev prompt per regime, 4 test prompts per regime x 48 tokens (one batch per regime), every "
                  "drafter timed side by side",
         "full": "the GPU recipe: needs a CUDA device and ESP_DECODE_LLAMA3 / ESP_DECODE_QWEN3 (local HF "
                 "folders) and ESP_DECODE_SPECBENCH (Spec-Bench question.jsonl); bf16, batch 1 and 8; "
                 "refuses at once with a UserError naming what is missing",
     },
-    quick_minutes=6.1,  # measured 0.2.3: 11.2 CPU-min in all; main process 6.1 CPU-min (tiny LM 242 CPU-s + one SmolLM2 regime 121), second process 4.9
+    quick_minutes=8.2,  # measured 0.2.4: 15.3 CPU-min in all; main process 8.2 CPU-min (tiny LM 281 CPU-s + one SmolLM2 regime 212), second process 6.7
 )

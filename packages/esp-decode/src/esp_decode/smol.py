@@ -36,11 +36,14 @@ from .decode import _cache_kwarg, generate, new_cache, stack_caches
 #: init chosen on dev. On one CPU core a call costs about its item count, and the all-node layout
 #: (245 items a call) would cost ~3.5x more per call; it runs on the tiny LM and in the GPU check.
 #: ``vocab_mean`` joined the grid in 0.2.3: on 6 other dev prompts it raised ESP's accepted length
-#: 1.193 -> 1.488 and mask 1's top-1 0.068 -> 0.223 (README).
+#: 1.193 -> 1.488 and mask 1's top-1 0.068 -> 0.223 (README). 0.2.4 adds a wider first level
+#: (top-16 of mask 1, same 48-node budget, so about the same items a call): only mask 1 predicts usefully
+#: on SmolLM2 (depth-2 top-1 0.05), so the budget may be better spent on its candidates [R].
 ESP_GRID = (
     ESPConfig(attach="top"),
     ESPConfig(attach="top", mask_init="context_mean"),
     ESPConfig(attach="top", mask_init="vocab_mean"),
+    ESPConfig(attach="top", mask_init="vocab_mean", topk=(16, 4, 2, 2)),
 )
 LADE_GRID = (LADEConfig(ngram=5, window=7, guesses=7), LADEConfig(ngram=3, window=4, guesses=5))
 ARMS = ("pld", "lade", "stand", "esp", "esp+pld")
