@@ -32,20 +32,21 @@ from .registry import DESCRIPTOR
 from .sprites import generate
 from .train import train
 
-QUICK_STEPS = 600  # Adam steps x batch 32 for every model, at width 64: where slots bind on dev [R]
+QUICK_STEPS = 600  # Adam steps x batch 32 for every model (and every dev-grid run), at width 64 [R]
 CFG = {
     "smoke": dict(entities=(1, 2), clips=20, frames=6, steps=3, batch=4, seeds=2, horizon=4, width=16,
-                  device="cpu", probe_c=(1.0,), lr=(2e-3,), beta=(0.01,), k_offset=(1,), grid_steps=2,
+                  device="cpu", probe_c=(1.0,), lr=(2e-3, 3e-3), beta=(0.01,), k_offset=(1,), grid_steps=3,
                   labels=(0.1,), bc_steps=5, episodes=10, fit_clips=14, models=("flam", "lam"), decoder_c=(1.0,),
                   tok=dict(grid=8, channels=8, hidden=8, steps=5)),
     "quick": dict(entities=(1, 4), clips=600, frames=12, steps=QUICK_STEPS, batch=32, seeds=3, horizon=10, width=64,
                   unroll=4, unroll_from=QUICK_STEPS // 2, workers=2, device="cpu", probe_c=(0.1, 1.0),
-                  lr=(1e-3, 3e-3), beta=(0.01, 0.03), k_offset=(1, 2), grid_steps=80, labels=(0.01, 0.1), bc_steps=400, episodes=200, fit_clips=210,
+                  lr=(1e-3, 3e-3), beta=(0.03, 0.01), k_offset=(1, 2), grid_steps=QUICK_STEPS, labels=(0.01, 0.1),
+                  bc_steps=400, episodes=200, fit_clips=210,
                   models=("flam", "lam"), decoder_c=DECODER_C, tok=dict(grid=8, channels=8, hidden=16, steps=300)),
     "full": dict(entities=(1, 2, 4, 6), clips=2000, frames=16, steps=3000, batch=32, seeds=5, horizon=10,
                  width=64, unroll=4, unroll_from=1500, device="cuda", probe_c=(0.1, 1.0), lr=(3e-4, 1e-3, 3e-3),
-                 beta=(0.001, 0.01, 0.03, 0.1),
-                 k_offset=(1, 2, 4), grid_steps=1000, labels=(0.01, 0.1), bc_steps=2000, episodes=500, fit_clips=1400,
+                 beta=(0.03, 0.001, 0.01, 0.1),
+                 k_offset=(1, 2, 4), grid_steps=3000, labels=(0.01, 0.1), bc_steps=2000, episodes=500, fit_clips=1400,
                  models=("flam", "lam", "lam-vq"), decoder_c=DECODER_C, tok=dict(grid=8, channels=16, hidden=32, steps=3000)),
 }
 PROBE_C = (0.1, 1.0)
@@ -117,37 +118,68 @@ def _init_worker() -> None:
 
 
 def _map(pool, fn, jobs: list) -> list:
-    return [fn(*j) for j in jobs] if pool is None else list(pool.map(fn, *zip(*jobs, strict=True)))
+    if pool is None or not jobs:
+        return [fn(*j) for j in jobs]
+    return list(pool.map(fn, *zip(*jobs, strict=True)))
 
 
-def _grid_score(name, e, cfg, choice, video, sl, seed, tok) -> float:
+def _grid_run(name, e, cfg, choice, video, sl, seed, tok) -> tuple[float, dict | None, float, str]:
+    """One dev-grid run at the first seed: (dev 10-step PSNR, the trained weights as numpy arrays when
+    the grid runs the full schedule -- then this run *is* that seed's final run --, train CPU s, why it
+    failed). A run that diverges (non-finite loss or gradient) scores -inf: a setting that diverges loses."""
     mcfg = _model_cfg(name, e, cfg["width"], choice, tok, cfg.get("unroll", 1))
     tcfg = TrainConfig(steps=cfg["grid_steps"], batch_size=cfg["batch"], window=5, lr=choice["lr"], seed=seed,
                        unroll_from=cfg.get("unroll_from", 0) * cfg["grid_steps"] // cfg["steps"])  # same share
-    m = rollout_metrics(train(mcfg, tcfg, video[sl[0]], device=cfg["device"], tokenizer=tok), video[sl[1]],
-                        cfg["horizon"])
-    return m[f"psnr_{m['horizon']}"]
+    t0 = time.process_time()
+    try:
+        model = train(mcfg, tcfg, video[sl[0]], device=cfg["device"], tokenizer=tok)
+    except FloatingPointError as err:
+        return float("-inf"), None, time.process_time() - t0, str(err)
+    cpu = time.process_time() - t0
+    m = rollout_metrics(model, video[sl[1]], cfg["horizon"])
+    full = cfg["grid_steps"] == cfg["steps"]
+    state = {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()} if full else None
+    return m[f"psnr_{m['horizon']}"], state, cpu, ""
 
 
-def _choose(name: str, e: int, cfg: dict, video, sl, seed: int, log: list, tok=None, pool=None) -> dict:
-    """A small grid on dev at ``grid_steps`` steps and the first seed: lr x beta (lr only for
-    lam-vq, which has no KL), then FLAM's K = E + offset; the best dev 10-step PSNR wins."""
-    def scores(choices):
-        vals = _map(pool, _grid_score, [(name, e, cfg, c, video, sl, seed, tok) for c in choices])
-        log.extend({"entities": e, "model": name, **c, "dev_psnr_h": v} for c, v in zip(choices, vals, strict=True))
-        return vals
-
+def _candidates(name: str, cfg: dict, best: dict | None) -> list[dict]:
+    """The dev search, one coordinate at a time [R]: stage 1 (``best`` None) every lr at the first beta
+    and K offset; stage 2 every other beta and every other K offset (FLAM) around stage 1's winner.
+    lam-vq has no KL (lr only); the monolithic models have no K."""
     betas = cfg["beta"] if name != "lam-vq" else cfg["beta"][:1]
-    grid = [{"lr": lr, "beta": b, "k_offset": cfg["k_offset"][0]} for lr in cfg["lr"] for b in betas]
-    if len(grid) == 1 and (name != "flam" or len(cfg["k_offset"]) == 1):
-        return grid[0]
-    vals = scores(grid)
-    best = grid[max(range(len(grid)), key=vals.__getitem__)]
-    if name == "flam" and len(cfg["k_offset"]) > 1:
-        ks = [best] + [{**best, "k_offset": k} for k in cfg["k_offset"][1:]]
-        ks_scores = [max(vals)] + scores(ks[1:])
-        best = ks[max(range(len(ks)), key=ks_scores.__getitem__)]
-    return best
+    ks = cfg["k_offset"] if name == "flam" else cfg["k_offset"][:1]
+    if best is None:
+        return [{"lr": lr, "beta": betas[0], "k_offset": ks[0]} for lr in cfg["lr"]]
+    return [{**best, "beta": b} for b in betas[1:]] + [{**best, "k_offset": k} for k in ks[1:]]
+
+
+def _choose(names, e: int, cfg: dict, video, sl, seed: int, log: list, tok=None, pool=None) -> tuple[dict, dict]:
+    """Each model's lr / beta / K on dev: ``_candidates``' two stages, every candidate a run of the full
+    schedule (quick, full) at the first seed, scored by its dev 10-step PSNR, the highest wins (a model
+    with one candidate is not searched). The stages' runs of all models go to the pool together.
+    Returns (choice per model, the winning run per model: (weights, train CPU s) or None)."""
+    scored: dict[str, list] = {n: [] for n in names}  # (choice, dev score, weights, cpu)
+    searched = [n for n in names if len(_candidates(n, cfg, None)) + len(_candidates(n, cfg, {})) > 1]
+    for stage in (1, 2):
+        jobs = []
+        for n in searched:
+            best = None if stage == 1 else max(scored[n], key=lambda r: r[1])[0]
+            jobs += [(n, c) for c in _candidates(n, cfg, best)]
+        outs = _map(pool, _grid_run, [(n, e, cfg, c, video, sl, seed, tok) for n, c in jobs])
+        for (n, c), (score, state, cpu, why) in zip(jobs, outs, strict=True):
+            scored[n].append((c, score, state, cpu))
+            log.append({"entities": e, "model": n, **c, "stage": stage, "steps": cfg["grid_steps"], "dev_psnr_h": score,
+                        "train_cpu_s": round(cpu, 1), "diverged": why})
+    chosen, won = {}, {}
+    for n in names:
+        if n not in searched:
+            chosen[n], won[n] = _candidates(n, cfg, None)[0], None
+            continue
+        c, score, state, cpu = max(scored[n], key=lambda r: r[1])
+        if score == float("-inf"):
+            raise FloatingPointError(f"every dev-grid run of {n} diverged (dev_grid.csv)")
+        chosen[n], won[n] = c, (None if state is None else (state, cpu))
+    return chosen, won
 
 
 def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
@@ -183,14 +215,23 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
     return res
 
 
-def _one_run(name, e, sd, mcfg, lr, cfg, video, acts, sl, tok, controlled) -> tuple[dict, list]:
-    """Train one model at one seed, score it on test (the probes' C chosen on dev) and, on
+def _one_run(name, e, sd, mcfg, lr, cfg, video, acts, sl, tok, controlled, done=None) -> tuple[dict, list]:
+    """Train one model at one seed (or take ``done`` = (weights, train CPU s), the dev grid's winning
+    run of this very config and seed), score it on test (the probes' C chosen on dev) and, on
     controlled data, run pseudo-label BC: ``(runs.csv row, bc.csv rows)``."""
     tcfg = TrainConfig(steps=cfg["steps"], batch_size=cfg["batch"], window=5, lr=lr, seed=sd,
                        unroll_from=cfg.get("unroll_from", 0))
-    t0 = time.process_time()
-    model = train(mcfg, tcfg, video[sl[0]], device=cfg["device"], tokenizer=tok)
-    train_cpu = time.process_time() - t0
+    if done is None:
+        t0 = time.process_time()
+        model = train(mcfg, tcfg, video[sl[0]], device=cfg["device"], tokenizer=tok)
+        train_cpu = time.process_time() - t0
+    else:
+        from .core import WorldModel
+
+        model = WorldModel(mcfg)
+        model.load_state_dict({k: torch.from_numpy(v) for k, v in done[0].items()})
+        model.eval()
+        train_cpu = done[1]
     ev = _evaluate(model, video, acts, sl, cfg["horizon"], cfg["probe_c"], cfg["fit_clips"])
     t, d, h = ev["test"], ev["dev"], ev["test"]["horizon"]
     rec = {"entities": e, "model": name, "seed": sd, "params": n_params(model), "steps": cfg["steps"],
@@ -202,7 +243,7 @@ def _one_run(name, e, sd, mcfg, lr, cfg, video, acts, sl, tok, controlled) -> tu
            "dev_psnr_h": d[f"psnr_{h}"], "copy_1": t["copy_1"], "copy_h": t[f"copy_{h}"],
            "copy_ssim_h": t[f"copy_ssim_{h}"], "dev_copy_h": d[f"copy_{h}"],
            "corr": ev["corr"], "best_probe": ev["best_probe"], "probe_c": ev["probe_c"],
-           "slot_recon": ev["slot_recon"]}
+           "slot_recon": ev["slot_recon"], "from_dev_grid": done is not None}
     bc = _bc_rows(name, e, sd, ev["latents"], video, acts, sl, cfg) if controlled and name in (
         "flam", "lam", "lam-vq") else []
     return rec, bc
@@ -228,13 +269,16 @@ def _run(res: Results, cfg: dict, seed: int, pool=None) -> tuple[list, list, lis
         tok, tok_psnr, tok_cpu = _tokenizer(cfg, video, sl, seed)
         res.add(f"sprites_E{e}", "tokenizer", "recon_psnr", [tok_psnr], seeds=[seed], unit="dB", split="test",
                 grid=tok.grid, channels=tok.channels, fit_cpu_s=round(tok_cpu, 1))
+        won = {}
         if e == big:
-            chosen = {n: _choose(n, e, cfg, video, sl, seeds[0], grid_log, tok, pool) for n in cfg["models"]}
+            chosen, won = _choose(cfg["models"], e, cfg, video, sl, seeds[0], grid_log, tok, pool)
             chosen["flam-no-temporal"] = chosen["flam"]
         names = list(cfg["models"]) + (["flam-no-temporal"] if e == big else [])
-        # every (model, seed) run is independent: side by side in the pool, results in a fixed order
+        # every (model, seed) run is independent: side by side in the pool, results in a fixed order; the
+        # first seed's run of a searched model at E = big is the dev grid's winning run (same config and seed)
         jobs = [(n, e, sd, _model_cfg(n, e, cfg["width"], chosen[n], tok, cfg.get("unroll", 1)), chosen[n]["lr"],
-                 cfg, video, acts, sl, tok, controlled) for n in names for sd in seeds]
+                 cfg, video, acts, sl, tok, controlled, won.get(n) if sd == seeds[0] else None)
+                for n in names for sd in seeds]
         for rec, bc in _map(pool, _one_run, jobs):
             recs.append(rec)
             bc_recs += bc

@@ -122,8 +122,11 @@ def notes(cfg: dict, elapsed: float) -> list[str]:
         "SpriteWorld, the correspondence score, the BC policy (keypoint MLP) and the reach-target task.",
         "Splits: 70/15/15 clips train/dev/test per data set. Chosen on dev (first seed, E = max): lr from "
         f"{cfg['lr']} and beta from {cfg['beta']} for every model (lam-vq: lr only), FLAM's K = E + offset "
-        f"with offset from {cfg['k_offset']} (grid runs of {cfg['grid_steps']} steps, dev 10-step PSNR; "
-        "dev_grid.csv), the probes' C, the BC decoder's C (dev transitions), the strongest PSNR baseline "
+        f"with offset from {cfg['k_offset']}, one coordinate at a time (every lr at the first beta and offset, "
+        f"then the other betas and offsets around the best lr), each candidate a run of {cfg['grid_steps']} "
+        "steps scored by its dev 10-step PSNR (label-free; a diverging candidate loses; dev_grid.csv) -- "
+        "the winner is the first seed's final run --, the probes' C, the BC decoder's C (dev transitions), "
+        "the strongest PSNR baseline "
         "and the monolithic model compared in each claim. All claimed figures are on test clips "
         "(BC: fresh reach-target episodes).",
         f"Budget: {cfg['steps']} Adam steps x batch {cfg['batch']} x 5-frame windows for every model, width "

@@ -149,10 +149,14 @@ def train(model_cfg: ModelConfig, train_cfg: TrainConfig, video: np.ndarray, *,
             opt.zero_grad()
             if accelerator is not None:
                 accelerator.backward(loss)
-                accelerator.clip_grad_norm_(net.parameters(), 1.0)
+                norm = accelerator.clip_grad_norm_(net.parameters(), 1.0)
             else:
                 loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            if not torch.isfinite(torch.as_tensor(norm)):  # clipping an inf gradient would write NaN weights
+                raise FloatingPointError(f"training diverged: non-finite gradient at step {step + 1} (loss "
+                                         f"{loss.item():.4g}; model {model_cfg.model}, lr {train_cfg.lr}, "
+                                         f"seed {train_cfg.seed})")
             opt.step()
             step += 1
             if on_step is not None:

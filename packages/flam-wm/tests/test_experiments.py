@@ -1,0 +1,117 @@
+"""The reproduction's dev rule and its mechanism guards: the dev grid runs the full schedule and its
+winning run is the first seed's final run (identical weights), a diverging setting loses instead of
+crashing the reproduction, and FLAM's per-entity factorisation is on in every scale's FLAM config."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from flam_wm import experiments as ex
+from flam_wm.config import TrainConfig
+from flam_wm.core import WorldModel
+from flam_wm.sprites import generate
+from flam_wm.train import train
+
+CFG = {
+    **ex.CFG["smoke"],
+    "lr": (2e-3, 3e-3),
+    "beta": (0.01, 0.03),
+    "k_offset": (1, 2),
+    "steps": 3,
+    "grid_steps": 3,
+    "unroll": 2,
+    "unroll_from": 1,
+    "horizon": 3,
+}
+
+
+@pytest.fixture(scope="module")
+def data():
+    video, acts = generate(2, 12, 5, size=32, seed=3)
+    return video, acts, ex._split(12)
+
+
+def test_grid_winner_is_the_first_seeds_run_and_every_coordinate_is_searched(data):
+    video, _, sl = data
+    log: list = []
+    chosen, won = ex._choose(("flam", "lam"), 2, CFG, video, sl, 0, log)
+    # stage 1: both lr; stage 2 around the winner: the other beta (both models) and the other K (FLAM only)
+    assert [(r["model"], r["stage"]) for r in log].count(("flam", 1)) == 2 and len(
+        log
+    ) == 2 + 2 + 2 + 1
+    for name in ("flam", "lam"):
+        rows = [r for r in log if r["model"] == name]
+        best = max(rows, key=lambda r: r["dev_psnr_h"])
+        assert {k: best[k] for k in ("lr", "beta", "k_offset")} == chosen[name]
+        mcfg = ex._model_cfg(name, 2, CFG["width"], chosen[name], None, CFG["unroll"])
+        fresh = train(
+            mcfg,
+            TrainConfig(
+                steps=3,
+                batch_size=CFG["batch"],
+                window=5,
+                lr=chosen[name]["lr"],
+                seed=0,
+                unroll_from=1,
+            ),
+            video[sl[0]],
+        )
+        state, cpu = won[name]
+        assert cpu > 0 and all(
+            torch.equal(torch.from_numpy(state[k]), v) for k, v in fresh.state_dict().items()
+        )
+
+
+def test_a_diverging_setting_loses_on_dev_and_is_logged(data, monkeypatch):
+    video, _, sl = data
+    real = ex.train
+
+    def flaky(mcfg, tcfg, *a, **k):
+        if tcfg.lr == 3e-3:
+            raise FloatingPointError("training diverged: non-finite gradient at step 2")
+        return real(mcfg, tcfg, *a, **k)
+
+    monkeypatch.setattr(ex, "train", flaky)
+    log: list = []
+    cfg = {**CFG, "beta": (0.01,), "k_offset": (1,)}
+    chosen, _ = ex._choose(("lam",), 2, cfg, video, sl, 0, log)
+    assert chosen["lam"]["lr"] == 2e-3
+    assert [r["diverged"] != "" for r in log] == [False, True]
+    monkeypatch.setattr(
+        ex, "train", lambda *a, **k: (_ for _ in ()).throw(FloatingPointError("nan"))
+    )
+    with pytest.raises(FloatingPointError, match="every dev-grid run of lam diverged"):
+        ex._choose(("lam",), 2, cfg, video, sl, 0, [])
+
+
+@pytest.mark.parametrize("scale", ["smoke", "quick", "full"])
+def test_every_scale_runs_flam_with_per_entity_slots_and_latents(scale):
+    cfg = ex.CFG[scale]
+    for e in cfg["entities"]:
+        for k in cfg["k_offset"]:
+            for beta in cfg["beta"]:
+                m = ex._model_cfg(
+                    "flam",
+                    e,
+                    cfg["width"],
+                    {"beta": beta, "k_offset": k},
+                    None,
+                    cfg.get("unroll", 1),
+                )
+                assert m.model == "flam" and m.slots == e + k > 1 and m.temporal and m.beta > 0
+                assert m.slot_latent * m.slots == m.latent_dim and m.slot_latent < m.latent_dim
+
+
+def test_each_slots_latent_action_depends_on_that_slot_only():
+    """Per-entity factorisation: slot k's posterior and next state see slot k's own states and latent
+    (other slots reach the FDM's state only through its cross-slot attention), so a monolithic IDM
+    (one latent from every slot) or a K = 1 model fails here."""
+    model = WorldModel(ex._model_cfg("flam", 2, 16, {"beta": 0.01, "k_offset": 1}, None))
+    s = torch.randn(2, 3, model.cfg.slots, model.cfg.width)
+    s2 = s.clone()
+    s2[:, :, 0] += 1.0  # move slot 0 only
+    mu, _ = model.infer(s)
+    mu2, _ = model.infer(s2)
+    change = (mu - mu2).abs().amax((0, 1, 3))
+    assert model.cfg.slots == 3 and mu.shape[-2:] == (3, model.cfg.latent_dim // 3)
+    assert change[0] > 1e-3 and torch.all(change[1:] == 0)
