@@ -153,22 +153,36 @@ def test_minference_search_picks_the_pattern_that_fits():
     assert rec["ashape"][1] < rec[pats[1]][1] - 0.2
 
 
-@pytest.mark.parametrize("method", ["unisparse", "oracle", "ashape"])
-def test_chunked_prefill_equals_one_shot_at_the_same_selection(method):
+@pytest.mark.parametrize("method,answer", [("unisparse", 0), ("oracle", 64), ("ashape", 64)])
+def test_chunked_prefill_equals_one_shot_at_the_same_selection(method, answer):
     """Per-row budgets make the selection of a block-aligned chunk (queries after a cached
     prefix) identical to the same rows of the one-shot selection, and the chunk's output equal
-    to the one-shot output's rows — estimation and attention both run chunk by chunk."""
+    to the one-shot output's rows — estimation and attention both run chunk by chunk. (UniSparse's
+    answer-row pass rescores each chunk's own last rows: off here, checked below.)"""
     q, k, v = planted(t=384)
-    one = estimate_block_mask(q, k, method=method, block_size=BS, density=0.3)
+    kw = dict(method=method, block_size=BS, density=0.3, answer_queries=answer)
+    one = estimate_block_mask(q, k, **kw)
     full = block_sparse_attention(q, k, v, one, block_size=BS, causal=True)
     outs = []
     for c0, c1 in ((0, 128), (128, 256), (256, 384)):
-        m = estimate_block_mask(q[:, :, c0:c1], k[:, :, :c1], method=method, block_size=BS,
-                                density=0.3)
+        m = estimate_block_mask(q[:, :, c0:c1], k[:, :, :c1], **kw)
         assert torch.equal(m, one[..., c0 // BS:c1 // BS, :c1 // BS]), (c0, c1)
         outs.append(block_sparse_attention(q[:, :, c0:c1], k[:, :, :c1], v[:, :, :c1], m,
                                            block_size=BS, causal=True))
     torch.testing.assert_close(torch.cat(outs, 2), full, atol=1e-5, rtol=1e-5)
+
+
+def test_chunked_prefill_with_answer_rows():
+    """With the default answer-row pass, the last chunk (which holds the question) selects
+    exactly the one-shot rows; an earlier chunk differs from the one-shot selection only in its
+    own answer rows (the rows holding its last 64 queries)."""
+    q, k, _v = planted(t=384)
+    one = estimate_block_mask(q, k, block_size=BS, density=0.3)
+    last = estimate_block_mask(q[:, :, 256:], k, block_size=BS, density=0.3)
+    assert torch.equal(last, one[..., 256 // BS:, :])
+    mid = estimate_block_mask(q[:, :, 128:256], k[:, :, :256], block_size=BS, density=0.3)
+    r = (128 - 64) // BS  # the chunk's first answer row
+    assert torch.equal(mid[..., :r, :], one[..., 128 // BS:128 // BS + r, :256 // BS])
 
 
 @pytest.mark.parametrize("t,s,hkv", [(300, 300, 2), (100, 300, 1), (256, 256, 4)])

@@ -53,7 +53,8 @@ def _valid(q: torch.Tensor, k: torch.Tensor, cfg: SparseConfig) -> torch.Tensor:
 def unisparse(q, k, cfg):
     """UniSparse [P+R]: multi-granularity composite tokens (average pooling of queries and keys),
     their causal softmax attention summed onto the block grid, fused over granularities."""
-    return core.unisparse_scores(q, k, cfg.block_size, cfg.grans, cfg.combine)
+    return core.unisparse_scores(q, k, cfg.block_size, cfg.grans, cfg.combine,
+                                 answer_queries=cfg.answer_queries)
 
 
 @register("dense")
@@ -173,6 +174,14 @@ def ashape(q, k, cfg):
     dist = (valid.sum(1, keepdim=True) - 1 - torch.arange(nk, device=q.device)[None, :]).clamp(min=0)
     scores = 1.0 / (1.0 + dist.float())
     return core.normalize_rows(scores, valid).expand(q.shape[0], q.shape[1], nq, nk)
+
+
+@register("ashape_answer")
+def ashape_answer(q, k, cfg):
+    """Ablation (0.3.4): UniSparse's answer rows (``cfg.answer_queries``) on A-shape's scores
+    everywhere else — the answer-row pass without the composite-token estimate [R]."""
+    return core.refine_answer_rows(ashape(q, k, cfg), q, k, cfg.block_size,
+                                   cfg.answer_queries or 64)
 
 
 @register("oracle")

@@ -46,6 +46,12 @@ class SparseConfig:
     #: few high-logit keys that carry the mass; the 0.1–0.3.2 default ``(block_size,
     #: block_size // 4)`` lost the needle) [R]
     granularities: tuple | None = None
+    #: UniSparse: the query-block rows holding the last ``answer_queries`` queries (the question,
+    #: which produces the answer) are scored at query granularity 1 — each query its own
+    #: composite token, like MInference's last-64-query estimate [C] — instead of by their
+    #: block's mean query; 0 = off (0.1–0.3.3). 64 chosen on dev documents in 0.3.4: the
+    #: mean query of a block that mixes filler and question misses the needle (issue 13) [R]
+    answer_queries: int = 64
     #: how per-granularity block scores are fused: mean of row-normalized scores or max [R]
     combine: str = "mean"
     #: leading key blocks always kept (attention sink) [C: StreamingLLM / XAttention keep-sink]
@@ -111,6 +117,6 @@ def validate(cfg: SparseConfig, methods: tuple[str, ...]) -> SparseConfig:
         raise UserError(f"flex_js must be > 0 and last_q >= 1, got {cfg.flex_js}, {cfg.last_q}")
     if cfg.xattn_stride < 1 or bs % cfg.xattn_stride:
         raise UserError(f"xattn_stride must divide block_size={bs}, got {cfg.xattn_stride}")
-    if min(cfg.sink_blocks, cfg.local_blocks, cfg.min_blocks) < 0:
-        raise UserError("sink_blocks, local_blocks and min_blocks must be >= 0")
+    if min(cfg.sink_blocks, cfg.local_blocks, cfg.min_blocks, cfg.answer_queries) < 0:
+        raise UserError("sink_blocks, local_blocks, min_blocks and answer_queries must be >= 0")
     return cfg

@@ -81,23 +81,59 @@ def normalize_rows(scores: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     return torch.where(tot > 0, sc / tot.clamp(min=1e-30), uniform.expand_as(sc))
 
 
-def unisparse_scores(q: torch.Tensor, k: torch.Tensor, block_size: int,
-                     granularities: tuple[int, ...], combine: str = "mean",
-                     scale: float | None = None) -> torch.Tensor:
-    """Multi-granularity block scores: for each ``g``, average-pool queries and keys into composite
-    tokens, take their causal softmax attention and sum it onto the block grid; fuse the
-    granularities by the mean (or max, renormalized) of the row-normalized maps [R]."""
-    b, h, t, d = q.shape
-    s = k.shape[2]
-    scale = 1 / math.sqrt(d) if scale is None else scale
+def _fused_scores(q, k, block_size, granularities, combine, scale, fine_queries: bool = False):
+    t, s, h = q.shape[2], k.shape[2], q.shape[1]
     maps = []
     for g in granularities:
         gq, gk = (g, g) if isinstance(g, int) else g
+        gq = 1 if fine_queries else gq
         qc, kc = avg_pool_seq(q, gq), _expand_kv(avg_pool_seq(k, gk), h)
         maps.append(composite_block_scores(qc, kc, gq, t, s, block_size, scale, gk))
     stacked = torch.stack(maps)
-    fused = stacked.mean(0) if combine == "mean" else stacked.amax(0)
-    return normalize_rows(fused, causal_block_valid(t, s, block_size, q.device))
+    return stacked.mean(0) if combine == "mean" else stacked.amax(0)
+
+
+def unisparse_scores(q: torch.Tensor, k: torch.Tensor, block_size: int,
+                     granularities: tuple[int, ...], combine: str = "mean",
+                     scale: float | None = None, answer_queries: int = 0) -> torch.Tensor:
+    """Multi-granularity block scores: for each ``g``, average-pool queries and keys into composite
+    tokens, take their causal softmax attention and sum it onto the block grid; fuse the
+    granularities by the mean (or max, renormalized) of the row-normalized maps [R]. With
+    ``answer_queries`` > 0 the rows holding the last that many queries are rescored at query
+    granularity 1 (``refine_answer_rows``) [R]."""
+    t, s, d = q.shape[2], k.shape[2], q.shape[3]
+    scale = 1 / math.sqrt(d) if scale is None else scale
+    fused = _fused_scores(q, k, block_size, granularities, combine, scale)
+    scores = normalize_rows(fused, causal_block_valid(t, s, block_size, q.device))
+    return refine_answer_rows(scores, q, k, block_size, answer_queries, granularities, combine,
+                              scale)
+
+
+def answer_rows_start(t: int, block_size: int, answer_queries: int) -> int:
+    """First query-block row holding one of the last ``answer_queries`` queries (``NQ`` if 0)."""
+    if answer_queries <= 0:
+        return n_blocks(t, block_size)
+    return max(0, t - answer_queries) // block_size
+
+
+def refine_answer_rows(scores: torch.Tensor, q: torch.Tensor, k: torch.Tensor, block_size: int,
+                       answer_queries: int, granularities=None, combine: str = "mean",
+                       scale: float | None = None) -> torch.Tensor:
+    """Rescore the *answer rows* — the query-block rows holding the last ``answer_queries``
+    queries (the question, which decoding reads) — at query granularity 1: every query its own
+    composite token, keys pooled as in each granularity ``(c_q, c_k)`` (default ``(b, 1)``: then
+    the exact block mass of those rows). Costs ``O((answer_queries + b)·S·d)`` [R, issue 13]."""
+    t, s, d = q.shape[2], k.shape[2], q.shape[3]
+    r0 = answer_rows_start(t, block_size, answer_queries)
+    if r0 >= scores.shape[-2]:
+        return scores
+    grans = ((block_size, 1),) if granularities is None else granularities
+    scale = 1 / math.sqrt(d) if scale is None else scale
+    fine = _fused_scores(q[:, :, r0 * block_size:], k, block_size, grans, combine, scale, True)
+    valid = causal_block_valid(t, s, block_size, q.device)
+    out = scores.expand(q.shape[0], q.shape[1], *valid.shape).clone()
+    out[..., r0:, :] = normalize_rows(fine, valid[r0:])
+    return out
 
 
 def forced_blocks(t: int, s: int, block_size: int, sink_blocks: int, local_blocks: int,

@@ -271,7 +271,10 @@ def _notes(res, p, allocation, t_fid, t_all):
         "selection followed by exact block-sparse attention; training-free, prefill only.",
         "Reconstructed [R]: pooling factors (c_q, c_k) = (block, 1) — one composite query per "
         "block against every key, chosen on dev documents in 0.3.3 (pooled keys lost the "
-        "needle); per-row budgets (sink + local band, then each row's top blocks).",
+        "needle); the answer rows (those holding the last 64 queries) scored at query "
+        "granularity 1, chosen on dev documents in 0.3.4 (the block's mean query lost the "
+        "question's attention on the needle); per-row budgets (sink + local band, then each "
+        "row's top blocks).",
         f"Dev split chose: allocation={allocation!r} (last-row recall at density "
         f"{p['claim_density']}); MInference's per-head pattern of each layer (recall at that "
         "density). Claims are on the test documents.",

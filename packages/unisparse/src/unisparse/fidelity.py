@@ -21,6 +21,8 @@ ARMS = {
     "unisparse_tau": ("unisparse", {"allocation": "tau"}),  # per-row top-p bisected to budget
     "unisparse_head": ("unisparse", {"allocation": "head"}),  # ablation: old per-head budget
     "unisparse_1g": ("unisparse", {"granularities": "block"}),  # ablation: keys pooled too (b, b)
+    "unisparse_no_answer": ("unisparse", {"answer_queries": 0}),  # ablation: 0.3.3's rule
+    "ashape_answer": ("ashape_answer", {}),  # ablation: answer rows, no composite estimate
     "xattention": ("xattention", {}),
     "flexprefill": ("flexprefill", {}),
     "minference": ("minference", {}),
@@ -111,6 +113,9 @@ def unit_metrics(q, k, v, arms, densities, block: int, needle_blocks, *, seed: i
             cell["recall"] = core.attention_recall(q, k, mask, block, mass=mass)[0].tolist()
             cell["last_row_recall"] = core.row_recall(mass, mask, 1)[0].tolist()
             cell["needle_hit"] = core.block_hit(mask, needle_blocks, 1)[0].float().tolist()
+            # the last two rows: with a one-token last block the question sits in the other one
+            cell["answer_rows_recall"] = core.row_recall(mass, mask, 2)[0].tolist()
+            cell["answer_needle_hit"] = core.block_hit(mask, needle_blocks, 2)[0].float().tolist()
             cell["density"] = core.block_density(mask, t, t, block)[0].tolist()
             if error_density is not None and abs(dens - error_density) < 1e-9:
                 if exact is None:

@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import time
 
-#: the arms after dense, in run order (UniSparse first: its densities set the matched budgets)
-NEEDLE_METHODS = ("unisparse", "xattention", "flexprefill", "minference", "ashape", "oracle")
+#: the arms after dense, in run order (UniSparse first: its densities set the matched budgets);
+#: the last two are ablations (0.3.4): UniSparse without the answer-row pass (0.3.3's rule) and
+#: the answer-row pass on A-shape's scores (no composite-token estimate)
+NEEDLE_METHODS = ("unisparse", "xattention", "flexprefill", "minference", "ashape", "oracle",
+                  "unisparse_no_answer", "ashape_answer")
 
 
 def load(spec: str, dtype: str = "fp32", seed: int = 0):

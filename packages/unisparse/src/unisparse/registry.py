@@ -33,5 +33,5 @@ DESCRIPTOR = MethodDescriptor(
                 "paired intervals, then the Triton / FlexAttention kernels vs SDPA at 32k-128k "
                 "(unisparse.gpu_bench); refused at once when either is missing",
     },
-    quick_minutes=4.4,  # CPU-minutes (user+sys), 0.3.0 run; 18 min wall on 2 cores at load ~18
+    quick_minutes=4.8,  # CPU-minutes (user+sys), 0.3.4 run; 12.5 min wall on 2 cores at load ~10
 )
