@@ -85,3 +85,50 @@ def test_negative_answer_queries_is_refused():
     q, k = _planted()
     with pytest.raises(UserError, match="answer_queries"):
         unisparse.estimate_block_mask(q, k, block_size=BS, density=0.25, answer_queries=-1)
+
+
+@pytest.mark.parametrize("method", ["xattention", "flexprefill", "minference"])
+def test_baseline_answer_rows_change_only_the_answer_rows(method):
+    """0.3.5: ``baseline_answer_rows`` re-picks a baseline's answer rows by their exact row mass
+    (forced blocks first), each row keeping the count the baseline's own rule gave it; every
+    other row is the baseline's own selection."""
+    q, k = _planted()
+    kw = dict(block_size=BS, density=0.25, method=method, last_q=64)
+    own = unisparse.estimate_block_mask(q, k, **kw)
+    ans = unisparse.estimate_block_mask(q, k, baseline_answer_rows=True, **kw)
+    r0 = core.answer_rows_start(T, BS, 64)
+    assert r0 == T // BS - 4
+    assert torch.equal(ans[..., :r0, :], own[..., :r0, :])
+    assert torch.equal(ans[..., r0:, :].sum(-1), own[..., r0:, :].sum(-1))  # same budget per row
+    valid = core.causal_block_valid(T, T, BS)
+    forced = core.forced_blocks(T, T, BS, 1, 1) & valid
+    mass = core.block_attention_mass(q, k, BS)[0, 0]
+    for r in range(r0, T // BS):
+        n = int(own[0, 0, r].sum()) - int(forced[r].sum())
+        top = mass[r].masked_fill(forced[r] | ~valid[r], -1.0).topk(n).indices
+        want = forced[r].clone()
+        want[top] = True
+        assert torch.equal(ans[0, 0, r], want), r
+    assert NEEDLE in _kept(ans)
+
+
+def test_baseline_answer_rows_rescue_a_needle_a_baseline_loses():
+    """The option is not a no-op here: at least one baseline loses the planted needle in the
+    last row on its own and keeps it with the answer rows."""
+    q, k = _planted()
+    kw = dict(block_size=BS, density=0.25, last_q=64)
+    lost = [m for m in ("xattention", "flexprefill", "minference")
+            if NEEDLE not in _kept(unisparse.estimate_block_mask(q, k, method=m, **kw))]
+    assert lost
+    for m in lost:
+        ans = unisparse.estimate_block_mask(q, k, method=m, baseline_answer_rows=True, **kw)
+        assert NEEDLE in _kept(ans), m
+
+
+def test_baseline_answer_rows_refused_without_own_selection():
+    from icml26_shared import UserError
+
+    q, k = _planted()
+    with pytest.raises(UserError, match="baseline_answer_rows"):
+        unisparse.estimate_block_mask(q, k, block_size=BS, density=0.25, method="ashape",
+                                      baseline_answer_rows=True)

@@ -200,9 +200,11 @@ def cmd_needle(args) -> int:
     from .needle import NEEDLE_METHODS, needle_study
 
     _check_names(args.methods, NEEDLE_METHODS)
-    if any(m in ("xattention", "flexprefill", "minference") for m in args.methods) and \
+    from .fidelity import MATCHED
+
+    if any(m in MATCHED for m in args.methods) and \
             "unisparse" not in args.methods:
-        raise UserError("xattention / flexprefill / minference are matched to UniSparse's "
+        raise UserError("xattention / flexprefill / minference (and *_answer) are matched to UniSparse's "
                         "per-layer density: include 'unisparse' in --methods")
     _check_range("--workers", args.workers, 1, 16)
     _check_study(args, max_docs=10_000)
@@ -215,12 +217,12 @@ def cmd_needle(args) -> int:
     res = needle_study(args.model, length=args.length, n_docs=args.docs, density=args.density,
                        block=args.block_size, methods=methods, workers=args.workers,
                        new_tokens=args.new_tokens, dtype=args.dtype, seed=args.seed, log=log)
-    print(f"{'method':<12} {'accuracy':>8} {'95% CI':>15} {'density':>8} {'agree':>6} "
+    print(f"{'method':<18} {'accuracy':>8} {'95% CI':>15} {'density':>8} {'agree':>6} "
           f"{'minus dense [95% CI]':>26}")
     for m, c in res["summary"].items():
         md = c.get("minus_dense")
         diff = f"{md[0]:+.3f} [{md[1]:+.3f}, {md[2]:+.3f}]" if md else ""
-        print(f"{m:<12} {c['accuracy']:>8.3f} [{c['ci95'][0]:.3f}, {c['ci95'][1]:.3f}] "
+        print(f"{m:<18} {c['accuracy']:>8.3f} [{c['ci95'][0]:.3f}, {c['ci95'][1]:.3f}] "
               f"{c['density']:>8.3f} {c['agree']:>6.3f} {diff:>26}")
     _write_json(args.out, res)
     return 0

@@ -52,6 +52,10 @@ class SparseConfig:
     #: block's mean query; 0 = off (0.1–0.3.3). 64 chosen on dev documents in 0.3.4: the
     #: mean query of a block that mixes filler and question misses the needle (issue 13) [R]
     answer_queries: int = 64
+    #: XAttention / FlexPrefill / MInference (own selection): re-pick the same answer rows by
+    #: their exact per-query row mass, each row keeping the block count the baseline's rule gave
+    #: it (``core.reselect_answer_rows``; same budget). Off = the baseline as published (0.3.5)
+    baseline_answer_rows: bool = False
     #: how per-granularity block scores are fused: mean of row-normalized scores or max [R]
     combine: str = "mean"
     #: leading key blocks always kept (attention sink) [C: StreamingLLM / XAttention keep-sink]

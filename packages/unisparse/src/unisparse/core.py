@@ -148,6 +148,39 @@ def forced_blocks(t: int, s: int, block_size: int, sink_blocks: int, local_block
     return (sink | local) & valid
 
 
+def _ranked(scores: torch.Tensor, valid: torch.Tensor, forced: torch.Tensor) -> torch.Tensor:
+    """Each row's block order: forced blocks first, then by score, invisible blocks last."""
+    rank_key = torch.where(forced, torch.full_like(scores, 2.0), scores.clamp(0, 1))
+    rank_key = rank_key.masked_fill(~valid, -1.0)
+    return torch.argsort(rank_key, dim=-1, descending=True, stable=True)
+
+
+def _take_first(order: torch.Tensor, n: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """The first ``n`` (per row) blocks of ``order`` as a bool mask, visible blocks only."""
+    pos = torch.arange(order.shape[-1], device=order.device)
+    out = torch.zeros(order.shape, dtype=torch.bool, device=order.device)
+    out.scatter_(-1, order, pos < n[..., None])
+    return out & valid
+
+
+def reselect_answer_rows(mask: torch.Tensor, q: torch.Tensor, k: torch.Tensor, block_size: int,
+                         answer_queries: int, valid: torch.Tensor,
+                         forced: torch.Tensor) -> torch.Tensor:
+    """The answer-row rule for a method with its own selection (0.3.5): the rows holding the
+    last ``answer_queries`` queries are re-picked by ``refine_answer_rows``'s per-query scores
+    (the exact row mass), each keeping as many blocks as ``mask`` gave it (forced ones first);
+    every other row, and so the budget, is unchanged [R, issue 13]."""
+    r0 = answer_rows_start(q.shape[2], block_size, answer_queries)
+    if r0 >= mask.shape[-2]:
+        return mask
+    zeros = torch.zeros(mask.shape, device=mask.device)
+    scores = refine_answer_rows(zeros, q, k, block_size, answer_queries)[..., r0:, :]
+    v, f = valid[r0:], forced[r0:]
+    out = mask.clone()
+    out[..., r0:, :] = _take_first(_ranked(scores, v, f), (mask[..., r0:, :] & v).sum(-1), v)
+    return out
+
+
 def select_blocks(scores: torch.Tensor, valid: torch.Tensor, forced: torch.Tensor, *,
                   density: float | None = None, tau: float | None = None,
                   min_blocks: int = 0, allocation: str = "head") -> torch.Tensor:
@@ -172,15 +205,10 @@ def select_blocks(scores: torch.Tensor, valid: torch.Tensor, forced: torch.Tenso
         return _bisect(make, density, 1e-6, 1.0, lambda m: float(((m & valid).sum((-1, -2)) / nv).mean()))
     n_valid = valid.sum(-1)  # [NQ]
     n_forced = (forced & valid).sum(-1)
-    rank_key = torch.where(forced, torch.full_like(scores, 2.0), scores.clamp(0, 1))
-    rank_key = rank_key.masked_fill(~valid, -1.0)
-    order = torch.argsort(rank_key, dim=-1, descending=True, stable=True)
-    pos = torch.arange(scores.shape[-1], device=scores.device)
+    order = _ranked(scores, valid, forced)
 
     def first(n: torch.Tensor) -> torch.Tensor:  # the first n ranked blocks of each row
-        out = torch.zeros(rank_key.shape, dtype=torch.bool, device=scores.device)
-        out.scatter_(-1, order, pos < n[..., None])
-        return out & valid
+        return _take_first(order, n, valid)
 
     n_low = torch.maximum(n_forced, torch.full_like(n_forced, min_blocks))
     n_low = torch.minimum(n_low, n_valid).expand(scores.shape[:-1])

@@ -90,9 +90,9 @@ def _study(model, docs, p, seed, *, patterns=None, allocation="row", arms=None, 
            captures=None):
     """Fidelity per unit over ``docs``: ``{(arm, density): {metric: [values over units]}}`` and
     the per-layer view ``{(arm, density, layer): {metric: [...]}}``."""
-    from .fidelity import ARMS, capture, unit_metrics
+    from .fidelity import DEFAULT_ARMS, capture, unit_metrics
 
-    arms = tuple(arms or ARMS)
+    arms = tuple(arms or DEFAULT_ARMS)
     block = p["block"]
     agg: dict = {}
     per_layer: dict = {}

@@ -23,6 +23,10 @@ ARMS = {
     "unisparse_1g": ("unisparse", {"granularities": "block"}),  # ablation: keys pooled too (b, b)
     "unisparse_no_answer": ("unisparse", {"answer_queries": 0}),  # ablation: 0.3.3's rule
     "ashape_answer": ("ashape_answer", {}),  # ablation: answer rows, no composite estimate
+    # the answer-row rule on each estimator baseline's own selection, same budget (0.3.5)
+    "xattention_answer": ("xattention", {"baseline_answer_rows": True}),
+    "flexprefill_answer": ("flexprefill", {"baseline_answer_rows": True}),
+    "minference_answer": ("minference", {"baseline_answer_rows": True}),
     "xattention": ("xattention", {}),
     "flexprefill": ("flexprefill", {}),
     "minference": ("minference", {}),
@@ -33,7 +37,10 @@ ARMS = {
 BASELINES = ("xattention", "flexprefill", "minference", "ashape")
 #: arms whose own selection rule meets a density through a bisected threshold / count: they are
 #: given UniSparse's *measured* density so that they never spend more blocks
-MATCHED = ("xattention", "flexprefill", "minference", "unisparse_tau")
+ANSWER_BASELINES = ("xattention_answer", "flexprefill_answer", "minference_answer")
+MATCHED = ("xattention", "flexprefill", "minference", "unisparse_tau", *ANSWER_BASELINES)
+#: the fidelity study's default arms (``quick``): the answer-row baselines are run on request
+DEFAULT_ARMS = tuple(a for a in ARMS if a not in ANSWER_BASELINES)
 
 
 class _Stop(Exception):

@@ -15,10 +15,12 @@ from __future__ import annotations
 import time
 
 #: the arms after dense, in run order (UniSparse first: its densities set the matched budgets);
-#: the last two are ablations (0.3.4): UniSparse without the answer-row pass (0.3.3's rule) and
-#: the answer-row pass on A-shape's scores (no composite-token estimate)
+#: then ablations (0.3.4): UniSparse without the answer-row pass (0.3.3's rule) and the
+#: answer-row pass on A-shape's scores (no composite-token estimate); last (0.3.5) the estimator
+#: baselines with the same answer rows (``baseline_answer_rows``)
 NEEDLE_METHODS = ("unisparse", "xattention", "flexprefill", "minference", "ashape", "oracle",
-                  "unisparse_no_answer", "ashape_answer")
+                  "unisparse_no_answer", "ashape_answer", "xattention_answer",
+                  "flexprefill_answer", "minference_answer")
 
 
 def load(spec: str, dtype: str = "fp32", seed: int = 0):
@@ -75,7 +77,8 @@ def run_documents(model, tok, docs, methods, *, block: int, density: float, new_
                     raise ValueError(f"{m} needs 'unisparse' before it (matched budgets)")
                 pats = patterns or {}
                 layer_cfgs = {i: cfg.with_(density=d, **({"patterns": tuple(pats[i])}
-                                                         if m == "minference" and i in pats else {}))
+                                                         if cfg.method == "minference" and i in pats
+                                                         else {}))
                               for i, d in ref.items()}
             patch(model, method=cfg.method, cfg=cfg, density=cfg.density, min_seq_len=2 * block,
                   layer_cfgs=layer_cfgs)
@@ -126,7 +129,7 @@ def needle_study(spec: str = "smollm2", *, length: int = 1024, n_docs: int = 20,
         model, tok = load(spec, dtype, seed)
         model = model.to(device)
         patterns = None
-        if "minference" in methods:
+        if any(m in ("minference", "minference_answer") for m in methods):
             patterns = dev_patterns(model, tok, length=length, block=block, density=density,
                                     seed=seed)
             log(f"MInference patterns searched on the dev document ({len(patterns)} layers)")

@@ -52,6 +52,13 @@ def estimate_block_mask(q: torch.Tensor, k: torch.Tensor, cfg: SparseConfig | No
     forced = core.forced_blocks(t, s, bs, cfg.sink_blocks, cfg.local_blocks, q.device)
     if cfg.method in SELECTORS:  # a baseline with its own selection rule
         mask = SELECTORS[cfg.method](q, k, cfg, valid, forced).expand(shape).clone()
+        if cfg.baseline_answer_rows:  # the answer-row rule on the baseline's own selection
+            mask = core.reselect_answer_rows(mask, q, k, bs, cfg.answer_queries, valid, forced)
+    elif cfg.baseline_answer_rows:
+        from icml26_shared import UserError
+
+        raise UserError(f"baseline_answer_rows applies to {', '.join(SELECTORS)} "
+                        f"(methods with their own selection), not {cfg.method!r}")
     else:
         scores = METHODS[cfg.method](q, k, cfg)
         mask = core.select_blocks(scores, valid, forced, density=cfg.density, tau=cfg.tau,
