@@ -53,11 +53,11 @@ def prefill_and_decode(model, ids, new_tokens: int, keep: int = 0):
     with torch.no_grad():
         out = model(x, use_cache=True, logits_to_keep=keep)
         logits = out.logits[0].float()
-        past, nxt, gen = out.past_key_values, logits[-1].argmax(), []
+        past, nxt, gen = out.cache, logits[-1].argmax(), []
         for _ in range(new_tokens):
             gen.append(int(nxt))
-            step = model(nxt.view(1, 1), past_key_values=past, use_cache=True)
-            past, nxt = step.past_key_values, step.logits[0, -1].argmax()
+            step = model(nxt.view(1, 1), cache=past, use_cache=True)   # transformers 5: `cache`
+            past, nxt = step.cache, step.logits[0, -1].argmax()
     return logits, gen
 
 

@@ -160,7 +160,10 @@ def load_model(spec: str, dtype: str = "fp32"):
     """(model, tokenizer) from a local Hugging Face folder or ``"smollm2"``; a folder without
     config.json or tokenizer files, or one that fails to load, is a ``UserError``."""
     import torch
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.set_verbosity_error()   # no "Loading weights" bars or library log lines on stderr
+    hf_logging.disable_progress_bar()
     torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
     if spec == "smollm2":
         from icml26_shared.data import load_smollm2
@@ -177,9 +180,7 @@ def load_model(spec: str, dtype: str = "fp32"):
     import warnings
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
 
-    hf_logging.set_verbosity_error()
     logging.getLogger("transformers").setLevel(logging.ERROR)
     try:
         with warnings.catch_warnings():
