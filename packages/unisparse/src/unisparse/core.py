@@ -173,9 +173,10 @@ def reselect_answer_rows(mask: torch.Tensor, q: torch.Tensor, k: torch.Tensor, b
     r0 = answer_rows_start(q.shape[2], block_size, answer_queries)
     if r0 >= mask.shape[-2]:
         return mask
-    zeros = torch.zeros(mask.shape, device=mask.device)
-    scores = refine_answer_rows(zeros, q, k, block_size, answer_queries)[..., r0:, :]
     v, f = valid[r0:], forced[r0:]
+    scale = 1 / math.sqrt(q.shape[3])
+    fine = _fused_scores(q[:, :, r0 * block_size:], k, block_size, ((block_size, 1),), "mean", scale, True)
+    scores = normalize_rows(fine, v)
     out = mask.clone()
     out[..., r0:, :] = _take_first(_ranked(scores, v, f), (mask[..., r0:, :] & v).sum(-1), v)
     return out
