@@ -44,6 +44,37 @@ def test_granularity_one_gives_exact_block_attention():
     torch.testing.assert_close(got.sum(-1), torch.ones(1, 4, 5), atol=1e-5, rtol=0)
 
 
+def _composite_reference(qc, kc, g, gk, t, s, bs, scale):
+    """The composite-level causal softmax in one piece, summed onto the block grid (fp64)."""
+    mq, mk = qc.shape[2], kc.shape[2]
+    last_q = (torch.arange(mq) * g + g - 1).clamp(max=t - 1) + (s - t)
+    sc = (qc.double() @ kc.double().transpose(-1, -2)) * scale
+    p = torch.softmax(sc.masked_fill((torch.arange(mk) * gk)[None, :] > last_q[:, None],
+                                     -math.inf), -1)
+    nq, nk = math.ceil(t / bs), math.ceil(s / bs)
+    rq, rk = bs // g, bs // gk
+    p = torch.nn.functional.pad(p, (0, nk * rk - mk, 0, nq * rq - mq))
+    blk = p.reshape(*p.shape[:2], nq, rq, nk, rk).sum((3, 5))
+    real = torch.nn.functional.pad(torch.ones(mq), (0, nq * rq - mq)).reshape(nq, rq).sum(1)
+    return (blk / real[:, None]).float()
+
+
+@pytest.mark.parametrize("t,s,g,gk", [(300, 300, 16, 1), (250, 330, 16, 4), (300, 300, 4, 2),
+                                      (290, 290, 16, 16)])
+def test_tiled_composite_scores_equal_the_one_piece_softmax(t, s, g, gk, monkeypatch):
+    """0.3.6's tiled estimate (row chunks x key tiles, rescaled to a running max) with tiles far
+    smaller than the input: many chunks and tiles, ragged query and key blocks, a chunk offset,
+    large logits (a tile max far below the row max must be rescaled, not dropped)."""
+    monkeypatch.setattr(core, "KEY_TILE", 32)
+    monkeypatch.setattr(core, "SCORE_CHUNK_ELEMS", 2 * 4 * 64)
+    gen = torch.Generator().manual_seed(t + g)
+    q, k = torch.randn(1, 2, t, 8, generator=gen) * 4, torch.randn(1, 2, s, 8, generator=gen) * 4
+    qc, kc = core.avg_pool_seq(q, g), core.avg_pool_seq(k, gk)
+    got = core.composite_block_scores(qc, kc, g, t, s, 16, 0.5, gk)
+    torch.testing.assert_close(got, _composite_reference(qc, kc, g, gk, t, s, 16, 0.5),
+                               atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_full_density_is_dense_attention(method):
     q, k, v = qkv(t=150)

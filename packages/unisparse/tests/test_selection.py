@@ -9,7 +9,7 @@ import pytest
 import torch
 from unisparse import SparseConfig, core, estimate_block_mask
 from unisparse.baselines import index_lists_to_blocks, search_minference
-from unisparse.fast import flex_attention_blocks, grouped_attention
+from unisparse.fast import flex_attention_blocks, fused_attention, grouped_attention
 
 from icml26_kernels import block_sparse_attention
 
@@ -193,6 +193,7 @@ def test_grouped_and_flex_backends_equal_the_kernel(t, s, hkv):
     mask = estimate_block_mask(q, k, block_size=BS, density=0.3)
     ref = block_sparse_attention(q, k, v, mask, block_size=BS, causal=True)
     torch.testing.assert_close(grouped_attention(q, k, v, mask, BS), ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(fused_attention(q, k, v, mask, BS), ref, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(flex_attention_blocks(q, k, v, mask, BS), ref, atol=1e-5, rtol=1e-5)
 
 
@@ -217,21 +218,24 @@ def _dense_restricted(q, k, v, mask, bs):
     return (p @ v.double().repeat_interleave(grp, 1)).float()
 
 
+@pytest.mark.parametrize("backend", [grouped_attention, fused_attention])
 @pytest.mark.parametrize("t,s,h,hkv,method", [(300, 300, 6, 2, "unisparse"),
                                                (200, 330, 4, 1, "xattention"),
-                                               (256, 256, 4, 4, "random")])
-def test_grouped_backend_is_exact_on_the_kept_blocks(t, s, h, hkv, method):
+                                               (256, 256, 4, 4, "random"),
+                                               (256, 320, 4, 2, "unisparse")])
+def test_grouped_backend_is_exact_on_the_kept_blocks(t, s, h, hkv, method, backend):
     """fp32 within 1e-5 of dense attention restricted to the same mask, at density < 1, with
-    GQA, a ragged tail and (t < s) a chunk's offset; plus a mask with empty and cut rows."""
+    GQA, a ragged tail and (t < s) a chunk's offset (block-aligned in the last case: the
+    ``fused`` backend's shared-mask path); plus a mask with empty and cut rows."""
     g = torch.Generator().manual_seed(t * s + h)
     q = torch.randn(2, h, t, 16, generator=g)
     k, v = torch.randn(2, hkv, s, 16, generator=g), torch.randn(2, hkv, s, 16, generator=g)
     mask = estimate_block_mask(q, k, method=method, block_size=BS, density=0.3)
     assert float(core.block_density(mask, t, s, BS).mean()) < 0.5
-    got = grouped_attention(q, k, v, mask, BS)
+    got = backend(q, k, v, mask, BS)
     torch.testing.assert_close(got, _dense_restricted(q, k, v, mask, BS), atol=1e-5, rtol=1e-5)
     rough = torch.rand(mask.shape, generator=g) < 0.3  # no sink or diagonal guaranteed
-    torch.testing.assert_close(grouped_attention(q, k, v, rough, BS),
+    torch.testing.assert_close(backend(q, k, v, rough, BS),
                                _dense_restricted(q, k, v, rough, BS), atol=1e-5, rtol=1e-5)
 
 
@@ -243,3 +247,20 @@ def test_grouped_backend_at_density_one_is_sdpa():
     want = torch.nn.functional.scaled_dot_product_attention(
         q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), is_causal=True)
     torch.testing.assert_close(grouped_attention(q, k, v, mask, BS), want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(fused_attention(q, k, v, mask, BS), want, atol=1e-5, rtol=1e-5)
+
+
+def test_fused_backend_shared_mask_path_is_exact_and_not_the_full_map():
+    """The fast path of ``fused`` (aligned prefill, diagonal kept: one shared mask per call) at
+    density 0.25 equals dense attention restricted to the selection, and differs from dense
+    causal attention (the selection really drops blocks)."""
+    g = torch.Generator().manual_seed(11)
+    q = torch.randn(1, 4, 512, 16, generator=g) * 2
+    k, v = torch.randn(1, 2, 512, 16, generator=g) * 2, torch.randn(1, 2, 512, 16, generator=g)
+    mask = estimate_block_mask(q, k, block_size=BS, density=0.25)
+    assert float(core.block_density(mask, 512, 512, BS).mean()) < 0.35
+    got = fused_attention(q, k, v, mask, BS)
+    torch.testing.assert_close(got, _dense_restricted(q, k, v, mask, BS), atol=1e-5, rtol=1e-5)
+    dense = torch.nn.functional.scaled_dot_product_attention(
+        q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), is_causal=True)
+    assert float((got - dense).abs().max()) > 1e-2

@@ -12,8 +12,10 @@ import math
 
 import torch
 
-#: largest composite-score matrix built at once (elements); bigger inputs are split over heads
-MAX_SCORE_ELEMS = 1 << 25
+#: composite scores computed at once (elements): a tile of query-block rows x ``KEY_TILE`` keys
+#: small enough to stay in cache across the matmul, max, exp and block-sum passes
+SCORE_CHUNK_ELEMS = 1 << 20
+KEY_TILE = 2048
 
 
 def n_blocks(n: int, block_size: int) -> int:
@@ -31,6 +33,8 @@ def causal_block_valid(t: int, s: int, block_size: int, device=None) -> torch.Te
 def avg_pool_seq(x: torch.Tensor, g: int) -> torch.Tensor:
     """Composite tokens [P]: ``x̃_t = mean(x_{t·g}, …, x_{t·g+g−1})`` along dim 2; a ragged last
     group averages only its real members. ``[B, H, N, D] → [B, H, ceil(N/g), D]`` in fp32."""
+    if g == 1:
+        return x.float()
     b, h, n, d = x.shape
     m = n_blocks(n, g)
     pad = m * g - n
@@ -51,25 +55,54 @@ def composite_block_scores(qc: torch.Tensor, kc: torch.Tensor, g: int, t: int, s
     """Softmax attention between composite queries ``qc [B,H,⌈T/g⌉,Dc]`` (each covering ``g``
     consecutive queries) and composite keys ``kc [B,H,⌈S/gk⌉,Dc]`` (each covering ``gk``
     consecutive keys; ``gk=None``: ``g``) under the causal mask at composite level, summed onto
-    the block grid: ``[B,H,NQ,NK]``, each row summing to one."""
+    the block grid: ``[B,H,NQ,NK]``, each row summing to one.
+
+    Each composite query sees a prefix of the composite keys. The work runs flash-style over
+    tiles — a chunk of query-block rows × ``KEY_TILE`` composite keys, at most
+    ``SCORE_CHUNK_ELEMS`` scores, held in cache — and only over the keys a chunk's last row
+    sees (the causal triangle, not the square): per tile one matmul, the mask on the ragged
+    tail only, one in-place ``exp`` against the tile's row max and a block sum; the tiles'
+    block sums are rescaled to a common max as the row advances (0.3.6)."""
     gk = g if gk is None else gk
     b, h, mq, _ = qc.shape
     mk = kc.shape[2]
     rq, rk = block_size // g, block_size // gk
     nq, nk = n_blocks(t, block_size), n_blocks(s, block_size)
-    last_q = (torch.arange(mq, device=qc.device) * g + g - 1).clamp(max=t - 1) + (s - t)
-    visible = (torch.arange(mk, device=qc.device) * gk)[None, :] <= last_q[:, None]  # [mq, mk]
-    out = torch.zeros(b, h, nq, nk, device=qc.device)
-    step = max(1, MAX_SCORE_ELEMS // max(b * mq * mk, 1))
-    for h0 in range(0, h, step):
-        sc = torch.matmul(qc[:, h0:h0 + step], kc[:, h0:h0 + step].transpose(-1, -2)) * scale
-        p = torch.softmax(sc.masked_fill(~visible, -math.inf), dim=-1)
-        p = torch.nn.functional.pad(p, (0, nk * rk - mk, 0, nq * rq - mq))
-        hh = p.shape[1]
-        blk = p.reshape(b, hh, nq * rq, nk, rk).sum(-1).reshape(b, hh, nq, rq, nk)
-        out[:, h0:h0 + step] = blk.sum(3)
+    dev = qc.device
+    last_q = (torch.arange(mq, device=dev) * g + g - 1).clamp(max=t - 1) + (s - t)
+    n_vis = (torch.div(last_q, gk, rounding_mode="floor") + 1).clamp(max=mk)  # visible prefix
+    nv = n_vis.tolist()
+    if mk < nk * rk:  # a ragged last key block: zero keys, never visible (n_vis <= mk)
+        kc = torch.nn.functional.pad(kc, (0, 0, 0, nk * rk - mk))
+    qs = qc.float() * scale
+    kc = kc.float()
+    tile = max(1, KEY_TILE // rk) * rk  # composite keys per tile, whole key blocks
+    rows = max(1, SCORE_CHUNK_ELEMS // (b * h * tile * rq))  # query-block rows per chunk
+    out = torch.zeros(b, h, nq, nk, device=dev)
+    for i in range(0, nq, rows):
+        j = min(nq, i + rows)
+        r0, r1 = i * rq, min(j * rq, mq)
+        w = n_blocks(nv[r1 - 1], rk) * rk  # keys (whole blocks) the chunk's last row sees
+        acc = torch.zeros(b, h, r1 - r0, w // rk, device=dev)
+        top = torch.full((b, h, r1 - r0, 1), -1e30, device=dev)  # running row max
+        for c0 in range(0, w, tile):
+            c1 = min(w, c0 + tile)
+            sc = torch.matmul(qs[:, :, r0:r1], kc[:, :, c0:c1].transpose(-1, -2))
+            if c1 > nv[r0]:  # keys some rows of the chunk may not see
+                cols = torch.arange(c0, c1, device=dev)
+                sc.masked_fill_(cols[None, :] >= n_vis[r0:r1, None], -math.inf)
+            m = sc.amax(-1, keepdim=True).clamp_(min=-1e30)
+            blk = sc.sub_(m).exp_().view(b, h, r1 - r0, (c1 - c0) // rk, rk).sum(-1)
+            new = torch.maximum(top, m)
+            acc[..., :c0 // rk].mul_(torch.exp(top - new))
+            acc[..., c0 // rk:c1 // rk] = blk.mul_(torch.exp(m - new))
+            top = new
+        acc.div_(acc.sum(-1, keepdim=True))
+        if (r1 - r0) % rq:  # a ragged last query block: its missing composite queries add 0
+            acc = torch.nn.functional.pad(acc, (0, 0, 0, rq - (r1 - r0) % rq))
+        out[:, :, i:j, :w // rk] = acc.view(b, h, j - i, rq, w // rk).sum(3)
     # mean over the real composite queries of each query block
-    real = torch.nn.functional.pad(torch.ones(mq, device=qc.device), (0, nq * rq - mq)).reshape(nq, rq)
+    real = torch.nn.functional.pad(torch.ones(mq, device=dev), (0, nq * rq - mq)).reshape(nq, rq)
     return out / real.sum(1)[:, None]
 
 
@@ -290,6 +323,13 @@ def row_recall(mass: torch.Tensor, mask: torch.Tensor, last_rows: int = 1) -> to
     ``[B, H]``. ``mass`` from ``block_attention_mass``."""
     m = mass[..., -last_rows:, :].double()
     return ((m * mask[..., -last_rows:, :]).sum((-1, -2)) / m.sum((-1, -2)).clamp(min=1e-30)).float()
+
+
+def row_density(mask: torch.Tensor, t: int, s: int, block_size: int, last_rows: int = 1) -> torch.Tensor:
+    """Kept fraction of the causally visible blocks of the last ``last_rows`` query-block rows,
+    per (batch, head): ``[B, H]`` (the budget those rows got, beside ``row_recall``)."""
+    valid = causal_block_valid(t, s, block_size, mask.device)[-last_rows:]
+    return (mask[..., -last_rows:, :] & valid).sum((-1, -2)).float() / valid.sum()
 
 
 def block_hit(mask: torch.Tensor, key_blocks, last_rows: int = 1) -> torch.Tensor:

@@ -7,8 +7,10 @@ CLAIMS = (
     Claim("needle", "needle accuracy of UniSparse at <= 30% block density >= 95% of dense "
           "(~4k tokens, >= 20 documents; paper: >= 99% of full attention)", "needle_accuracy",
           "higher", 0.99, "", "abstract (>= 99% of full-attention accuracy); issue 13 target 95%"),
-    Claim("recall", "UniSparse's last-row attention recall at equal density >= the strongest "
-          "faithful baseline (XAttention, FlexPrefill, MInference, A-shape)", "last_row_recall",
+    Claim("recall", "UniSparse's answer-rows attention recall (the query-block rows holding the "
+          "last 64 queries: the question) at equal density >= each faithful baseline's "
+          "(XAttention, FlexPrefill, MInference, A-shape), in every layer, mean over heads",
+          "answer_rows_recall",
           "higher", None, "", "abstract (beats MInference, XAttention, FlexPrefill); issue 13"),
     Claim("speed", "sparse prefill attention faster than dense (paper: up to 2.61x FlashAttention "
           "on GPU; CPU target 3x dense SDPA at 32k, 25% density)", "speedup_vs_dense", "higher",
@@ -26,12 +28,12 @@ DESCRIPTOR = MethodDescriptor(
         "smoke": "tiny random Llama (no download), 256 tokens: dev choices, fidelity, end-to-end "
                  "and speed rows (seconds)",
         "quick": "SmolLM2-135M, needle documents of 4096 tokens (1 dev, 2 test), Q/K/V captured at "
-                 "layers 2/8/14: last-row recall, needle-block hit and recall per method at "
-                 "densities 0.1-0.6; CPU speed vs dense SDPA at 8k/32k (one thread)",
+                 "layers 2/8/14: answer-rows and last-row recall, needle-block hit and recall per method at "
+                 "densities 0.1-0.6; CPU speed vs dense SDPA at 8k/32k (one thread, CPU time)",
         "full": "GPU recipe: needs a CUDA device and UNISPARSE_MODEL=<local HF causal-LM folder>; "
                 "end-to-end needle accuracy over 24 documents at 4096 tokens per method with "
                 "paired intervals, then the Triton / FlexAttention kernels vs SDPA at 32k-128k "
                 "(unisparse.gpu_bench); refused at once when either is missing",
     },
-    quick_minutes=4.8,  # CPU-minutes (user+sys), 0.3.4 run; 12.5 min wall on 2 cores at load ~10
+    quick_minutes=3.5,  # CPU-minutes (user+sys), 0.3.6 run; 17.7 min wall on 2 cores at load 5-9
 )
