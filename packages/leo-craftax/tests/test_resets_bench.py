@@ -80,7 +80,7 @@ def test_ratio_one_is_one_reset_per_env():
 
 
 def test_chunked_and_factored_her_all_equal_k_goal_conditioned_passes():
-    cfg = gridworld_cpu("pqn_her", her_mode="all", width=32, layers=3)
+    cfg = gridworld_cpu("pqn_her", her_mode="all", width=32, layers=2)  # a per-goal layer after the first
     net = gc_q_network(cfg, 12, 5)
     variants = [(4, False), (5, True)]  # chunked naive, chunked factored
 

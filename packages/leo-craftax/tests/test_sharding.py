@@ -16,7 +16,7 @@ CODE = textwrap.dedent("""
     from leo_craftax.parallel import data_mesh, sharded_sgd_step
     from leo_craftax.train import FAST_COMPILE, make_optimizer, sgd_step, make_train
     for algo in ALGOS:
-        cfg = gridworld_cpu(algo, env_size=5, total_timesteps=64 * 16 * 2, width=32)
+        cfg = gridworld_cpu(algo, env_size=5, total_timesteps=64 * 16 * 2, width=32, layers=1)
         k, a, n, d = 12, 4, 64, 10
         spec = build_algo(cfg, k, a)
         tx = make_optimizer(cfg, n)

@@ -20,6 +20,7 @@ NAME = "leo-craftax"
 ALGOS = ("leo", "pqn", "pqn_her", "ppo_gc", "dual_leo_pqn", "dual_leo_ppo")
 ENVS = ("gridworld", "craftax-classic", "craftax")
 NORMS = ("batchrenorm", "layernorm", "none")
+COMPILING = ("train", "eval", "bench", "reproduce")  # commands whose stderr XLA may litter (quiet.py)
 
 
 def _test_steps(text: str) -> int | None:
@@ -99,7 +100,7 @@ def _cmd_train(args) -> int:
 
     every = args.checkpoint_every or 0
     with compile_cache():
-        result = train_seeds(cfg, seeds, chunk=every, start=start,
+        result = train_seeds(cfg, seeds, chunk=every, start=start, fast_compile=args.fast_compile,
                              on_chunk=on_chunk if every or start is not None else None)
     success = np.asarray(result["success"])
     tm = result["timings"]
@@ -148,6 +149,31 @@ def _cmd_eval(args) -> int:
     if args.json:
         atomic_write_text(args.json, json.dumps(dict(zip(env.goal_set.names, success.tolist(),
                                                           strict=True))))
+    return 0
+
+
+def _cmd_compare(args) -> int:
+    from .compare import check_comparable, compare_runs, report
+    from .io import load_runs
+
+    a, b = load_runs(args.a), load_runs(args.b)
+    check_comparable(a, b)
+    fig = compare_runs(a["success"], b["success"], n_resamples=args.resamples)
+    d = a["describe"]
+    env = d["env"]["name"] + (f" {d['env']['size']}x{d['env']['size']}"
+                              if d["env"]["name"] == "gridworld" else "")
+    steps = "full episodes" if d["test_steps"] is None else f"up to {d['test_steps']} steps"
+    what = (f"{env}, {fig['num_goals']} goals, {d['env_steps']:,} env steps per seed, final point "
+            f"{d['test_repeats']} episodes per goal of {steps}")
+    print("\n".join(report(fig, a["describe"]["label"], b["describe"]["label"], what)))
+    if args.json:
+        out = {"experiment": {k: d[k] for k in ("env", "env_steps", "test_steps", "test_repeats")},
+               "seeds": fig["seeds"], "num_goals": fig["num_goals"]}
+        for m, run in (("a", a), ("b", b)):
+            out[m] = {"label": run["describe"]["label"], "checkpoints": run["paths"],
+                      "per_seed": fig["per_seed"][m], **fig[m]}
+        out.update({k: fig[k] for k in ("diff_over_seeds", "diff_over_goals")})
+        atomic_write_text(args.json, json.dumps(out, indent=1))
     return 0
 
 
@@ -234,6 +260,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--state", default=None, help="run state file (default: --out + '.state')")
     t.add_argument("--resume", action="store_true", help="continue the run saved in --state "
                    "(same flags; the result equals an uninterrupted run's)")
+    t.add_argument("--fast-compile", action="store_true", help="compile with LLVM's optimisation "
+                   "off (the same values; a fraction of the compile time, slower steps: for short "
+                   "runs and tests)")
     t.add_argument("--force", action="store_true", help="overwrite --out")
     t.set_defaults(fn=_cmd_train)
     e = sub.add_parser("eval", help="success over all goals of a checkpoint")
@@ -260,6 +289,15 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--repeats", type=positive_int, default="5")
     b.add_argument("--json", default=None, help="write the rows as JSON")
     b.set_defaults(fn=_cmd_bench)
+    c = sub.add_parser("compare", help="final success of method A vs method B: per seed, mean "
+                       "± std over seeds, paired 95%% intervals of A - B over seeds and over goals")
+    c.add_argument("-a", nargs="+", required=True, metavar="CHECKPOINT", help="method A's "
+                   "checkpoints (single-seed runs and / or stacked multi-seed runs)")
+    c.add_argument("-b", nargs="+", required=True, metavar="CHECKPOINT", help="method B's")
+    c.add_argument("--resamples", type=positive_int, default="9999", help="bootstrap resamples "
+                   "of each interval (default %(default)s)")
+    c.add_argument("--json", default=None, help="write the figures as JSON")
+    c.set_defaults(fn=_cmd_compare)
     r = sub.add_parser("reproduce", help="the registered reproduction")
     add_reproduce_arguments(r)
     r.set_defaults(fn=lambda a: reproduce_from_args([NAME], a))
@@ -269,6 +307,10 @@ def build_parser() -> argparse.ArgumentParser:
 @cli_entry(NAME)
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if argv is None and args.command in COMPILING:  # the console entry, before JAX loads
+        from .quiet import quiet_stderr
+
+        quiet_stderr()
     return args.fn(args)
 
 

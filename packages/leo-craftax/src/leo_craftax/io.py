@@ -116,6 +116,43 @@ def load_checkpoint(path: str | Path, expect: TrainConfig | None = None,
     return cfg, params, {**meta, "seed": seeds[i]}
 
 
+def load_runs(paths: Sequence[str | Path]) -> dict:
+    """One method's runs for ``compare``: the checkpoints in ``paths`` (single-seed files of
+    several runs, a stacked multi-seed file, or both) read and verified, their final per-goal
+    success merged by seed. ``{"config", "describe", "goal_names", "success": {seed: [K]},
+    "paths"}``; ``UserError`` when a file is missing, altered or holds no success, when the files
+    were trained with different configs (other than the seed) or goals, or repeat a seed."""
+    from .compare import describe
+
+    first, success = None, {}
+    for path in map(Path, paths):
+        if not path.is_file():
+            raise UserError(f"checkpoint {path} does not exist")
+        meta, _ = _read(path)
+        cfg = TrainConfig.from_dict(meta["config"]).to_dict()
+        try:
+            got = np.asarray(meta.get("extra", {}).get("success", []), dtype=float)
+        except (TypeError, ValueError):
+            got = np.zeros(0)
+        if got.ndim != 2 or got.shape != (len(meta["seeds"]), len(meta["goal_names"])):
+            raise UserError(f"{path} holds no final per-goal success for each of its seeds "
+                            f"(write it with `leo-craftax train`)")
+        if first is None:
+            first = {"config": cfg, "goal_names": list(meta["goal_names"]), "path": path}
+        elif cfg != first["config"] or list(meta["goal_names"]) != first["goal_names"]:
+            diff = sorted(k for k in cfg if cfg[k] != first["config"].get(k)) or ["goal_names"]
+            raise UserError(f"{path} and {first['path']} are not runs of one method (they differ "
+                            f"in {', '.join(diff)})")
+        for seed, row in zip(meta["seeds"], got, strict=True):
+            if seed in success:
+                raise UserError(f"seed {seed} appears twice among {', '.join(map(str, paths))}")
+            success[int(seed)] = row
+    if first is None:
+        raise UserError("no checkpoints given")
+    return {"config": first["config"], "describe": describe(first["config"]),
+            "goal_names": first["goal_names"], "success": success, "paths": [str(p) for p in paths]}
+
+
 def check_head(params: Any, num_goals: int, num_actions: int) -> None:
     """Raise ``UserError`` when an all-goals head (LEO or a Dual LEO teacher) was built for another
     number of goals than the environment's. ``params``: the variables dict (or bare params)."""
