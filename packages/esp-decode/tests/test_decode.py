@@ -1,5 +1,7 @@
 """Lossless decoding, call counts, KV rollback and the mask mechanism on tiny random models."""
 
+import contextlib
+
 import numpy as np
 import pytest
 import torch
@@ -32,9 +34,10 @@ def test_every_drafter_equals_greedy_batch_1_and_3(tiny_models, arch, greedy):
                 assert max(st["tree_sizes"]) <= kw.get("esp", ESPConfig()).max_nodes
 
 
-def test_pld_with_one_match_makes_exactly_transformers_prompt_lookup_calls(tiny_llama):
-    base = tiny_llama.model
-    counter = {"n": 0}
+@contextlib.contextmanager
+def counted_forward(model):
+    """Counts calls of the base model's forward (what `model_calls` must equal)."""
+    base, counter = model.model, {"n": 0}
     orig = base.forward
 
     def counted(*a, **k):
@@ -43,6 +46,13 @@ def test_pld_with_one_match_makes_exactly_transformers_prompt_lookup_calls(tiny_
 
     base.forward = counted
     try:
+        yield counter
+    finally:
+        del base.forward
+
+
+def test_pld_with_one_match_makes_exactly_transformers_prompt_lookup_calls(tiny_llama):
+    with counted_forward(tiny_llama) as counter:
         for prompt in PROMPTS:
             counter["n"] = 0
             out = tiny_llama.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
@@ -53,8 +63,58 @@ def test_pld_with_one_match_makes_exactly_transformers_prompt_lookup_calls(tiny_
             new, st = generate(tiny_llama, [prompt], make_drafter("pld", pld=PLDConfig(max_matches=1)), 20)
             assert new[0] == out[0, len(prompt):].tolist()
             assert st[0]["model_calls"] == counter["n"] == hf_calls   # the counter around forward agrees
+
+
+def test_every_drafter_stops_at_eos_where_model_generate_does(tiny_llama, greedy):
+    eos = greedy(tiny_llama, PROMPTS[0], 16)[3]   # a token greedy decoding emits early
+    refs = []
+    for p in PROMPTS:
+        out = tiny_llama.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                                  max_new_tokens=16, do_sample=False, pad_token_id=0, eos_token_id=eos)
+        refs.append(out[0, len(p):].tolist())
+    assert refs[0][-1] == eos and len(refs[0]) <= 4 and any(len(r) != len(refs[0]) for r in refs)
+    for name in DRAFTERS:
+        new, st = generate(tiny_llama, PROMPTS, make_drafter(name, eos_token_id=eos), 16, eos_token_id=eos)
+        assert new == refs, name
+        assert [s["new_tokens"] for s in st] == [len(r) for r in refs], name
+
+
+def test_model_calls_equal_a_counter_around_forward_for_every_drafter(tiny_llama):
+    with counted_forward(tiny_llama) as counter:
+        for name in DRAFTERS:
+            for prompt in PROMPTS:
+                counter["n"] = 0
+                _, st = generate(tiny_llama, [prompt], make_drafter(name), 12)
+                assert st[0]["model_calls"] == counter["n"] and counter["n"] >= 2, name
+
+
+def test_decode_path_emits_no_deprecation_warning(tiny_llama):
+    """transformers 5 renamed the cache keyword (``past_key_values`` -> ``cache``; the old name
+    warns): the loop, the shared prefill and the reference pass the current name, also when the
+    decoder's ``forward`` is wrapped (a call counter, an accelerate hook)."""
+    import copy
+    import warnings
+
+    from esp_decode.decode import stack_caches
+    from esp_decode.smol import hf_greedy, prefill
+
+    base = tiny_llama.model
+    orig = base.forward
+    base.forward = lambda *a, **k: orig(*a, **k)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for name in DRAFTERS:
+                generate(tiny_llama, PROMPTS, make_drafter(name), 6)
+            pres = [prefill(tiny_llama, p) for p in PROMPTS]
+            hf_greedy(tiny_llama, PROMPTS[0], 4, None, pres[0])
+            stacked, lengths = stack_caches(tiny_llama, pres)
+            generate(tiny_llama, PROMPTS, make_drafter("esp"), 4, cache=copy.deepcopy(stacked), cache_lengths=lengths)
+            generate(tiny_llama, PROMPTS[:1], make_drafter("esp"), 4, temperature=0.8, seed=0)
     finally:
         del base.forward
+    bad = [str(w.message) for w in caught if issubclass(w.category, (FutureWarning, DeprecationWarning))]
+    assert not bad, bad
 
 
 def test_num_masks_zero_is_autoregressive(tiny_llama):

@@ -115,6 +115,11 @@ def _cmd_bench(args) -> int:
     eos = tok.eos_token_id
     with state.split_between_processes(list(range(len(ids)))) as mine:
         rows = []
+        if args.check_lossless:   # the reference: transformers' greedy model.generate, one prompt at a time
+            from .smol import hf_greedy
+
+            rows += [{"drafter": "_ref", "prompt": i, "new": hf_greedy(model, ids[i], args.max_new_tokens, eos)}
+                     for i in mine]
         for name in ["ar", *[n for n in names if n != "ar"]]:
             for i in mine:
                 t0 = time.perf_counter()
@@ -125,7 +130,7 @@ def _cmd_bench(args) -> int:
     rows = gather_object(rows)
     if not state.is_main_process:
         return 0
-    ref = {r["prompt"]: r["new"] for r in rows if r["drafter"] == "ar"}
+    ref = {r["prompt"]: r["new"] for r in rows if r["drafter"] == "_ref"}
     report = {}
     for name in ["ar", *[n for n in names if n != "ar"]]:
         rs = [r for r in rows if r["drafter"] == name]

@@ -150,8 +150,11 @@ def check_model(model) -> None:
 
 
 def _cache_kwarg(module) -> str:
-    params = inspect.signature(module.forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
+    """The cache keyword of ``module``'s forward: ``cache`` (transformers >= 5.x renamed it; the old
+    ``past_key_values`` then warns) or ``past_key_values``. Read from the class, so an instance
+    whose ``forward`` is wrapped (a call counter, an accelerate hook) still gets the right name."""
+    fn = inspect.unwrap(type(module).forward)
+    return "cache" if "cache" in inspect.signature(fn).parameters else "past_key_values"
 
 
 def new_cache(model):

@@ -29,8 +29,8 @@ CFG = {
     "smoke": dict(tiny=dict(d=32, layers=2, seconds=5, steps=3, n_test=1, n_dev=1, tokens=6, dev_tokens=6,
                             mask_steps=2, grid=1, threads=1), smol=None),
     # tiny LM: 160 steps on one thread, stopped after 180 CPU-s; 16 test prompts x 64 tokens per
-    # regime; SmolLM2 (a second process, one thread; the main one joins once the tiny LM is done):
-    # 1 dev prompt (12 tokens) + 4 test prompts (48 tokens, one batch) per regime: the issue's sizes.
+    # regime; SmolLM2: 1 dev prompt (12 tokens) + 4 test prompts (48 tokens, one batch) per regime:
+    # the issue's sizes. Two one-thread processes share the work units (jobs.py).
     "quick": dict(tiny=dict(d=128, layers=4, seconds=180, steps=160, n_test=16, n_dev=4, tokens=64,
                             dev_tokens=32, mask_steps=60, grid=None, threads=1),
                   smol=dict(n_dev=1, n_test=4, tokens=48, dev_tokens=12, batch=4)),
@@ -92,46 +92,53 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
         from .gpu import full_recipe
 
         return full_recipe(Path(out_dir), seed)
+    from . import jobs
+
     cfg = CFG[scale]
     res = Results(package=DESCRIPTOR.name, version=DESCRIPTOR.version, scale=scale, seed=seed)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    pool = mgr = None
+    pool = mgr = tasks = None
     try:
         job = None
-        if cfg["smol"]:   # SmolLM2 in a second process (one thread each: no OpenMP spinning)
+        if cfg["smol"]:   # a second process (one thread each: no OpenMP spinning), see jobs.py
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor
 
-            from . import smol as smol_mod
-            from .tasks import REGIMES
+            from .tasks import REGIMES as SMOL_REGIMES
 
             ctx = multiprocessing.get_context("spawn")
             mgr = ctx.Manager()
             tasks, news = mgr.Queue(), mgr.Queue()
-            for r in REGIMES:
-                tasks.put(r)
+            for unit in jobs.smol_units(SMOL_REGIMES):
+                tasks.put(unit)
             pool = ProcessPoolExecutor(1, mp_context=ctx)
-            job = pool.submit(smol_mod.worker, cfg["smol"], seed, tasks, news)
+            job = pool.submit(jobs.worker, cfg["smol"], seed, tasks, news)
         t0 = time.process_time()
-        tiny = _strip(_tiny(res, cfg["tiny"], seed))
-        t_tiny = time.process_time() - t0
+        prep = _tiny_prep(res, cfg["tiny"], seed)
+        log = [("tiny LM: train + learned mask + dev + references", round(time.process_time() - t0, 1))]
+        units = jobs.tiny_units(prep)
         smol = None
-        if job is not None:
+        if job is None:
+            parts = {u[:2]: jobs.run_unit(u, None, seed) for u in units}
+        else:
+            for unit in units:
+                tasks.put(unit)
+            for _ in range(2):
+                tasks.put(jobs.STOP)
             dev = _dev_result(news, job)
-            t0 = time.process_time()
-            mine = smol_mod.drain(cfg["smol"], seed, tasks, dev["chosen"])   # this core is free now
-            t_mine = time.process_time() - t0
+            mine, more = jobs.drain(tasks, cfg["smol"], seed, dev["chosen"])
             theirs = job.result()
             parts = {**theirs["parts"], **mine}
             res.notes.append(dev["note"])
-            res.notes.append(f"CPU time: main process {t_tiny:.0f} CPU-s on the tiny LM + {t_mine:.0f} CPU-s on SmolLM2 "
-                             f"regimes {sorted(mine) or 'none'}; second process {theirs['cpu_s']:.0f} CPU-s on SmolLM2 "
-                             f"(dev choice, regimes {sorted(theirs['parts'])}).")
-            smol = smol_mod.collect(res, [parts[r] for r in REGIMES], *dev["chosen"])
+            res.notes.append(f"CPU time (user + sys, imports included): main process {jobs.cpu_seconds():.0f} CPU-s "
+                             f"({log + more}); second process {theirs['cpu_s']:.0f} CPU-s ({theirs['log']}).")
+        tiny = _strip(_tiny_collect(res, prep, {k[1]: v for k, v in parts.items() if k[0] == "tiny"}))
+        if job is not None:
+            smol = _smol_collect(res, parts, SMOL_REGIMES, dev["chosen"])
     except BaseException:
-        if job is not None:   # leave the second process nothing more to start
-            smol_mod.drain_queue(tasks)
+        if tasks is not None:   # leave the second process nothing more to start
+            jobs.stop(tasks)
         raise
     finally:
         if pool is not None:
@@ -163,6 +170,13 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
     return res
 
 
+def _smol_collect(res, parts, regimes, chosen):
+    """SmolLM2's rows and claim data from the units' parts (each regime's arms and references)."""
+    from .smol import collect, merge
+
+    return collect(res, [merge(parts[("arms", r)], parts[("refs", r)]) for r in regimes], *chosen)
+
+
 def _dev_result(news, job):
     """The second process's dev choice, or its error if it failed before making one."""
     import queue
@@ -176,36 +190,52 @@ def _dev_result(news, job):
                 raise RuntimeError("the SmolLM2 process ended without a dev choice") from None
 
 
-def _suite(res, exp, model, regimes, dev, test, tokens, dev_tokens, batch, eos, seed, extra=(), grid=None,
-           chosen=None, drafters=DRAFTERS):
-    """Choose knobs on dev (or take ``chosen``), then run every drafter (plus ablations) on test."""
-    if chosen is None:
-        dev_all = [p for r in regimes for p in dev[r]]
-        dev_refs = greedy_refs(model, dev_all, dev_tokens, eos)
-        esp_cfg, esp_scores = _choose(model, dev_all, dev_tokens, dev_refs, ESP_GRID[:grid], "esp", batch, eos)
-        lade_cfg, lade_scores = _choose(model, dev_all, dev_tokens, dev_refs, LADE_GRID[:grid], "lade", batch,
-                                        eos, key="lade")
-        res.notes.append(f"{exp}: dev chose ESP {esp_cfg} (dev mean accepted lengths "
-                         f"{np.round(esp_scores, 3).tolist()}) and LADE {lade_cfg} ({np.round(lade_scores, 3).tolist()}).")
-    else:
-        esp_cfg, lade_cfg = chosen
-    arms = {name: dict() for name in drafters}
-    arms["esp-chain"] = dict(name="esp", esp=replace(esp_cfg, shape="chain"))
-    if exp == "tiny":
-        arms["esp-vocab_mean"] = dict(name="esp", esp=replace(esp_cfg, mask_init="vocab_mean"))
-    for name, kw in extra:
-        arms[name] = kw
+def _tiny_prep(res, c, seed) -> dict:
+    """Train the tiny LM, learn the mask ablation's vector, choose ESP's and LADE's knobs on dev and
+    compute the test references; the test arms are left as units (``jobs.tiny_units``)."""
+    from .tiny import REGIMES, learn_mask, tiny_prompts, train_tiny
+
+    torch.set_num_threads(c["threads"])
+    model, tok, info = train_tiny(seed, c["seconds"], c["steps"], d=c["d"], layers=c["layers"])
+    torch.set_num_threads(1)
+    res.add("tiny", "train", "final_loss", info["final_loss"])
+    res.add("tiny", "train", "steps", info["steps"])
+    res.notes.append(f"tiny LM: {c['layers']} layers, d={c['d']}, trained {info['steps']} steps "
+                     f"({info['seconds']:.0f} s wall, {info['cpu_seconds']:.0f} CPU-s on {c['threads']} threads, stop at "
+                     f"{c['seconds']} CPU-s), final loss {info['final_loss']:.3f}.")
+    dev = {r: [tok.encode(p) for p in tiny_prompts(r, c["n_dev"], seed + 1000)] for r in REGIMES}
+    test = {r: [tok.encode(p) for p in tiny_prompts(r, c["n_test"], seed)] for r in REGIMES}
+    k = max(g.num_masks for g in ESP_GRID)
+    learned = learn_mask(model, tok, seed, c["mask_steps"], k)
+    batch = 8
+    dev_all = [p for r in REGIMES for p in dev[r]]
+    dev_refs = greedy_refs(model, dev_all, c["dev_tokens"])
+    esp_cfg, esp_scores = _choose(model, dev_all, c["dev_tokens"], dev_refs, ESP_GRID[:c["grid"]], "esp", batch)
+    lade_cfg, lade_scores = _choose(model, dev_all, c["dev_tokens"], dev_refs, LADE_GRID[:c["grid"]], "lade", batch,
+                                    key="lade")
+    res.notes.append(f"tiny: dev chose ESP {esp_cfg} (dev mean accepted lengths "
+                     f"{np.round(esp_scores, 3).tolist()}) and LADE {lade_cfg} ({np.round(lade_scores, 3).tolist()}).")
+    base = {"esp": esp_cfg, "lade": lade_cfg, "seed": seed}
+    arms = {name: {"name": name, **base} for name in DRAFTERS}
+    arms["esp-chain"] = {**base, "name": "esp", "esp": replace(esp_cfg, shape="chain")}
+    arms["esp-vocab_mean"] = {**base, "name": "esp", "esp": replace(esp_cfg, mask_init="vocab_mean")}
+    arms["esp-learned"] = {**base, "name": "esp", "esp": replace(esp_cfg, mask_init="learned"),
+                           "mask_embedding": learned}
+    allp = [p for r in REGIMES for p in test[r]]       # all regimes in one batched run per arm
+    return {"key": f"tiny-{seed}-{c['d']}-{c['layers']}", "state": model.state_dict(),
+            "model_args": {"vocab": tok.vocab_size, "d": c["d"], "layers": c["layers"], "seed": seed},
+            "prompts": allp, "refs": greedy_refs(model, allp, c["tokens"]), "tokens": c["tokens"], "batch": batch,
+            "arms": arms, "regimes": list(REGIMES), "counts": [len(test[r]) for r in REGIMES],
+            "_esp": esp_cfg, "_lade": lade_cfg}
+
+
+def _tiny_collect(res, prep, outs: dict) -> dict:
+    """Rows of every tiny-LM arm (``outs``: arm -> ``run_drafter`` output), per regime and overall."""
+    regimes, exp = prep["regimes"], "tiny"
+    bounds = np.cumsum([0, *prep["counts"]])
     data: dict = {}
-    allp = [p for r in regimes for p in test[r]]       # all regimes in one batched run per arm
-    bounds = np.cumsum([0] + [len(test[r]) for r in regimes])
-    refs = greedy_refs(model, allp, tokens, eos)
-    for arm, kw in arms.items():
-        kw = dict(kw)
-        name = kw.pop("name", arm)
-        kw.setdefault("esp", replace(esp_cfg, mask_init="learned") if "mask_embedding" in kw else esp_cfg)
-        kw.setdefault("lade", lade_cfg)
-        kw.setdefault("seed", seed)
-        out = run_drafter(model, allp, name, tokens, refs, batch, eos, **kw)
+    for arm in prep["arms"]:
+        out = outs[arm]
         for i, regime in enumerate(regimes):
             lo, hi = bounds[i], bounds[i + 1]
             data.setdefault(arm, {})[regime] = dict(mal=out["mal"][lo:hi], calls=out["calls"][lo:hi],
@@ -222,30 +252,8 @@ def _suite(res, exp, model, regimes, dev, test, tokens, dev_tokens, batch, eos, 
         if by[regimes[0]]["probe"]:
             for k, v in by[regimes[0]]["probe"].items():
                 res.add(f"{exp}/all", arm, f"probe_{k}", v)
-    return {"esp_cfg": str(esp_cfg), "lade_cfg": str(lade_cfg), "arms": data, "regimes": list(regimes),
-            "lossless_all": all(x for by in data.values() for r in regimes for x in by[r]["lossless"]),
-            "_esp": esp_cfg, "_lade": lade_cfg}
-
-
-def _tiny(res, c, seed):
-    from .tiny import REGIMES, learn_mask, tiny_prompts, train_tiny
-
-    torch.set_num_threads(c["threads"])
-    model, tok, info = train_tiny(seed, c["seconds"], c["steps"], d=c["d"], layers=c["layers"])
-    torch.set_num_threads(1)
-    res.add("tiny", "train", "final_loss", info["final_loss"])
-    res.add("tiny", "train", "steps", info["steps"])
-    res.notes.append(f"tiny LM: {c['layers']} layers, d={c['d']}, trained {info['steps']} steps "
-                     f"({info['seconds']:.0f} s wall, {info['cpu_seconds']:.0f} CPU-s on {c['threads']} threads, stop at "
-                     f"{c['seconds']} CPU-s), final loss {info['final_loss']:.3f}.")
-    dev = {r: [tok.encode(p) for p in tiny_prompts(r, c["n_dev"], seed + 1000)] for r in REGIMES}
-    test = {r: [tok.encode(p) for p in tiny_prompts(r, c["n_test"], seed)] for r in REGIMES}
-    k = max(g.num_masks for g in ESP_GRID)
-    learned = learn_mask(model, tok, seed, c["mask_steps"], k)
-    extra = [("esp-learned", dict(name="esp", mask_embedding=learned))]
-    out = _suite(res, "tiny", model, REGIMES, dev, test, c["tokens"], c["dev_tokens"], 8, None, seed, extra,
-                 grid=c["grid"])
-    return out
+    return {"esp_cfg": str(prep["_esp"]), "lade_cfg": str(prep["_lade"]), "arms": data, "regimes": list(regimes),
+            "lossless_all": all(x for by in data.values() for r in regimes for x in by[r]["lossless"])}
 
 
 def _strip(out):

@@ -49,9 +49,13 @@ def load_model(spec: str, dtype: str = "float32"):
     from .decode import check_model
 
     if spec == "smollm2":
+        import contextlib
+        import io
+
         from icml26_shared.data import load_smollm2
 
-        model, tok = load_smollm2(dtype)
+        with contextlib.redirect_stderr(io.StringIO()):   # the one-time GGUF conversion's progress bar
+            model, tok = load_smollm2(dtype)
     else:
         path = Path(spec)
         if not (path / "config.json").is_file():

@@ -46,13 +46,13 @@ DESCRIPTOR = MethodDescriptor(
                  "every drafter checked lossless (seconds, no SmolLM2)",
         "quick": "tiny character LM (4 layers, d=128, 160 steps on one thread, stopped at 180 CPU-s) on "
                  "copy/arith/grammar, 16 test prompts per regime x 64 tokens (batch 8), knobs chosen on 4 dev "
-                 "prompts per regime; SmolLM2-135M-Instruct in a second process on rewrite/open/code chat "
-                 "prompts: the default tree with masks on its best path, mask init and LADE window chosen on 1 "
-                 "dev prompt per regime, 4 test prompts per regime x 48 tokens (one batch per regime), every "
-                 "drafter timed side by side",
+                 "prompts per regime; SmolLM2-135M-Instruct on rewrite/open/code chat prompts: the default tree "
+                 "with masks on its best path, mask init and LADE window chosen on 1 dev prompt per regime, 4 "
+                 "test prompts per regime x 48 tokens (one batch per regime), every drafter timed side by "
+                 "side; two one-thread processes share the work units (jobs.py)",
         "full": "the GPU recipe: needs a CUDA device and ESP_DECODE_LLAMA3 / ESP_DECODE_QWEN3 (local HF "
                 "folders) and ESP_DECODE_SPECBENCH (Spec-Bench question.jsonl); bf16, batch 1 and 8; "
                 "refuses at once with a UserError naming what is missing",
     },
-    quick_minutes=8.2,  # measured 0.2.4: 15.3 CPU-min in all; main process 8.2 CPU-min (tiny LM 281 CPU-s + one SmolLM2 regime 212), second process 6.7
+    quick_minutes=5.1,  # measured 0.2.5: 10.3 CPU-min in all; main process 306 CPU-s, second process 303 (work units shared, jobs.py)
 )

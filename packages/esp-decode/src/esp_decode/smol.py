@@ -4,22 +4,22 @@ drafter decodes each regime's prompts as one batch (per-sequence trees in one pa
 timed side by side with ``icml26_shared.eval.compare`` (one round per batch, interleaved), and is
 checked token for token against ``model.generate`` at batch 1 (the greedy reference).
 
-Each prompt's prefill (all its tokens but the last) is computed once, at batch 1, and reused by the
-reference and, stacked into one padded cache (``decode.stack_caches``), by every batched arm; each
-arm's first call (the last prompt token plus the first draft) still counts as its prefill call.
+Each prompt's prefill (all its tokens but the last) is computed at batch 1 and, stacked into one
+padded cache (``decode.stack_caches``), shared by every batched arm (the reference continues its
+own copy); each arm's first call (the last prompt token plus the first draft) still counts as its
+prefill call.
 
-The work is split in jobs (``dev_job``: the dev choice; ``regime_job``: one regime's test batch):
-``experiments.reproduce`` runs ``worker`` in a second process beside the tiny LM, and its own
-process takes the regimes still queued once the tiny LM is done (``drain``).
+The work is split in units that either process of the reproduction can run (``jobs``):
+``dev_job`` (the dev choice, in the second process, first), ``arms_job`` (one regime's test batch
+through every timed arm) and ``refs_job`` (that regime's batch-1 references); ``merge`` joins a
+regime's arms and references into the lossless flags.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import queue
 import sys
-import time
 
 import numpy as np
 import torch
@@ -62,7 +62,7 @@ def prefill(model, prompt):
 
 
 def hf_greedy(model, prompt, tokens, eos, cache=None):
-    ids = torch.tensor([prompt])
+    ids = torch.tensor([prompt], device=next(model.parameters()).device)
     kw = {} if cache is None or cache.get_seq_length() == 0 else {_cache_kwarg(model): copy.deepcopy(cache)}
     out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=tokens, do_sample=False,
                          eos_token_id=eos, pad_token_id=eos if eos is not None else 0, **kw)
@@ -126,70 +126,32 @@ def _setup(c: dict):
 
 
 def dev_job(c: dict, seed: int) -> dict:
-    """The dev choice (ESP mask init, LADE window) on every regime's dev prompts, kept in this
-    process for the ``regime_job`` calls that follow it."""
+    """The dev choice (ESP mask init, LADE window) on every regime's dev prompts."""
     p = _setup(c)
     dev_all = [q for r in p["regimes"] for q in p["dev"][r]]
     esp_cfg, esp_scores = choose(p["model"], dev_all, c["dev_tokens"], p["eos"], ESP_GRID, "esp", "esp", seed)
     lade_cfg, lade_scores = choose(p["model"], dev_all, c["dev_tokens"], p["eos"], LADE_GRID, "lade", "lade", seed)
-    p["chosen"] = (esp_cfg, lade_cfg)
     note = (f"smollm2: dev ({len(dev_all)} prompts, {c['dev_tokens']} tokens, one batch) chose ESP {esp_cfg} "
             f"(dev mean accepted lengths {np.round(esp_scores, 3).tolist()}) and LADE {lade_cfg} "
             f"({np.round(lade_scores, 3).tolist()}).")
     return {"chosen": (esp_cfg, lade_cfg), "note": note}
 
 
-def drain(c: dict, seed: int, tasks, chosen) -> dict:
-    """Run test regimes taken from the queue ``tasks`` until it is empty: {regime: part}."""
-    parts = {}
-    while True:
-        try:
-            regime = tasks.get_nowait()
-        except queue.Empty:
-            return parts
-        parts[regime] = regime_job(c, seed, regime, chosen)
+def regime_refs(model, prompts, tokens, eos) -> list[list[int]]:
+    """The greedy reference of each prompt: ``model.generate`` at batch 1 (after its own prefill)."""
+    return [hf_greedy(model, q, tokens, eos, prefill(model, q)) for q in prompts]
 
 
-def drain_queue(tasks) -> None:
-    """Empty ``tasks`` without running them (on an error elsewhere)."""
-    try:
-        while True:
-            tasks.get_nowait()
-    except (queue.Empty, OSError, EOFError):
-        return
-
-
-def worker(c: dict, seed: int, tasks, news) -> dict:
-    """The second process: the dev choice (put on ``news`` at once, for the main process), then
-    regimes from ``tasks``; returns its parts and its CPU seconds."""
-    t0 = time.process_time()
-    dev = dev_job(c, seed)
-    news.put(dev)
-    parts = drain(c, seed, tasks, dev["chosen"])
-    return {"parts": parts, "cpu_s": time.process_time() - t0}
-
-
-def regime_job(c: dict, seed: int, regime: str, chosen=None) -> dict:
-    """One regime's test prompts through every arm (``chosen``: the dev choice; None = the one
-    ``dev_job`` made in this process)."""
-    p = _setup(c)
-    esp_cfg, lade_cfg = chosen if chosen is not None else p["chosen"]
-    return run_regime(p["model"], p["test"][regime], regime, c["tokens"], p["eos"], seed, esp_cfg, lade_cfg,
-                      c.get("batch", 4))
-
-
-def run_regime(model, prompts, regime, tokens, eos, seed, esp_cfg, lade_cfg, batch=4) -> dict:
-    """``model.generate`` per prompt (batch 1: the reference), then every arm in ``TIMED`` on batches
-    of ``batch`` prompts, interleaved by ``compare`` (one round per batch)."""
+def regime_arms(model, prompts, regime, tokens, eos, seed, esp_cfg, lade_cfg, batch=4) -> dict:
+    """Every arm in ``TIMED`` on batches of ``batch`` prompts, interleaved by ``compare`` (one round
+    per batch); the outputs are kept for the lossless check against ``regime_refs`` (``merge``)."""
     kw = {"esp": esp_cfg, "lade": lade_cfg, "seed": seed}
-    rows = {a: {k: [] for k in ("mal", "calls", "lossless", "tokens", "items")} for a in TIMED}
+    rows = {a: {k: [] for k in ("mal", "calls", "new", "tokens", "items")} for a in TIMED}
     timing = {a: {"seconds": [], "tokens": []} for a in TIMED}
     probes = []
     for lo in range(0, len(prompts), batch):
         chunk = prompts[lo: lo + batch]
-        caches = [prefill(model, q) for q in chunk]
-        refs = [hf_greedy(model, q, tokens, eos, cc) for q, cc in zip(chunk, caches, strict=True)]
-        stacked = stack_caches(model, caches)
+        stacked = stack_caches(model, [prefill(model, q) for q in chunk])
         out: dict = {}
         fns = {a: lambda a=a, out=out, chunk=chunk, st=stacked: out.__setitem__(
             a, _decode(model, chunk, a, tokens, eos, kw, st)) for a in TIMED}
@@ -198,18 +160,46 @@ def run_regime(model, prompts, regime, tokens, eos, seed, esp_cfg, lade_cfg, bat
             new, stats, dr = out[a]
             if a == "esp":
                 probes.append(dr.probe_accuracy([q + n for q, n in zip(chunk, new, strict=True)]))
-            for n, st, ref in zip(new, stats, refs, strict=True):
+            for n, st in zip(new, stats, strict=True):
                 rows[a]["mal"].append(mean_accepted_length(len(n), st["model_calls"]))
                 rows[a]["calls"].append(st["model_calls"])
-                rows[a]["lossless"].append(n == ref)
+                rows[a]["new"].append(n)
                 rows[a]["tokens"].append(len(n))
                 rows[a]["items"].append(float(np.mean(st["items"][1:])) if len(st["items"]) > 1 else 1.0)
             timing[a]["seconds"].append(t[a].median)
             timing[a]["tokens"].append(sum(len(n) for n in new))
         print("esp-decode smollm2 " + json.dumps({"regime": regime, "batch": len(chunk), **{
-            a: [round(float(np.mean(rows[a]["mal"][lo:])), 4), all(rows[a]["lossless"][lo:]), round(t[a].median, 3)]
-            for a in TIMED}}), file=sys.stderr, flush=True)
+            a: [round(float(np.mean(rows[a]["mal"][lo:])), 4), round(t[a].median, 3)] for a in TIMED}}),
+            file=sys.stderr, flush=True)
     return {"regime": regime, "rows": rows, "timing": timing, "probes": probes}
+
+
+def merge(arms: dict, refs: list[list[int]]) -> dict:
+    """``regime_arms``' part with each arm's ``lossless`` flags (output == reference, per prompt)."""
+    rows = {a: {**{k: v for k, v in r.items() if k != "new"},
+                "lossless": [n == ref for n, ref in zip(r["new"], refs, strict=True)]}
+            for a, r in arms["rows"].items()}
+    return {**arms, "rows": rows}
+
+
+def run_regime(model, prompts, regime, tokens, eos, seed, esp_cfg, lade_cfg, batch=4) -> dict:
+    """One regime in one piece: the references, then every arm, merged."""
+    refs = regime_refs(model, prompts, tokens, eos)
+    return merge(regime_arms(model, prompts, regime, tokens, eos, seed, esp_cfg, lade_cfg, batch), refs)
+
+
+def arms_job(c: dict, seed: int, regime: str, chosen) -> dict:
+    """One regime's test batch through every timed arm, with the dev choice ``chosen``."""
+    p = _setup(c)
+    esp_cfg, lade_cfg = chosen
+    return regime_arms(p["model"], p["test"][regime], regime, c["tokens"], p["eos"], seed, esp_cfg, lade_cfg,
+                       c.get("batch", 4))
+
+
+def refs_job(c: dict, regime: str) -> list[list[int]]:
+    """One regime's batch-1 ``model.generate`` references."""
+    p = _setup(c)
+    return regime_refs(p["model"], p["test"][regime], c["tokens"], p["eos"])
 
 
 def collect(res, parts: list[dict], esp_cfg, lade_cfg) -> dict:
