@@ -19,6 +19,29 @@ from icml26_shared.cli import (
 )
 
 DRAFTER_NAMES = ("ar", "pld", "lade", "stand", "esp", "esp+pld")
+DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+
+
+def _device(text: str) -> str:
+    import re
+
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", text):
+        raise argparse.ArgumentTypeError(f"must be cpu, cuda or cuda:N, got {text!r}")
+    return text
+
+
+def _placement(args) -> tuple[str, str]:
+    """``(device, dtype)``: ``--device`` (default cuda when available, else cpu) and ``--dtype``
+    (``auto`` = bf16 on CUDA, fp32 on CPU). A CUDA device that is not there is a user error."""
+    import torch
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda"):
+        idx = int(device.split(":")[1]) if ":" in device else 0
+        if not torch.cuda.is_available() or idx >= torch.cuda.device_count():
+            raise UserError(f"--device {device}: no such CUDA device on this machine")
+    dtype = args.dtype if args.dtype != "auto" else ("bf16" if device.startswith("cuda") else "fp32")
+    return device, DTYPES[dtype]
 
 
 def _topk(text: str) -> tuple[int, ...]:
@@ -54,9 +77,10 @@ def _quiet() -> None:
 def _load(args):
     from .io import encode, load_model, read_prompts
 
+    device, dtype = _placement(args)
     prompts = read_prompts(args.prompt_file)   # before the model: a bad file fails in a second
     _quiet()
-    model, tok = load_model(args.model)
+    model, tok = load_model(args.model, dtype, device)
     ids = [encode(tok, p, args.chat) for _, p in prompts]
     return model, tok, prompts, ids
 
@@ -99,6 +123,8 @@ def _cmd_generate(args) -> int:
 def _cmd_bench(args) -> int:
     import time
 
+    import torch
+
     from .baselines import make_drafter
     from .core import mean_accepted_length
     from .decode import generate
@@ -116,10 +142,11 @@ def _cmd_bench(args) -> int:
     with state.split_between_processes(list(range(len(ids)))) as mine:
         rows = []
         if args.check_lossless:   # the reference: transformers' greedy model.generate, one prompt at a time
-            from .smol import hf_greedy
+            from .gpu_check import reference
 
-            rows += [{"drafter": "_ref", "prompt": i, "new": hf_greedy(model, ids[i], args.max_new_tokens, eos)}
-                     for i in mine]
+            for i in mine:
+                (new,), (logits,) = reference(model, [ids[i]], args.max_new_tokens, eos)
+                rows.append({"drafter": "_ref", "prompt": i, "new": new, "logits": logits})
         for name in ["ar", *[n for n in names if n != "ar"]]:
             for i in mine:
                 t0 = time.perf_counter()
@@ -130,7 +157,10 @@ def _cmd_bench(args) -> int:
     rows = gather_object(rows)
     if not state.is_main_process:
         return 0
-    ref = {r["prompt"]: r["new"] for r in rows if r["drafter"] == "_ref"}
+    from .core import judge
+
+    ref = {r["prompt"]: r for r in rows if r["drafter"] == "_ref"}
+    bf16 = next(model.parameters()).dtype == torch.bfloat16   # bf16: core.judge's near-tie rule
     report = {}
     for name in ["ar", *[n for n in names if n != "ar"]]:
         rs = [r for r in rows if r["drafter"] == name]
@@ -138,7 +168,9 @@ def _cmd_bench(args) -> int:
         secs = sum(r["seconds"] for r in rs)
         report[name] = {"mean_accepted_length": sum(mean_accepted_length(len(r["new"]), r["calls"]) for r in rs) / len(rs),
                         "model_calls": sum(r["calls"] for r in rs), "tokens_per_s": toks / secs if secs else None,
-                        "lossless": all(r["new"] == ref[r["prompt"]] for r in rs) if args.check_lossless else None}
+                        "lossless": all(judge(r["new"], ref[r["prompt"]]["new"], ref[r["prompt"]]["logits"], bf16)["ok"]
+                                        for r in rs) if args.check_lossless else None,
+                        "exact": all(r["new"] == ref[r["prompt"]]["new"] for r in rs) if args.check_lossless else None}
     for r in report.values():
         r["ratio_tokens_per_s_to_ar"] = (r["tokens_per_s"] / report["ar"]["tokens_per_s"]) if r["tokens_per_s"] else None
     if args.json:
@@ -181,6 +213,9 @@ def _common(p, drafter_knobs: bool = True) -> None:
     p.add_argument("--max-new-tokens", type=positive_int, default=64)
     p.add_argument("--chat", action="store_true", help="wrap each prompt as one user message (chat template)")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--dtype", choices=("auto", *DTYPES), default="auto",
+                   help="model weights: auto = bf16 on CUDA, fp32 on CPU (default: auto)")
+    p.add_argument("--device", type=_device, default=None, help="cpu, cuda or cuda:N (default: cuda if present)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -233,3 +233,29 @@ def ratio_interval(a, b, confidence: float = 0.95, n_resamples: int = 9999, seed
             if np.isfinite(lo) and np.isfinite(hi):
                 return r, lo, hi
     return r, r, r
+
+
+#: a bf16 divergence counts as a near tie when the reference's top-2 logit gap is at most this
+#: many bf16 ulps (2^-7 relative) of its top logit [R]
+TIE_ULPS = 4
+
+
+def judge(new: list[int], ref: list[int], ref_logits, bf16: bool) -> dict:
+    """The lossless verdict of one output against its greedy reference — one rule for the GPU check
+    and the ``full`` scale. ``exact``; else the first divergence and, in bf16 only, whether the token
+    chosen there is within ``TIE_ULPS`` bf16 ulps of the reference's own top logit (a near tie: a
+    batched or tree-shaped bf16 call rounds differently from a one-token step) [R]. fp32 must be
+    exact; a divergence in length or past the reference's logits is a failure."""
+    if new == ref:
+        return {"exact": True, "ok": True}
+    i = next((k for k, (a, b) in enumerate(zip(new, ref, strict=False)) if a != b), min(len(new), len(ref)))
+    if i >= len(ref_logits) or i >= len(new):
+        return {"exact": False, "ok": False, "first_diff": i, "why": "length"}
+    row = ref_logits[i]
+    top2 = row.topk(2).values
+    gap = float(top2[0] - top2[1])
+    tol = TIE_ULPS * 2.0 ** -7 * max(1.0, abs(float(top2[0])))
+    chosen_gap = float(row.max() - row[new[i]])
+    tie = bf16 and chosen_gap <= tol
+    return {"exact": False, "ok": bool(tie), "first_diff": i, "top2_gap": gap, "chosen_gap": chosen_gap,
+            "tie_tol": tol}

@@ -260,7 +260,7 @@ def _strip(out):
     return {k: v for k, v in out.items() if not k.startswith("_")}
 
 
-def _claims(res, data, exp):
+def _claims(res, data, exp, lossless_note=None):
     arms, regimes = data["arms"], data["regimes"]
 
     def vals(arm, regime):
@@ -269,7 +269,7 @@ def _claims(res, data, exp):
     claim = {c.id: c for c in CLAIMS}
     res.claims.append(ClaimCheck.compare(
         claim["lossless"], 1.0 if data["lossless_all"] else 0.0, threshold=1.0,
-        note=f"{exp}: every drafter and ablation vs model.generate (greedy, fp32) on every test prompt"))
+        note=lossless_note or f"{exp}: every drafter and ablation vs model.generate (greedy, fp32) on every test prompt"))
     open_regime = "open" if exp == "smollm2" else "grammar"
 
     def better(regime):

@@ -28,11 +28,10 @@ from pathlib import Path
 from icml26_shared import UserError, cli_entry
 from icml26_shared.cli import ArgumentParser
 
+from .core import TIE_ULPS, judge  # noqa: F401  (the shared near-tie rule; also used by ``full``)
+
 DRAFTERS = ("ar", "pld", "lade", "stand", "esp", "esp+pld")
 BASELINES = ("pld", "lade", "stand")
-#: a bf16 divergence counts as a near tie when the reference's top-2 logit gap is at most this
-#: many bf16 ulps (2^-7 relative) of its top logit [R]
-TIE_ULPS = 4
 SHAPES = {
     # Llama-3-8B's layer shape (d 4096, 32 heads, 8 KV heads, FFN 14336), 4 layers, 32k vocabulary
     "full": dict(hidden=4096, layers=4, heads=32, kv=8, ffn=14336, vocab=32000, prompt_len=192,
@@ -78,8 +77,9 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def reference(model, prompts, tokens):
-    """Greedy ``model.generate`` one prompt at a time, and the reference's logits at each step."""
+def reference(model, prompts, tokens, eos=None):
+    """Greedy ``model.generate`` one prompt at a time, and the reference's logits at each step
+    (cut after ``eos`` when given)."""
     import torch
 
     outs, logits = [], []
@@ -87,29 +87,14 @@ def reference(model, prompts, tokens):
         dev = next(model.parameters()).device
         ids = torch.tensor([p], device=dev)
         r = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=tokens,
-                           do_sample=False, pad_token_id=0, output_scores=True,
-                           return_dict_in_generate=True)
-        outs.append(r.sequences[0, len(p):].tolist())
-        logits.append(torch.stack([s[0] for s in r.scores]).float().cpu())
+                           do_sample=False, eos_token_id=eos, pad_token_id=eos if eos is not None else 0,
+                           output_scores=True, return_dict_in_generate=True)
+        new = r.sequences[0, len(p):].tolist()
+        if eos is not None and eos in new:
+            new = new[: new.index(eos) + 1]
+        outs.append(new)
+        logits.append(torch.stack([s[0] for s in r.scores]).float().cpu()[: len(new)])
     return outs, logits
-
-
-def judge(new: list[int], ref: list[int], ref_logits, bf16: bool) -> dict:
-    """``exact``; else the first divergence, the reference's top-2 gap there, and whether it is a
-    near tie (bf16 only; fp32 must be exact)."""
-    if new == ref:
-        return {"exact": True, "ok": True}
-    i = next((k for k, (a, b) in enumerate(zip(new, ref, strict=False)) if a != b), min(len(new), len(ref)))
-    if i >= len(ref_logits) or i >= len(new):
-        return {"exact": False, "ok": False, "first_diff": i, "why": "length"}
-    row = ref_logits[i]
-    top2 = row.topk(2).values
-    gap = float(top2[0] - top2[1])
-    tol = TIE_ULPS * 2.0 ** -7 * max(1.0, abs(float(top2[0])))
-    chosen_gap = float(row.max() - row[new[i]])
-    tie = bf16 and chosen_gap <= tol
-    return {"exact": False, "ok": bool(tie), "first_diff": i, "top2_gap": gap, "chosen_gap": chosen_gap,
-            "tie_tol": tol}
 
 
 def check_lossless(model, prompts, tokens, dtype_name: str, device: str) -> tuple[dict, dict]:

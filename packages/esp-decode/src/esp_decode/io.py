@@ -39,8 +39,9 @@ def read_prompts(path: str | Path) -> list[tuple[str, str]]:
     return out
 
 
-def load_model(spec: str, dtype: str = "float32"):
-    """``(model, tokenizer)`` from a local HF folder, or SmolLM2-135M-Instruct for ``smollm2``."""
+def load_model(spec: str, dtype: str = "float32", device: str | None = None):
+    """``(model, tokenizer)`` from a local HF folder, or SmolLM2-135M-Instruct for ``smollm2``, in
+    ``dtype`` on ``device`` (default: CUDA when present)."""
     import logging
     import warnings
 
@@ -83,8 +84,9 @@ def load_model(spec: str, dtype: str = "float32"):
             except (OSError, ValueError) as exc:
                 raise UserError(f"{spec}: cannot load the model ({str(exc).splitlines()[0]})") from None
     check_model(model)
-    if torch.cuda.is_available():
-        model = model.cuda()
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = model.to(device=device, dtype=getattr(torch, dtype))
     return model.eval(), tok
 
 

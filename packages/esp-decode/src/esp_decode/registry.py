@@ -50,9 +50,12 @@ DESCRIPTOR = MethodDescriptor(
                  "with masks on its best path, mask init and LADE window chosen on 1 dev prompt per regime, 4 "
                  "test prompts per regime x 48 tokens (one batch per regime), every drafter timed side by "
                  "side; two one-thread processes share the work units (jobs.py)",
-        "full": "the GPU recipe: needs a CUDA device and ESP_DECODE_LLAMA3 / ESP_DECODE_QWEN3 (local HF "
-                "folders) and ESP_DECODE_SPECBENCH (Spec-Bench question.jsonl); bf16, batch 1 and 8; "
-                "refuses at once with a UserError naming what is missing",
+        "full": "the GPU recipe (bf16, batch 1 and 8; not run yet): SmolLM2 at 50 reported prompts per regime "
+                "x 128 tokens (knobs chosen on 10 other dev prompts per regime), then Llama-3-8B-Instruct and "
+                "Qwen3-8B on Spec-Bench; lossless by the GPU check's near-tie rule (core.judge). Needs a CUDA "
+                "device, ESP_DECODE_LLAMA3 / ESP_DECODE_QWEN3 (local HF folders) and ESP_DECODE_SPECBENCH "
+                "(Spec-Bench question.jsonl); refuses at once with a UserError naming what is missing. "
+                "EAGLE-2 is not built (ESP_DECODE_EAGLE2 is refused)",
     },
     quick_minutes=5.1,  # measured 0.2.5: 10.3 CPU-min in all; main process 306 CPU-s, second process 303 (work units shared, jobs.py)
 )
