@@ -12,7 +12,15 @@ the training losses every 50 steps (one-step error, the mean unrolled error, rec
 training CPU seconds and, with --eval-at, the same dev scores at earlier steps of the same run.
 
     uv run python packages/flam-wm/scripts/dev_binding.py --width 64 --steps 600 --unroll 4 --eval-at 300
-    uv run python packages/flam-wm/scripts/dev_binding.py --model lam --width 64 --steps 600 --unroll 4"""
+    uv run python packages/flam-wm/scripts/dev_binding.py --model lam --width 64 --steps 600 --unroll 4
+
+0.7 (README, "Dev check of slot binding, 0.7"): FLAM also reports ``mask_ari`` (do Slot Attention's
+masks put each sprite in its own slot? foreground ARI on the first 40 dev clips, 1 = yes, 0 = one slot
+holds them all); ``--set`` overrides ModelConfig fields, e.g. 0.6's model and quick setting:
+
+    uv run python packages/flam-wm/scripts/dev_binding.py --width 64 --steps 600 --unroll 4 --unroll-from 300 \
+        --set slot_pos=False,seeding=learned,decoder=mlp,recon_all=False
+    uv run python packages/flam-wm/scripts/dev_binding.py --width 32 --steps 800 --unroll 4 --unroll-from 400"""
 
 from __future__ import annotations
 
@@ -29,12 +37,13 @@ from flam_wm.evaluate import (
     chance_per_entity,
     correspondence,
     latents,
+    mask_ari,
     probe_matrix,
     rollout_metrics,
     slot_recon_error,
 )
 from flam_wm.experiments import LATENT_DIM, _split
-from flam_wm.sprites import generate
+from flam_wm.sprites import entity_labels, generate
 from flam_wm.tokenizer import fit_tokenizer
 from flam_wm.train import train
 
@@ -53,6 +62,8 @@ def main() -> None:
     p.add_argument("--unroll-from", type=int, default=0, help="one-step loss until this step")
     p.add_argument("--eval-at", default="", help="also score dev at these steps, e.g. 300,450")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--kl-warmup", type=int, default=0, help="beta ramps from 0 over these steps (0.7)")
+    p.add_argument("--set", default="", help="ModelConfig overrides, k=v,k=v (0.7)")
     a = p.parse_args()
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
@@ -78,6 +89,8 @@ def main() -> None:
             "slot_recon": round(slot_recon_error(model, video[dv]), 3),
             "corr": round(corr, 3),
             "probe_matrix": np.round(acc, 2).tolist(),
+            **({"mask_ari": round(mask_ari(model, video[dv][:40], entity_labels(video[dv][:40], 4)), 3)}
+               if a.model == "flam" else {}),
         }
 
     tr = _split(600)[0]
@@ -93,7 +106,12 @@ def main() -> None:
         token_channels=8,
         token_hidden=16,
     )
-    cfg = ModelConfig(**{**cfg.to_dict(), "pos_keys": a.pos_keys, "unroll": a.unroll})
+    over = {}
+    for kv in filter(None, a.set.split(",")):
+        k, v = kv.split("=")
+        cur = getattr(cfg, k)
+        over[k] = (v == "True") if isinstance(cur, bool) else type(cur)(v)
+    cfg = ModelConfig(**{**cfg.to_dict(), "pos_keys": a.pos_keys, "unroll": a.unroll, **over})
     log, early, eval_cpu = [], {}, [0.0]
     at = {int(x) for x in a.eval_at.split(",") if x}
 
@@ -117,6 +135,7 @@ def main() -> None:
             lr=a.lr,
             seed=a.seed,
             unroll_from=a.unroll_from,
+            kl_warmup=a.kl_warmup,
         ),
         video[tr],
         tokenizer=tok,

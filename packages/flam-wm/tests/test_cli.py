@@ -36,11 +36,22 @@ def test_gen_data_then_train(data, tmp_path, capsys):
     assert "PSNR" in capsys.readouterr().out
     model, config = load_run(run)
     assert model.cfg.width == 16 and not model.cfg.pos_keys and config["model"]["pos_keys"] is False
-    old = run.parent / "old"                       # a RUN written before 0.4 (no pos_keys) keeps its behaviour
+    assert model.cfg.slot_pos and model.cfg.seeding == "fps" and model.cfg.decoder == "broadcast"
+    old = run.parent / "old"           # a RUN written before 0.4 (no pos_keys, nor 0.7's fields) keeps its model
     shutil.copytree(run, old)
-    del config["model"]["pos_keys"]
+    for key in ("pos_keys", "slot_pos", "seeding", "recon_all", "decoder_hidden"):
+        del config["model"][key]
+    config["model"]["decoder"] = "mlp"
     (old / "config.json").write_text(json.dumps(config))
-    assert load_run(old)[0].cfg.pos_keys
+    from flam_wm.config import ModelConfig
+    from flam_wm.core import WorldModel
+    from safetensors.torch import save_file
+
+    then = ModelConfig(**{**config["model"], "pos_keys": True, "slot_pos": False, "seeding": "learned",
+                          "recon_all": False})
+    save_file(WorldModel(then).state_dict(), str(old / "model.safetensors"))
+    back = load_run(old)[0].cfg
+    assert back.pos_keys and not back.slot_pos and back.seeding == "learned" and not back.recon_all
     assert main(["train", "--data", str(data), "--size", "16", "--slots", "3", "--latent-dim", "6",
                  "--steps", "2", "--out", str(run)]) == 2      # batch size 16, not 2: another config
     _one_line(capsys, "another config")

@@ -94,7 +94,8 @@ def test_k1_flam_has_monolithic_interface_and_shapes():
     f, m = WorldModel(small(slots=1)), WorldModel(small("lam"))
     for model in (f, m):
         s = model.slots(z)
-        assert s.shape == (3, 5, 1, 16)
+        # a FLAM slot's state is its features and (0.7) its 2-number position
+        assert s.shape == (3, 5, 1, 16 + 2 * (model.cfg.model == "flam"))
         assert model.infer(s)[0].shape == (3, 4, 1, 6)
         assert model.rollout(z).shape == (3, 4, 16, 48)
 
@@ -152,11 +153,13 @@ def test_correspondence_is_one_for_copied_actions_in_any_order():
 def test_baselines_match_parameters_and_keep_the_mechanism():
     from flam_wm.core import n_params
 
-    f, lam, abl = build("flam", 4), build("lam", 4), build("flam-no-temporal", 4)
-    assert f.slots == 5 and f.temporal and f.beta > 0 and f.slot_latent == 2
-    assert abl.slots == 5 and not abl.temporal
-    pf, pl = n_params(WorldModel(f)), n_params(WorldModel(lam))
-    assert abs(pl - pf) / pf < 0.1
+    tok = dict(tokenizer="conv", token_grid=8, token_channels=8, token_hidden=16)  # quick's tokenizer
+    for e in (1, 4):
+        f, lam, abl = (build(n, e, width=32, latent_dim=12, **tok) for n in ("flam", "lam", "flam-no-temporal"))
+        assert f.slots == e + 1 and f.temporal and f.beta > 0 and f.slot_latent == 12 // (e + 1)
+        assert abl.slots == e + 1 and not abl.temporal
+        pf, pl = n_params(WorldModel(f)), n_params(WorldModel(lam))
+        assert abs(pl - pf) / pf < 0.1
 
 
 def test_batched_slot_attention_is_exact_and_later_frames_use_fewer_iterations():
@@ -177,7 +180,7 @@ def test_slot_attention_exposes_its_assignment_and_the_broadcast_options_keep_th
 
     z = tokenize(torch.from_numpy(generate(2, 2, 4, size=16, seed=2)[0]), 4)
     for temporal in (True, False):
-        model = WorldModel(small(temporal=temporal, pos="grid", decoder="broadcast"))
+        model = WorldModel(small(temporal=temporal, pos="grid", decoder="broadcast", slot_pos=False))
         s, attn = model.factorizer.encode(z)
         assert torch.equal(s, model.slots(z)) and attn.shape == (2, 4, 16, 3)
         assert torch.allclose(attn.sum(-1), torch.ones(2, 4, 16), atol=1e-5)  # each token shared out over slots
@@ -220,7 +223,7 @@ def test_slot_attention_keys_see_content_not_position_so_slots_follow_entities()
     assert not ModelConfig().pos_keys and not build("flam", 4).pos_keys and not build("flam-no-temporal", 4).pos_keys
     for pos_keys in (False, True):
         torch.manual_seed(0)
-        model = WorldModel(small(pos_keys=pos_keys))
+        model = WorldModel(small(pos_keys=pos_keys, slot_pos=False))  # 0.6's path: a position embedding
         with torch.no_grad():
             torch.nn.init.normal_(model.factorizer.pos, std=1.0)  # a position embedding that matters
             attn = model.factorizer.encode(z)[1][0, 0, bg]    # [background tokens, K]

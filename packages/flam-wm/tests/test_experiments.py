@@ -107,7 +107,7 @@ def test_each_slots_latent_action_depends_on_that_slot_only():
     (other slots reach the FDM's state only through its cross-slot attention), so a monolithic IDM
     (one latent from every slot) or a K = 1 model fails here."""
     model = WorldModel(ex._model_cfg("flam", 2, 16, {"beta": 0.01, "k_offset": 1}, None))
-    s = torch.randn(2, 3, model.cfg.slots, model.cfg.width)
+    s = torch.randn(2, 3, model.cfg.slots, model.cfg.width + 2)  # a slot's features and position (0.7)
     s2 = s.clone()
     s2[:, :, 0] += 1.0  # move slot 0 only
     mu, _ = model.infer(s)

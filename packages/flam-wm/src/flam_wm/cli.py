@@ -71,7 +71,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
                            size=args.size, width=args.width, temporal=not args.no_temporal, unroll=args.unroll,
                            **tok_kw)
         tcfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, seed=args.seed, lr=args.lr,
-                           unroll_from=args.unroll_from)
+                           unroll_from=args.unroll_from, kl_warmup=args.kl_warmup)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     video, _ = read_dataset(args.data, args.size)
@@ -80,7 +80,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         raise UserError(f"--batch-size {tcfg.batch_size} is not divisible by the {acc.num_processes} processes")
     config = {"model": mcfg.to_dict(), "train": {"steps": tcfg.steps, "batch_size": tcfg.batch_size,
                                                  "window": tcfg.window, "seed": tcfg.seed, "lr": tcfg.lr,
-                                                 "unroll_from": tcfg.unroll_from},
+                                                 "unroll_from": tcfg.unroll_from, "kl_warmup": tcfg.kl_warmup},
               "data": str(Path(args.data).resolve()), "clips": int(video.shape[0])}
     if tok_info is not None:
         config["tokenizer"] = tok_info
@@ -339,6 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--unroll", type=positive_int, default=1,
                    help="FDM steps unrolled in the loss (1: one-step, the paper's; up to the window - 1)")
     t.add_argument("--unroll-from", type=nonneg_int, default=0, help="train one step ahead until this step")
+    t.add_argument("--kl-warmup", type=nonneg_int, default=0,
+                   help="beta ramps linearly from 0 over these first steps (KL annealing)")
     t.add_argument("--tokenizer", type=Path, default=None,
                    help="a frozen tokenizer (flam-wm fit-tokenizer); default: the exact 4x4 patch tokenizer")
     t.add_argument("--checkpoint-every", type=positive_int, default=200, help="steps between checkpoints")

@@ -24,10 +24,14 @@ class ModelConfig:
     iters_carry: int = 1         # iterations on later frames, from the carried slots [R] (as in SAVi)
     temporal: bool = True        # slots carried over time + causal temporal attention [P]; False = ablation
     recon: float = 1.0           # auxiliary slot-reconstruction weight ||z_t - Agg(s_t)||^2 [R]
+    recon_all: bool = True       # the reconstruction term covers every frame of the window (0.7), not only the first (0.6's) [R]
     residual: bool = False       # True: z_hat_{t+1} = z_t + Agg(s_hat_{t+1}) - Agg(s_t) (a change decoder) [R]; False: Agg(s_hat_{t+1}) [P]
     pos: str = "learned"         # Slot Attention's position embedding: "learned" table or "grid" (linear map of fixed coordinates) [R]
     pos_keys: bool = False       # position in Slot Attention's keys too (Locatello et al.; 0.3's form) or, default, only in its values: keys from content, so slots bind to entities [R; chosen on dev, README]
-    decoder: str = "mlp"         # FLAM's aggregator: "mlp" (slot -> every token) or "broadcast" (spatial broadcast) [R]
+    decoder: str = "broadcast"   # FLAM's aggregator: "broadcast" (each slot decoded alone at every token, alpha-composited; 0.7 default) or "mlp" (slot -> every token, 0.6's) [R]
+    slot_pos: bool = True        # each slot carries its position (attention-weighted centroid of its tokens, as Invariant Slot Attention), decoded in relative coordinates (0.7) [R]
+    seeding: str = "fps"         # Slot Attention's initial slots on a clip's first frame: "fps" (one learned background slot + the K-1 tokens farthest from the frame's mean and from each other, k-means++-style seeding) or "learned" (K learned vectors, 0.6's) [R]
+    decoder_hidden: int = 16     # the per-slot compositor's hidden width [R; 16 cost half of 32 on dev at no loss of binding]
     unroll: int = 1              # FDM steps unrolled in the loss (1 = the paper's one-step loss [P]; U > 1: the FDM also trained on its own U-step rollouts, mean of the U terms [R])
     codes: int = 8               # lam-vq codebook size (Genie's latent actions are a small codebook [P]; 8 [R])
 
@@ -37,7 +41,7 @@ class ModelConfig:
         if self.tokenizer not in ("patch", "conv"):
             raise ValueError(f"unknown tokenizer {self.tokenizer!r} (patch or conv)")
         for name in ("slots", "latent_dim", "size", "patch", "width", "iters", "iters_carry", "codes",
-                     "token_grid", "token_channels", "token_hidden", "unroll"):
+                     "token_grid", "token_channels", "token_hidden", "unroll", "decoder_hidden"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
@@ -47,6 +51,8 @@ class ModelConfig:
             raise ValueError(f"size {self.size} is not a multiple of the patch {self.patch}")
         if self.pos not in ("learned", "grid") or self.decoder not in ("mlp", "broadcast"):
             raise ValueError(f"unknown pos {self.pos!r} / decoder {self.decoder!r}")
+        if self.seeding not in ("fps", "learned"):
+            raise ValueError(f"unknown seeding {self.seeding!r} (fps or learned)")
         if self.residual and self.unroll > 1:
             raise ValueError("the residual decoder is trained one step ahead only (unroll must be 1)")
         for name in ("beta", "recon"):
@@ -71,6 +77,7 @@ class TrainConfig:
     lr: float = 2e-3             # Adam learning rate [R]
     seed: int = 0
     unroll_from: int = 0         # the one-step loss until this step, then ModelConfig.unroll steps (a warm-up: the latents get used first) [R]
+    kl_warmup: int = 0           # beta ramps linearly from 0 to its value over these first steps (KL annealing, Bowman et al. 2016), so the latents are used before they are priced [R]
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "window"):
@@ -79,6 +86,8 @@ class TrainConfig:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
         if self.window < 2:
             raise ValueError("window must be at least 2 frames")
+        if not isinstance(self.kl_warmup, int) or self.kl_warmup < 0:
+            raise ValueError(f"kl_warmup must be an integer >= 0, got {self.kl_warmup!r}")
         if not isinstance(self.unroll_from, int) or self.unroll_from < 0:
             raise ValueError(f"unroll_from must be an integer >= 0, got {self.unroll_from!r}")
         if not (self.lr == self.lr and 0 < self.lr < 1):

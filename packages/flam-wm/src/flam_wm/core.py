@@ -40,6 +40,27 @@ def grid_coords(n_tokens: int) -> torch.Tensor:
     return torch.stack([r, c, 1 - r, 1 - c], -1)
 
 
+@torch.no_grad()
+def farthest_points(z: torch.Tensor, m: int) -> torch.Tensor:
+    """Indices ``[B, m]`` of ``m`` tokens of ``z [B, N, C]`` picked by farthest-point seeding (as
+    k-means++ without sampling): each the token farthest from the frame's mean token and from the
+    tokens already picked [R]."""
+    b = z.shape[0]
+    dmin = (z - z.mean(1, keepdim=True)).pow(2).sum(-1)   # [B, N]
+    picks = []
+    for _ in range(m):
+        i = dmin.argmax(1)
+        picks.append(i)
+        dmin = torch.minimum(dmin, (z - z[torch.arange(b), i].unsqueeze(1)).pow(2).sum(-1))
+    return torch.stack(picks, 1) if picks else torch.zeros(b, 0, dtype=torch.long, device=z.device)
+
+
+def token_xy(n_tokens: int) -> torch.Tensor:
+    """``[N, 2]`` (row, col) token centres of a square grid in token units, centred on 0."""
+    g = int(round(n_tokens ** 0.5))
+    return grid_coords(n_tokens)[:, :2] * (g - 1) - (g - 1) / 2.0
+
+
 def mlp(i: int, h: int, o: int) -> nn.Sequential:
     return nn.Sequential(nn.Linear(i, h), nn.GELU(), nn.Linear(h, o))
 
@@ -55,7 +76,9 @@ class SlotFactorizer(nn.Module):
         self.iters_carry = cfg.iters_carry
         self.embed = mlp(token_dim, d, d)
         self.pos_kind, self.pos_keys = cfg.pos, cfg.pos_keys
-        if cfg.pos == "grid":  # soft position embedding: a linear map of fixed (x, y, 1-x, 1-y) [Locatello et al.]
+        if cfg.slot_pos and not cfg.pos_keys:
+            pass  # the position enters only as each slot's centroid: no position embedding (no unused weights)
+        elif cfg.pos == "grid":  # soft position embedding: a linear map of fixed (x, y, 1-x, 1-y) [Locatello et al.]
             self.register_buffer("coords", grid_coords(n_tokens))
             self.pos_proj = nn.Linear(4, d)
         else:
@@ -67,6 +90,9 @@ class SlotFactorizer(nn.Module):
         self.ff = mlp(d, 2 * d, d)
         self.time_attn = nn.MultiheadAttention(d, 2, batch_first=True)
         self.scale = d ** -0.5
+        self.slot_pos, self.seeding = cfg.slot_pos, cfg.seeding
+        if cfg.slot_pos:  # token centres in token units (row, col; 0 at the grid's centre, one token = 1)
+            self.register_buffer("xy", token_xy(n_tokens))
 
     def position(self) -> torch.Tensor:
         return self.pos_proj(self.coords) if self.pos_kind == "grid" else self.pos
@@ -85,6 +111,27 @@ class SlotFactorizer(nn.Module):
             slots = slots + self.ff(slots)
         return slots, attn
 
+    def _seed(self, z: torch.Tensor, vals: torch.Tensor) -> torch.Tensor:
+        """Initial slots ``[B, K, D]`` of frames ``z [B, N, C]`` (raw tokens) with values ``vals [B, N, D]``:
+        ``seeding="fps"`` -- slot 0 a learned background vector, slots 1..K-1 the values of the K-1 tokens
+        picked by farthest-point (k-means++-style) seeding from the frame's mean token [R: Slot Attention is a
+        soft k-means; seeding each slot on a distinct token binds it to one entity from the first step];
+        ``"learned"`` -- the K learned vectors."""
+        b = z.shape[0]
+        if self.seeding != "fps":
+            return self.init.expand(b, -1, -1)
+        idx = farthest_points(z, self.k - 1)
+        seeds = torch.gather(vals, 1, idx.unsqueeze(-1).expand(-1, -1, vals.shape[-1]))
+        return torch.cat([self.init[:1].expand(b, -1, -1), seeds + self.init[1:]], 1)
+
+    def _with_pos(self, slots: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        """``slots [B, K, D]`` -> ``[B, K, D + 2]``: each slot's position appended, the mean token centre
+        weighted by its squared assignment ``attn [B, N, K]`` (Invariant Slot Attention's p_k, sharpened:
+        the many tokens a slot barely holds do not drag a one-token object's position to the centre) [R]."""
+        w = attn.pow(2) + 1e-8
+        w = w / w.sum(1, keepdim=True)
+        return torch.cat([slots, torch.einsum("bnk,nc->bkc", w, self.xy)], -1)
+
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         """``z [B, T, N, token_dim]`` -> slots ``[B, T, K, D]``."""
         return self.encode(z)[0]
@@ -93,29 +140,37 @@ class SlotFactorizer(nn.Module):
         """``z [B, T, N, token_dim]`` -> (slots ``[B, T, K, D]``, attention ``[B, T, N, K]``)."""
         b, t, n, _ = z.shape
         e = self.embed(z)
-        x = self.norm_in(e + self.position())
+        content = self.norm_in(e)
+        # with slot_pos the position is the slot's own centroid (appended below), so the values carry
+        # content only; else the position embedding reaches the slot through the values [R, 0.4]
+        x = content if self.slot_pos else self.norm_in(e + self.position())
         vals = self.v(x)  # every frame at once
         # keys from the tokens' content only (default): a slot's query matches an entity's appearance
-        # wherever it is, so slots bind to entities, not to regions; the position reaches the slot
-        # through the values [R, 0.4]. pos_keys=True: position in the keys too (Locatello et al.)
-        keys = self.kk(x) if self.pos_keys else self.kk(self.norm_in(e))
+        # wherever it is, so slots bind to entities, not to regions. pos_keys=True: position in the keys
+        # too (Locatello et al.)
+        keys = self.kk(self.norm_in(e + self.position())) if self.pos_keys else self.kk(content)
         d = keys.shape[-1]
         if not self.temporal:  # frames independent: one batched call over B*T, same init every frame
-            init = self.init.expand(b * t, -1, -1)
+            init = self._seed(z.reshape(b * t, n, -1), vals.reshape(b * t, n, d))
             s, attn = self._attend(keys.reshape(b * t, n, d), vals.reshape(b * t, n, d), init, self.iters)
-            return s.reshape(b, t, self.k, d), attn.reshape(b, t, n, self.k)
+            if self.slot_pos:
+                s = self._with_pos(s, attn)
+            return s.reshape(b, t, self.k, -1), attn.reshape(b, t, n, self.k)
         # slots carried over time (the causal recurrence is sequential): `iters` updates on frame 0,
         # `iters_carry` on each later frame starting from the previous frame's slots [R, as in SAVi]
-        prev, slots, attns = self.init.expand(b, -1, -1), [], []
+        prev, slots, attns = self._seed(z[:, 0], vals[:, 0]), [], []
         for i in range(t):
             prev, attn = self._attend(keys[:, i], vals[:, i], prev, self.iters if i == 0 else self.iters_carry)
             slots.append(prev)
             attns.append(attn)
-        s = torch.stack(slots, 1)
+        s, attn = torch.stack(slots, 1), torch.stack(attns, 1)
         seq = s.transpose(1, 2).reshape(b * self.k, t, d)  # each slot's own history
         mask = torch.triu(torch.ones(t, t, dtype=torch.bool, device=z.device), 1)
         out, _ = self.time_attn(seq, seq, seq, attn_mask=mask, need_weights=False)
-        return (seq + out).reshape(b, self.k, t, d).transpose(1, 2), torch.stack(attns, 1)
+        s = (seq + out).reshape(b, self.k, t, d).transpose(1, 2)
+        if self.slot_pos:  # the position of each slot at each frame, from that frame's assignment
+            s = self._with_pos(s.reshape(b * t, self.k, d), attn.reshape(b * t, n, self.k)).reshape(b, t, self.k, -1)
+        return s, attn
 
 
 class SharedIDM(nn.Module):
@@ -191,6 +246,37 @@ class BroadcastAggregator(nn.Module):
         return (torch.softmax(m, dim=-3) * x).sum(-3)
 
 
+class SlotCompositor(nn.Module):
+    """The aggregator with explicit slot positions [R: spatial broadcast decoder (Watters et al.) in
+    each slot's own frame (Invariant Slot Attention, Biza et al.), alpha-composited as in Slot
+    Attention]: slot k = (features f_k, position p_k) is decoded *alone* at every token n from f_k and
+    the relative position r = (c_n - p_k) in token units (r and r^2), one network for every slot, to
+    a content x_kn and a logit m_kn; z_hat_n = sum_k softmax_k(m_kn) x_kn. A slot can only paint
+    around its own position, so the loss rewards a slot for owning one object."""
+
+    def __init__(self, width: int, token_dim: int, n_tokens: int, hidden: int = 32):
+        super().__init__()
+        self.register_buffer("xy", token_xy(n_tokens))
+        self.feat, self.rel = nn.Linear(width - 2, hidden), nn.Linear(4, hidden, bias=False)
+        self.net = mlp(hidden, hidden, token_dim + 1)
+
+    def masks(self, s: torch.Tensor) -> torch.Tensor:
+        """The alpha masks ``[..., K, N, 1]`` (softmax over the slots: they sum to one at every token)."""
+        return torch.softmax(self.parts(s)[1], dim=-3)
+
+    def parts(self, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each slot's token contents ``[..., K, N, token_dim]`` and mixing logits ``[..., K, N, 1]``."""
+        f, p = s[..., :-2], s[..., -2:]
+        r = self.xy - p.unsqueeze(-2)                         # [..., K, N, 2] in token units
+        h = self.feat(f).unsqueeze(-2) + self.rel(torch.cat([r, r * r], -1))
+        out = self.net(torch.nn.functional.gelu(h))
+        return out[..., :-1], out[..., -1:]
+
+    def forward(self, s: torch.Tensor) -> torch.Tensor:
+        x, m = self.parts(s)
+        return (torch.softmax(m, dim=-3) * x).sum(-3)
+
+
 class MonolithicEncoder(nn.Module):
     """The monolithic model's 'slots': K = 1, one vector per frame from all tokens [R]."""
 
@@ -229,10 +315,15 @@ class WorldModel(nn.Module):
             self.factorizer = SlotFactorizer(cfg, token_dim, n_tokens)
         else:
             self.factorizer = MonolithicEncoder(cfg, token_dim, n_tokens)
-        self.idm = SharedIDM(cfg.width, cfg.slot_latent)
-        self.fdm = SharedFDM(cfg.width, cfg.slot_latent)
-        agg = BroadcastAggregator if cfg.model == "flam" and cfg.decoder == "broadcast" else Aggregator
-        self.agg = agg(cfg.width, token_dim, n_tokens)
+        factored = cfg.model == "flam"
+        state = cfg.width + (2 if factored and cfg.slot_pos else 0)  # a slot's state: features (+ position)
+        self.idm = SharedIDM(state, cfg.slot_latent)
+        self.fdm = SharedFDM(state, cfg.slot_latent)
+        if factored and cfg.decoder == "broadcast":
+            self.agg = (SlotCompositor(state, token_dim, n_tokens, cfg.decoder_hidden) if cfg.slot_pos
+                        else BroadcastAggregator(state, token_dim, n_tokens))
+        else:
+            self.agg = Aggregator(state, token_dim, n_tokens)
         if cfg.model == "lam-vq":
             self.codebook = nn.Parameter(torch.randn(cfg.codes, cfg.slot_latent))
 
@@ -264,7 +355,8 @@ class WorldModel(nn.Module):
         return mu, logvar
 
     def loss(self, z: torch.Tensor, gen: torch.Generator | None = None,
-             eps: torch.Tensor | None = None, unroll: int | None = None) -> tuple[torch.Tensor, dict]:
+             eps: torch.Tensor | None = None, unroll: int | None = None,
+             kl_scale: float = 1.0) -> tuple[torch.Tensor, dict]:
         """L = ||z_{t+1} - z_hat_{t+1}||^2 + beta * sum_k KL(q(a^k) || N(0, I)) [P], + recon [R];
         with ``unroll`` U > 1 the first term is the mean of the 1..U-step errors (``unrolled_errors``;
         U = ``cfg.unroll`` unless given, as the training loop does during its one-step warm-up).
@@ -282,14 +374,15 @@ class WorldModel(nn.Module):
             if eps is None:
                 eps = torch.randn(mu.shape, generator=gen, device=mu.device)
             a = mu + eps * (0.5 * logvar).exp()
-            reg = self.cfg.beta * kl
+            reg = kl_scale * self.cfg.beta * kl  # kl_scale < 1 only during the training loop's KL warm-up [R]
         if self.cfg.residual:
             here = self.agg(s[:, :-1])
             z_hat = z[:, :-1] + self.agg(self.fdm(s[:, :-1], a)) - here
             recon = (z[:, :-1] - here).pow(2).sum(-1).mean()
             terms = [(z[:, 1:] - z_hat).pow(2).sum(-1).mean()]
         else:
-            recon = (z[:, :1] - self.agg(s[:, :1])).pow(2).sum(-1).mean()  # frame 0, where rollouts start [R]
+            first = z.shape[1] if self.cfg.recon_all else 1  # every frame (0.7) or frame 0, where rollouts start [R]
+            recon = (z[:, :first] - self.agg(s[:, :first])).pow(2).sum(-1).mean()
             terms = self.unrolled_errors(s, a, z, unroll)
         pred = torch.stack(terms).mean()
         total = pred + reg + self.cfg.recon * recon
@@ -311,9 +404,9 @@ class WorldModel(nn.Module):
         return terms
 
     def forward(self, z: torch.Tensor, eps: torch.Tensor | None = None,
-                unroll: int | None = None) -> tuple[torch.Tensor, dict]:
-        """The training loss (what DDP / accelerate call): ``loss(z, eps=eps, unroll=unroll)``."""
-        return self.loss(z, eps=eps, unroll=unroll)
+                unroll: int | None = None, kl_scale: float = 1.0) -> tuple[torch.Tensor, dict]:
+        """The training loss (what DDP / accelerate call): ``loss(z, eps=eps, unroll=unroll, kl_scale=...)``."""
+        return self.loss(z, eps=eps, unroll=unroll, kl_scale=kl_scale)
 
     @torch.no_grad()
     def rollout(self, z: torch.Tensor, latents: torch.Tensor | None = None) -> torch.Tensor:
@@ -365,4 +458,4 @@ def chance(y) -> float:
 
 
 __all__ = ["gaussian_kl", "tokenize", "detokenize", "SlotFactorizer", "SharedIDM", "SharedFDM",
-           "Aggregator", "quantize", "WorldModel", "psnr", "n_params", "chance"]
+           "Aggregator", "SlotCompositor", "quantize", "WorldModel", "psnr", "n_params", "chance"]

@@ -57,6 +57,25 @@ def slot_recon_error(model: WorldModel, video: np.ndarray) -> float:
 
 
 @torch.no_grad()
+def mask_ari(model: WorldModel, video: np.ndarray, labels: np.ndarray) -> float:
+    """Do the slots segment the entities? The foreground adjusted Rand index (scikit-learn) between
+    Slot Attention's assignment (each token's most-attending slot) and the true entity ``labels
+    [N, T, tokens]`` (-1 = background, not scored), averaged over frames with two or more visible
+    entities: 1 = every entity in its own slot, 0 = no better than chance (e.g. one slot holds them
+    all). Needs one token per sprite cell (``sprites.entity_labels``) [R]."""
+    from sklearn.metrics import adjusted_rand_score
+
+    z = model.tokenize(video)
+    assign = model.factorizer.encode(z)[1].argmax(-1).reshape(-1, z.shape[-2]).numpy()
+    lab = labels.reshape(-1, labels.shape[-1])
+    if lab.shape[-1] != assign.shape[-1]:
+        raise ValueError(f"{lab.shape[-1]} labelled cells for {assign.shape[-1]} tokens")
+    scores = [adjusted_rand_score(lab[i][lab[i] >= 0], assign[i][lab[i] >= 0]) for i in range(len(lab))
+              if len(np.unique(lab[i][lab[i] >= 0])) >= 2]
+    return float(np.mean(scores)) if scores else float("nan")
+
+
+@torch.no_grad()
 def latents(model: WorldModel, video: np.ndarray) -> np.ndarray:
     """Posterior means ``[N*(T-1), K, d/K]`` of every transition of ``video``."""
     z = model.tokenize(video)

@@ -24,27 +24,29 @@ from .evaluate import (
     chance_per_entity,
     correspondence,
     latents,
+    mask_ari,
     probe_matrix,
     rollout_metrics,
     slot_recon_error,
 )
 from .registry import DESCRIPTOR
-from .sprites import generate
+from .sprites import entity_labels, generate, visible_action_accuracy
 from .train import train
 
-QUICK_STEPS = 600  # Adam steps x batch 32 for every model (and every dev-grid run), at width 64 [R]
+QUICK_STEPS = 800  # Adam steps x batch 32 for every model, at width 32 (dev-grid candidates: half) [R]
 CFG = {
     "smoke": dict(entities=(1, 2), clips=20, frames=6, steps=3, batch=4, seeds=2, horizon=4, width=16,
                   device="cpu", probe_c=(1.0,), lr=(2e-3, 3e-3), beta=(0.01,), k_offset=(1,), grid_steps=3,
                   labels=(0.1,), bc_steps=5, episodes=10, fit_clips=14, models=("flam", "lam"), decoder_c=(1.0,),
                   tok=dict(grid=8, channels=8, hidden=8, steps=5)),
-    "quick": dict(entities=(1, 4), clips=600, frames=12, steps=QUICK_STEPS, batch=32, seeds=3, horizon=10, width=64,
-                  unroll=4, unroll_from=QUICK_STEPS // 2, workers=2, device="cpu", probe_c=(0.1, 1.0),
-                  lr=(1e-3, 3e-3), beta=(0.03, 0.01), k_offset=(1, 2), grid_steps=QUICK_STEPS, labels=(0.01, 0.1),
+    "quick": dict(entities=(1, 4), clips=600, frames=12, steps=QUICK_STEPS, batch=32, seeds=3, horizon=10, width=32,
+                  unroll=4, unroll_from=QUICK_STEPS // 2, kl_warmup=0, workers=2, device="cpu",
+                  probe_c=(0.1, 1.0), lr=(1e-3, 3e-3), beta=(0.03, 0.01), k_offset=(1, 2), grid_steps=QUICK_STEPS // 2,
+                  labels=(0.01, 0.1),
                   bc_steps=400, episodes=200, fit_clips=210,
                   models=("flam", "lam"), decoder_c=DECODER_C, tok=dict(grid=8, channels=8, hidden=16, steps=300)),
     "full": dict(entities=(1, 2, 4, 6), clips=2000, frames=16, steps=3000, batch=32, seeds=5, horizon=10,
-                 width=64, unroll=4, unroll_from=1500, device="cuda", probe_c=(0.1, 1.0), lr=(3e-4, 1e-3, 3e-3),
+                 width=64, unroll=4, unroll_from=1500, kl_warmup=0, device="cuda", probe_c=(0.1, 1.0), lr=(3e-4, 1e-3, 3e-3),
                  beta=(0.03, 0.001, 0.01, 0.1),
                  k_offset=(1, 2, 4), grid_steps=3000, labels=(0.01, 0.1), bc_steps=2000, episodes=500, fit_clips=1400,
                  models=("flam", "lam", "lam-vq"), decoder_c=DECODER_C, tok=dict(grid=8, channels=16, hidden=32, steps=3000)),
@@ -63,7 +65,9 @@ def _evaluate(model, video, acts, sl, horizon, grid=PROBE_C, fit_clips=None) -> 
     if fit_clips is not None:  # probes / BC decoders and policies fit on the first fit_clips training clips
         tr = slice(tr.start, min(tr.stop, tr.start + fit_clips))
     out = {"dev": rollout_metrics(model, video[dv], horizon), "test": rollout_metrics(model, video[te], horizon),
-           "slot_recon": slot_recon_error(model, video[te])}
+           "slot_recon": slot_recon_error(model, video[te]), "mask_ari": float("nan")}
+    if model.cfg.model == "flam" and model.tokenizer.n_tokens == entity_labels(video[:1, :1], acts.shape[-1]).shape[-1]:
+        out["mask_ari"] = mask_ari(model, video[te], entity_labels(video[te], acts.shape[-1]))
     lat = {k: latents(model, video[s]) for k, s in (("train", tr), ("dev", dv), ("test", te))}
     act = {k: acts[s].reshape(-1, acts.shape[-1]) for k, s in (("train", tr), ("dev", dv), ("test", te))}
     # the probes' regularisation is chosen on dev, the correspondence is scored on test
@@ -129,7 +133,8 @@ def _grid_run(name, e, cfg, choice, video, sl, seed, tok) -> tuple[float, dict |
     failed). A run that diverges (non-finite loss or gradient) scores -inf: a setting that diverges loses."""
     mcfg = _model_cfg(name, e, cfg["width"], choice, tok, cfg.get("unroll", 1))
     tcfg = TrainConfig(steps=cfg["grid_steps"], batch_size=cfg["batch"], window=5, lr=choice["lr"], seed=seed,
-                       unroll_from=cfg.get("unroll_from", 0) * cfg["grid_steps"] // cfg["steps"])  # same share
+                       unroll_from=cfg.get("unroll_from", 0) * cfg["grid_steps"] // cfg["steps"],  # same share
+                       kl_warmup=cfg.get("kl_warmup", 0) * cfg["grid_steps"] // cfg["steps"])
     t0 = time.process_time()
     try:
         model = train(mcfg, tcfg, video[sl[0]], device=cfg["device"], tokenizer=tok)
@@ -220,7 +225,7 @@ def _one_run(name, e, sd, mcfg, lr, cfg, video, acts, sl, tok, controlled, done=
     run of this very config and seed), score it on test (the probes' C chosen on dev) and, on
     controlled data, run pseudo-label BC: ``(runs.csv row, bc.csv rows)``."""
     tcfg = TrainConfig(steps=cfg["steps"], batch_size=cfg["batch"], window=5, lr=lr, seed=sd,
-                       unroll_from=cfg.get("unroll_from", 0))
+                       unroll_from=cfg.get("unroll_from", 0), kl_warmup=cfg.get("kl_warmup", 0))
     if done is None:
         t0 = time.process_time()
         model = train(mcfg, tcfg, video[sl[0]], device=cfg["device"], tokenizer=tok)
@@ -236,14 +241,14 @@ def _one_run(name, e, sd, mcfg, lr, cfg, video, acts, sl, tok, controlled, done=
     t, d, h = ev["test"], ev["dev"], ev["test"]["horizon"]
     rec = {"entities": e, "model": name, "seed": sd, "params": n_params(model), "steps": cfg["steps"],
            "batch": cfg["batch"], "unroll": mcfg.unroll,
-           "unroll_from": tcfg.unroll_from, "width": mcfg.width, "train_cpu_s": round(train_cpu, 1),
+           "unroll_from": tcfg.unroll_from, "kl_warmup": tcfg.kl_warmup, "width": mcfg.width, "train_cpu_s": round(train_cpu, 1),
            "slots": mcfg.slots, "latent_per_slot": mcfg.slot_latent, "lr": lr,
            "beta": mcfg.beta, "psnr_1": t["psnr_1"], "psnr_h": t[f"psnr_{h}"],
            "ssim_1": t["ssim_1"], "ssim_h": t[f"ssim_{h}"], "mse_h": t[f"mse_{h}"],
            "dev_psnr_h": d[f"psnr_{h}"], "copy_1": t["copy_1"], "copy_h": t[f"copy_{h}"],
            "copy_ssim_h": t[f"copy_ssim_{h}"], "dev_copy_h": d[f"copy_{h}"],
            "corr": ev["corr"], "best_probe": ev["best_probe"], "probe_c": ev["probe_c"],
-           "slot_recon": ev["slot_recon"], "from_dev_grid": done is not None}
+           "slot_recon": ev["slot_recon"], "mask_ari": ev["mask_ari"], "from_dev_grid": done is not None}
     bc = _bc_rows(name, e, sd, ev["latents"], video, acts, sl, cfg) if controlled and name in (
         "flam", "lam", "lam-vq") else []
     return rec, bc
@@ -269,6 +274,10 @@ def _run(res: Results, cfg: dict, seed: int, pool=None) -> tuple[list, list, lis
         tok, tok_psnr, tok_cpu = _tokenizer(cfg, video, sl, seed)
         res.add(f"sprites_E{e}", "tokenizer", "recon_psnr", [tok_psnr], seeds=[seed], unit="dB", split="test",
                 grid=tok.grid, channels=tok.channels, fit_cpu_s=round(tok_cpu, 1))
+        ceiling = visible_action_accuracy(video[sl[2]], acts[sl[2]])
+        res.add(f"sprites_E{e}", "visible-displacement oracle", "corr", [float(ceiling.mean())], seeds=[seed],
+                split="test", per_entity=[round(float(c), 3) for c in ceiling],
+                note="the action read from each sprite's visible displacement: the ceiling of any probe")
         won = {}
         if e == big:
             chosen, won = _choose(cfg["models"], e, cfg, video, sl, seeds[0], grid_log, tok, pool)

@@ -209,6 +209,8 @@ def load_run(run: Path):
     try:
         config = json.loads((run / "config.json").read_text())
         config["model"].setdefault("pos_keys", True)  # a RUN written before 0.4 had position in the keys
+        for key, old in (("decoder", "mlp"), ("slot_pos", False), ("seeding", "learned"), ("recon_all", False)):
+            config["model"].setdefault(key, old)  # a RUN written before 0.7: 0.6's factoriser and aggregator
         mcfg = ModelConfig(**config["model"])
     except (ValueError, TypeError, KeyError) as exc:
         raise UserError(f"{run / 'config.json'}: corrupt RUN config ({exc})") from None

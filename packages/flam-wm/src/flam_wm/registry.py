@@ -32,14 +32,15 @@ DESCRIPTOR = MethodDescriptor(
     scales={
         "smoke": "SpriteWorld E in {1, 2}, 20 clips x 6 frames, 3 steps, 2 seeds, a few BC steps (seconds)",
         "quick": "SpriteWorld 32x32, E in {1, 4} (E=4 --controlled), 600 clips x 12 frames, one frozen 8x8x8 conv "
-                 "autoencoder tokenizer per data set; lr / beta / K chosen on dev by full-length runs (dev 10-step PSNR); FLAM (K=E+offset) vs lam "
-                 "(params matched) + no-temporal ablation at E=4, width 64, 600 steps x batch 32 (one-step loss, then "
-                 "4-step unrolled from step 300), 3 seeds, two worker processes; pseudo-label BC at 1% / 10% labels "
+                 "autoencoder tokenizer per data set; lr / beta / K chosen on dev by half-length runs (dev 10-step PSNR); "
+                 "FLAM (K=E+offset; per-slot compositor, slot positions, seeded slots) vs lam (params matched) + "
+                 "no-temporal ablation at E=4, width 32, 800 steps x batch 32 (one-step loss, then "
+                 "4-step unrolled from step 400), 3 seeds, two worker processes; pseudo-label BC at 1% / 10% labels "
                  "(minutes, 2 CPUs)",
         "full": "the same recipe scaled up on a CUDA device: E in {1, 2, 4, 6}, 2000 clips x 16 frames, "
                 "3000 steps x batch 32 (4-step unrolled loss from step 1500), width 64, lam-vq beside lam, 5 seeds, "
                 "an 8x8x16 conv autoencoder "
                 "tokenizer (not a VQ-VAE); refuses at once without CUDA",
     },
-    quick_minutes=13.0,  # 0.6.0: 25.1 CPU-min in two worker processes (~13 min on 2 quiet cores; 61 min wall at load ~9)
+    quick_minutes=9.0,  # 0.7.0: 16.6 CPU-min in two worker processes (~8.5-9 min on 2 quiet cores; 23.6 min wall at load 4-9)
 )

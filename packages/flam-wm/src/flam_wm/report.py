@@ -34,8 +34,11 @@ def add_rows(res: Results, recs: list[dict], e: int, names: list[str], seeds: li
     table = {(r["model"], r["seed"]): r for r in recs if r["entities"] == e}
     for name in names:
         for metric, unit in (("psnr_1", "dB"), ("psnr_h", "dB"), ("ssim_1", ""), ("ssim_h", ""),
-                             ("corr", ""), ("best_probe", ""), ("slot_recon", "")):
-            res.add(f"sprites_E{e}", name, metric.replace("_h", f"_{h}"), [table[(name, s)][metric] for s in seeds],
+                             ("corr", ""), ("best_probe", ""), ("slot_recon", ""), ("mask_ari", "")):
+            vals = [table[(name, s)][metric] for s in seeds]
+            if any(v != v for v in vals):  # mask_ari: FLAM's slots only
+                continue
+            res.add(f"sprites_E{e}", name, metric.replace("_h", f"_{h}"), vals,
                     seeds=seeds, unit=unit, params=table[(name, seeds[0])]["params"], split="test",
                     slots=table[(name, seeds[0])]["slots"], lr=table[(name, seeds[0])]["lr"],
                     beta=table[(name, seeds[0])]["beta"])
@@ -115,9 +118,12 @@ def notes(cfg: dict, elapsed: float) -> list[str]:
         "VQ lam-vq) and the no-temporal-attention ablation, pseudo-label BC. Reconstructed [R]: the tokenizer "
         "(a small convolutional autoencoder fit once per data set on its training clips and frozen, "
         "instead of a VQ-VAE; tokens standardised per channel), the FDM's cross-slot attention, the "
-        "mixture aggregator (one MLP per slot to every token's content and mixing logit), the first-frame "
-        "reconstruction term, one Slot Attention iteration per frame after the first (slots carried), "
-        "Slot Attention's keys from the tokens' content only (position in its values; chosen on dev), "
+        "aggregator (0.7: each slot decoded alone at every token around its own position -- spatial broadcast "
+        "in relative coordinates -- and alpha-composited by a softmax over slots), slots carrying their "
+        "position (the centroid of their squared assignment, as Invariant Slot Attention), farthest-point "
+        "seeding of the first frame's slots, the reconstruction term on every frame, "
+        "one Slot Attention iteration per frame after the first (slots carried), "
+        "Slot Attention's keys from the tokens' content only, "
         "the multi-step (unrolled) FDM loss after a one-step warm-up, "
         "SpriteWorld, the correspondence score, the BC policy (keypoint MLP) and the reach-target task.",
         "Splits: 70/15/15 clips train/dev/test per data set. Chosen on dev (first seed, E = max): lr from "

@@ -88,3 +88,38 @@ def _new_target(rng: np.random.Generator, grid: int, avoid: np.ndarray) -> np.nd
         t = rng.integers(0, grid, size=2)
         if not np.array_equal(t, avoid):
             return t
+
+
+def entity_labels(video: np.ndarray, entities: int, cell: int = 4) -> np.ndarray:
+    """``[N, T, (size/cell)^2]``: which sprite covers each cell (row-major), -1 where none, read from
+    the frames by colour (a cell's top-left pixel; the target dot sits in a cell's middle). Exact for
+    ``distractor="none"`` data; the evaluation's ground truth for slot masks [R]."""
+    px = np.asarray(video)[..., ::cell, ::cell, :].astype(np.int16)
+    lab = -np.ones(px.shape[:-1], np.int64)
+    for e in range(entities):
+        lab[(px == COLOURS[e % len(COLOURS)]).all(-1)] = e
+    return lab.reshape(*lab.shape[:-2], -1)
+
+
+def visible_action_accuracy(video: np.ndarray, actions: np.ndarray, cell: int = 4) -> np.ndarray:
+    """Per-entity accuracy ``[E]`` of the best reading of each action from the frames alone: the
+    sprite's visible one-cell displacement, else ``stay`` (a move into a wall, or a sprite hidden under
+    another in either frame, leaves nothing to see). The ceiling of any probe of latents inferred from
+    frames, hence of the factor-entity correspondence on these data [R]."""
+    e_n = actions.shape[-1]
+    lab = entity_labels(video, e_n, cell)
+    g = video.shape[-2] // cell
+    out = np.zeros(e_n)
+    for e in range(e_n):
+        here = lab == e                                                  # [N, T, cells]
+        seen = here.sum(-1) == 1                                         # visible, one cell
+        idx = here.argmax(-1)
+        r, c = idx // g, idx % g
+        dr, dc = r[:, 1:] - r[:, :-1], c[:, 1:] - c[:, :-1]
+        guess = np.zeros(dr.shape, np.int64)
+        for a, (mr, mc) in enumerate(MOVES):
+            if a:
+                guess[(dr == mr) & (dc == mc)] = a
+        guess[~(seen[:, 1:] & seen[:, :-1])] = 0
+        out[e] = float(np.mean(guess == actions[..., e]))
+    return out
