@@ -41,3 +41,26 @@ def _hf_greedy(model, prompt, n):
                          max_new_tokens=n, do_sample=False, pad_token_id=0)
     return out[0, len(prompt):].tolist()
 
+
+
+@pytest.fixture(scope="session")
+def two_step_law_pvalue():
+    return _two_step_law_pvalue
+
+
+def _two_step_law_pvalue(model, prompt, new):
+    """Chi-square p-value of the sampled (token 2, token 3) pairs in ``new`` (rows ``[t1, t2, t3]``)
+    against the model's joint law of tokens 2–3, marginalised over token 1 (vocabulary 5)."""
+    import numpy as np
+    from scipy.stats import chisquare
+
+    counts = np.zeros((5, 5))
+    for _, b, c in new:
+        counts[b, c] += 1
+    with torch.no_grad():
+        p1 = torch.softmax(model(input_ids=torch.tensor([prompt])).logits[0, -1], -1)
+        p2 = torch.softmax(model(input_ids=torch.tensor([[*prompt, t] for t in range(5)])).logits[:, -1], -1)
+        seqs = torch.tensor([[*prompt, a, b] for a in range(5) for b in range(5)])
+        p3 = torch.softmax(model(input_ids=seqs).logits[:, -1], -1).reshape(5, 5, 5)
+    expected = (p1[:, None, None] * p2[:, :, None] * p3).sum(0).double().numpy().ravel()
+    return chisquare(counts.ravel(), expected * len(new) / expected.sum()).pvalue

@@ -59,12 +59,38 @@ def test_quick_prompts_are_unchanged_by_the_full_pools():
         "Write a short story about a letter never sent."]
 
 
-def test_full_refuses_eagle2_clearly(monkeypatch, tmp_path):
+def test_full_takes_an_eagle2_head_and_refuses_a_bad_one(monkeypatch, tmp_path, tiny_llama):
+    """``ESP_DECODE_EAGLE2``: a bad folder, or a head whose shape differs from ESP_DECODE_LLAMA3's, is
+    one clear line before anything runs; a good head passes that check (then the other needs)."""
+    from esp_decode.eagle import new_head, save_head
     from esp_decode.experiments import reproduce
 
-    monkeypatch.setenv(gpu.EAGLE_VAR, str(tmp_path))
-    with pytest.raises(UserError, match="EAGLE-2 .*not built"):
+    monkeypatch.setenv(gpu.EAGLE_VAR, str(tmp_path / "nope"))
+    with pytest.raises(UserError, match="ESP_DECODE_EAGLE2: .*no such EAGLE checkpoint folder"):
         reproduce("full", tmp_path, 0)
+    save_head(new_head(tiny_llama), tmp_path / "head")
+    llama = tmp_path / "llama3"
+    llama.mkdir()
+    (llama / "config.json").write_text('{"hidden_size": 4096, "vocab_size": 128256}')
+    monkeypatch.setenv(gpu.EAGLE_VAR, str(tmp_path / "head"))
+    monkeypatch.setenv("ESP_DECODE_LLAMA3", str(llama))
+    with pytest.raises(UserError, match="hidden_size 32 differs from ESP_DECODE_LLAMA3's 4096"):
+        reproduce("full", tmp_path, 0)
+    (llama / "config.json").write_text('{"hidden_size": 32, "vocab_size": 40}')
+    assert gpu.check_eagle() is not None
+    if not torch.cuda.is_available():
+        with pytest.raises(UserError, match="needs a CUDA device"):
+            reproduce("full", tmp_path, 0)
+
+
+def test_stage_runs_eagle2_beside_the_others(tiny_llama):
+    from esp_decode.eagle import new_head
+
+    res = Results(package="esp-decode", version="test", scale="full", seed=0)
+    data = gpu.run_stage(res, "llama3", tiny_llama, {"specbench": [[1, 2, 3, 1, 2], [4, 5, 6, 4]]}, 6, None,
+                         {"eagle_head": new_head(tiny_llama)}, bf16=False, drafters=("ar", "eagle2"))
+    assert data["lossless_all"] and data["n_exact"] == data["n_checked"] == 2 * 2 * len(gpu.BATCHES)
+    assert len(data["arms"]["eagle2"]["specbench"]["mal"]) == 2
 
 
 def test_cpu_is_fp32_and_bf16_is_taken_on_request():

@@ -16,7 +16,7 @@ def test_tiny_check_is_lossless_and_projects(tmp_path, capsys):
     r = json.loads(out.read_text())
     assert r["lossless_ok"] and r["exact_fraction"]["float32"] == 1.0
     verdicts = r["lossless"]["bfloat16"]
-    assert set(verdicts) == {f"{d}@b{b}" for d in gc.DRAFTERS for b in (1, 8)}
+    assert set(verdicts) == {f"{d}@b{b}" for d in (*gc.DRAFTERS, "eagle2") for b in (1, 8)}
     assert all(len(v) == 8 for v in verdicts.values())
     p = r["projection"]
     assert p["best_baseline"] in gc.BASELINES

@@ -42,3 +42,24 @@ def test_every_drafter_equals_greedy_on_smollm2_batch_1_and_3(smollm2):
             assert generate(model, prompts[1:2], make_drafter(name, eos_token_id=eos, **kw), n,
                             eos_token_id=eos)[0][0] == refs[1], (name, kw)
             assert all(a >= 1 for st in stats for a in st["accepted_lengths"])
+
+
+@pytest.mark.slow
+def test_eagle2_equals_greedy_on_smollm2_batch_1_and_3(smollm2, tmp_path):
+    """``eagle2`` with an EAGLE-layout head for SmolLM2 (random init, saved and loaded by path: the
+    code path at a real GQA shape and a 49k vocabulary, not its acceptance)."""
+    from esp_decode.eagle import new_head, save_head
+    from esp_decode.smol import hf_greedy
+
+    model, tok = smollm2
+    save_head(new_head(model, seed=0), tmp_path)
+    prompts = [list(tok.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True,
+                                            tokenize=True, return_dict=False))
+               for t in ("Say hello.", "Name three colours and explain why the sky is blue.", "Count to five.")]
+    eos, n = tok.eos_token_id, 10
+    refs = [hf_greedy(model, p, n, eos) for p in prompts]
+    new, stats = generate(model, prompts, make_drafter("eagle2", eagle_path=tmp_path), n, eos_token_id=eos)
+    assert new == refs
+    assert generate(model, prompts[1:2], make_drafter("eagle2", eagle_path=tmp_path), n,
+                    eos_token_id=eos)[0][0] == refs[1]
+    assert all(a >= 1 for st in stats for a in st["accepted_lengths"]) and max(stats[0]["tree_sizes"]) <= 59

@@ -13,7 +13,8 @@ _API = {"ESPDecoder": "esp", "ESPDrafter": "esp", "HybridDrafter": "esp", "ESPCo
         "PLDConfig": "config", "LADEConfig": "config", "STANDConfig": "config", "generate": "decode",
         "Drafter": "decode", "make_drafter": "baselines", "DRAFTERS": "baselines", "Tree": "core",
         "build_tree": "core", "item_visibility": "core", "tree_attention_mask": "core",
-        "verify_greedy": "core", "verify_sampling": "core"}
+        "verify_greedy": "core", "verify_sampling": "core", "Eagle2Config": "config", "Eagle2Drafter": "eagle",
+        "load_head": "eagle"}
 __all__ = ["__version__", *_API]
 
 

@@ -8,6 +8,9 @@ small registry (``make_drafter``): a new drafter is one decorated factory.
   the first token, up to G guesses verified as one tree) — a 1-D window, not LADE's 2-D one [R].
 - ``stand``: STAND-style logit n-gram memory: the verifier's top-k next tokens stored per (1- and
   2-token) context, drafted as a best-first tree (deterministic top-K in greedy mode) [R].
+
+``eagle2`` (``eagle.py``), the upper reference, needs a trained EAGLE head: it is registered apart
+(``TRAINED``), so ``DRAFTERS`` stays the training-free set.
 """
 
 from __future__ import annotations
@@ -23,20 +26,22 @@ from .config import ESPConfig, LADEConfig, PLDConfig, STANDConfig
 from .core import Tree
 from .decode import CallRecord, Drafter
 
-DRAFTERS: dict[str, Callable[..., Drafter]] = {}
+DRAFTERS: dict[str, Callable[..., Drafter]] = {}   # the training-free ones
+TRAINED: dict[str, Callable[..., Drafter]] = {}    # reference drafters that need trained weights
 
 
-def register(name: str):
+def register(name: str, trained: bool = False):
     def deco(fn):
-        DRAFTERS[name] = fn
+        (TRAINED if trained else DRAFTERS)[name] = fn
         return fn
     return deco
 
 
 def make_drafter(name: str, **kw) -> Drafter:
-    if name not in DRAFTERS:
-        raise UserError(f"unknown drafter {name!r} (choose from {', '.join(DRAFTERS)})")
-    return DRAFTERS[name](**kw)
+    fn = DRAFTERS.get(name) or TRAINED.get(name)
+    if fn is None:
+        raise UserError(f"unknown drafter {name!r} (choose from {', '.join([*DRAFTERS, *TRAINED])})")
+    return fn(**kw)
 
 
 class PLDDrafter(Drafter):
@@ -202,3 +207,16 @@ def _hybrid(esp: ESPConfig | None = None, pld: PLDConfig | None = None, mask_emb
     from .esp import ESPDrafter, HybridDrafter
 
     return HybridDrafter(ESPDrafter(esp, mask_embedding), PLDDrafter(pld, eos_token_id))
+
+
+@register("eagle2", trained=True)
+def _eagle2(eagle_head=None, eagle_path=None, eagle2=None, **kw) -> Drafter:
+    """``eagle_head`` (a loaded ``eagle.EagleHead``, shared by many drafters) or ``eagle_path`` (an
+    EAGLE-1/2 checkpoint folder)."""
+    from .eagle import Eagle2Drafter, load_head
+
+    if eagle_head is None:
+        if eagle_path is None:
+            raise UserError("drafter 'eagle2' needs an EAGLE-1/2 checkpoint folder (--eagle-path DIR)")
+        eagle_head = load_head(eagle_path)
+    return Eagle2Drafter(eagle_head, eagle2)

@@ -18,7 +18,7 @@ from icml26_shared.cli import (
     reproduce_from_args,
 )
 
-DRAFTER_NAMES = ("ar", "pld", "lade", "stand", "esp", "esp+pld")
+DRAFTER_NAMES = ("ar", "pld", "lade", "stand", "esp", "esp+pld", "eagle2")
 DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 
 
@@ -64,6 +64,21 @@ def _drafter_kw(args) -> dict:
         raise UserError(str(exc)) from None
 
 
+def _eagle_kw(args, names) -> dict:
+    """``eagle2``'s head, loaded (and checked as a folder) once, before the target model."""
+    if "eagle2" not in names:
+        return {}
+    if args.eagle_path is None:
+        raise UserError("drafter 'eagle2' needs --eagle-path DIR (an EAGLE-1/2 checkpoint folder)")
+    from .config import Eagle2Config
+    from .eagle import load_head
+
+    if args.eagle_total_tokens < 2:
+        raise UserError(f"--eagle-total-tokens counts the root and must be >= 2, got {args.eagle_total_tokens}")
+    cfg = Eagle2Config(depth=args.eagle_depth, top_k=args.eagle_top_k, max_nodes=args.eagle_total_tokens - 1)
+    return {"eagle_head": load_head(args.eagle_path), "eagle2": cfg}
+
+
 def _quiet() -> None:
     warnings.filterwarnings("ignore")
     import logging
@@ -94,8 +109,10 @@ def _cmd_generate(args) -> int:
     if args.drafter not in DRAFTER_NAMES:
         raise UserError(f"unknown drafter {args.drafter!r} (choose from {', '.join(DRAFTER_NAMES)})")
     check_out(args.out, args.force)
-    kw = _drafter_kw(args)
+    kw = _drafter_kw(args) | _eagle_kw(args, [args.drafter])
     model, tok, prompts, ids = _load(args)
+    if "eagle_head" in kw:
+        kw["eagle_head"].check_target(model)
     eos = tok.eos_token_id
     lines = []
     for i in range(0, len(ids), args.batch_size):
@@ -133,7 +150,10 @@ def _cmd_bench(args) -> int:
     for d in names:
         if d not in DRAFTER_NAMES:
             raise UserError(f"unknown drafter {d!r} (choose from {', '.join(DRAFTER_NAMES)})")
+    kw = _eagle_kw(args, names)
     model, tok, prompts, ids = _load(args)
+    if kw:
+        kw["eagle_head"].check_target(model)
     from accelerate import PartialState
     from accelerate.utils import gather_object
 
@@ -150,7 +170,7 @@ def _cmd_bench(args) -> int:
         for name in ["ar", *[n for n in names if n != "ar"]]:
             for i in mine:
                 t0 = time.perf_counter()
-                new, st = generate(model, [ids[i]], make_drafter(name, eos_token_id=eos), args.max_new_tokens,
+                new, st = generate(model, [ids[i]], make_drafter(name, eos_token_id=eos, **kw), args.max_new_tokens,
                                    eos_token_id=eos)
                 rows.append({"drafter": name, "prompt": i, "new": new[0], "calls": st[0]["model_calls"],
                              "seconds": time.perf_counter() - t0})
@@ -218,6 +238,15 @@ def _common(p, drafter_knobs: bool = True) -> None:
     p.add_argument("--device", type=_device, default=None, help="cpu, cuda or cuda:N (default: cuda if present)")
 
 
+def _eagle_args(p) -> None:
+    p.add_argument("--eagle-path", type=Path, default=None,
+                   help="drafter eagle2: a local EAGLE-1/2 checkpoint folder (config.json + weights) for this model")
+    p.add_argument("--eagle-depth", type=positive_int, default=6, help="eagle2: draft tree levels (default 6)")
+    p.add_argument("--eagle-top-k", type=positive_int, default=10, help="eagle2: nodes expanded per level (default 10)")
+    p.add_argument("--eagle-total-tokens", type=positive_int, default=60,
+                   help="eagle2: tokens verified per call, the root included (default 60)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(prog="esp-decode", description="Lossless, training-free multi-token decoding: "
                             "ESP (embedding-space probing, loop reconstructed) and the training-free drafters.")
@@ -233,11 +262,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--batch-size", type=positive_int, default=1)
     g.add_argument("--out", type=Path, default=None, help="also write the output here (must not exist)")
     g.add_argument("--force", action="store_true", help="replace --out if it exists")
+    _eagle_args(g)
     g.set_defaults(fn=_cmd_generate)
     b = sub.add_parser("bench", help="mean accepted length, calls, tokens/s and losslessness per drafter")
     _common(b)
     b.add_argument("--drafters", default="ar,pld,lade,esp")
     b.add_argument("--check-lossless", action="store_true")
+    _eagle_args(b)
     b.set_defaults(fn=_cmd_bench)
     p = sub.add_parser("probe", help="top-1/top-5 accuracy of each mask depth vs the model's own greedy tokens")
     _common(p)

@@ -72,3 +72,22 @@ class STANDConfig:
     topk: tuple[int, ...] = (4, 2, 2, 1, 1, 1)
     #: node budget [R]
     max_nodes: int = 48
+
+
+@dataclass(frozen=True)
+class Eagle2Config:
+    """EAGLE-2's dynamic tree (Li et al. 2024, arXiv 2406.16858), defaults from the EAGLE repository's
+    ``EaModel.from_pretrained`` (``depth=5, top_k=10, total_token=60``) [C]."""
+
+    #: levels of draft tokens under the root: the repository's ``depth=5`` expansion steps after the
+    #: first level give 6 levels [C]
+    depth: int = 6
+    #: nodes expanded per level (by path score), and children drafted per expanded node [C]
+    top_k: int = 10
+    #: nodes kept after the rerank; the repository's ``total_token=60`` counts the root, so 59 [C]
+    max_nodes: int = 59
+
+    def __post_init__(self) -> None:
+        for name in ("depth", "top_k", "max_nodes"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"eagle2 {name} must be >= 1, got {getattr(self, name)}")

@@ -96,6 +96,10 @@ class CallRecord:
     probs: ItemProbs              # [1 + nodes + probes, V] softmax of root, nodes, probes (on demand)
     accepted: list[int]
     bonus: int
+    #: the target's last hidden states (after the final norm: what the LM head reads) of the chain,
+    #: the root and the nodes, ``[n_chain + 1 + nodes, d]``: a view of what the call computed anyway
+    #: (EAGLE's features); no drafter but ``eagle2`` reads it
+    features: torch.Tensor | None = None
 
 
 class Drafter:
@@ -308,7 +312,8 @@ def generate(model, prompts: list[list[int]], drafter: Drafter, max_new_tokens: 
             n_chain, tree, probes = layouts[b]
             probs, (accepted, bonus) = items[i], verdicts[i]
             m = len(probs)
-            drafter.observe(b, CallRecord(list(ctx[b]), n_chain, tree, probes, probs, accepted, bonus))
+            drafter.observe(b, CallRecord(list(ctx[b]), n_chain, tree, probes, probs, accepted, bonus,
+                                          hidden[i, : n_chain + 1 + len(tree)]))
             keep.append(list(range(n_cached[b])) + [cache_len + j for j in range(n_chain + 1)]
                         + [cache_len + n_chain + 1 + a for a in accepted])
             n_cached[b] = len(ctx[b]) + len(accepted)

@@ -8,8 +8,11 @@
 Every drafter (``ar`` included) is checked against transformers' greedy ``model.generate`` (batch 1,
 per prompt) with the near-tie rule of ``core.judge`` — the one the GPU check uses: in bf16 an
 output may leave the reference only where the token it chose is within ``TIE_ULPS`` bf16 ulps of
-the reference's top logit. EAGLE-2 (the issue's upper reference) is **not built**: asking for it
-(``ESP_DECODE_EAGLE2``) is refused. The recipe checks its needs first and refuses within seconds.
+the reference's top logit. EAGLE-2, the issue's upper reference, joins the Llama-3 stage as the
+drafter ``eagle2`` when ``ESP_DECODE_EAGLE2`` names a local EAGLE-1/2 head trained for
+Llama-3-8B-Instruct (e.g. the public ``yuhuili/EAGLE-LLaMA3-Instruct-8B``, downloaded by the user);
+a bad folder or a head of another shape is refused. The recipe checks its needs first and refuses
+within seconds.
 """
 
 from __future__ import annotations
@@ -29,13 +32,36 @@ BATCHES = (1, 8)
 TOKENS, DEV_TOKENS = 128, 64
 
 
-def check_needs() -> dict[str, Path]:
+def check_eagle():
+    """The EAGLE-2 head named by ``ESP_DECODE_EAGLE2`` (None when unset), checked as a checkpoint folder
+    and against ``ESP_DECODE_LLAMA3``'s config.json (hidden size, vocabulary) when that is there."""
+    val = os.environ.get(EAGLE_VAR)
+    if not val:
+        return None
+    from .eagle import load_head
+
+    try:
+        head = load_head(val)
+    except UserError as exc:
+        raise UserError(f"{EAGLE_VAR}: {exc}") from None
+    target = Path(os.environ.get("ESP_DECODE_LLAMA3", "")) / "config.json"
+    if os.environ.get("ESP_DECODE_LLAMA3") and target.is_file():
+        try:
+            tc = json.loads(target.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise UserError(f"{target}: malformed JSON") from None
+        for key in ("hidden_size", "vocab_size"):
+            if tc.get(key) != getattr(head.cfg, key):
+                raise UserError(f"{EAGLE_VAR}: the head's {key} {getattr(head.cfg, key)} differs from "
+                                f"ESP_DECODE_LLAMA3's {tc.get(key)}: the head must be trained for Llama-3-8B-Instruct")
+    return head
+
+
+def check_needs() -> tuple[dict[str, Path], object]:
+    """``(paths, eagle_head or None)``; a ``UserError`` naming everything that is missing."""
     import torch
 
-    if os.environ.get(EAGLE_VAR):
-        raise UserError(f"{EAGLE_VAR} is set, but EAGLE-2 (the upper reference) is not built in esp-decode "
-                        f"{_version()}: no EAGLE drafter loads behind the drafter interface; unset it to run "
-                        "the rest of the full scale")
+    head = check_eagle()
     missing = []
     if not torch.cuda.is_available():
         missing.append("a CUDA device")
@@ -47,15 +73,9 @@ def check_needs() -> dict[str, Path]:
         else:
             paths[var] = Path(val)
     if missing:
-        raise UserError("the full scale needs " + ", ".join(missing) + "; EAGLE-2 (upper reference) is "
-                        "not built in this package")
-    return paths
-
-
-def _version() -> str:
-    from .registry import DESCRIPTOR
-
-    return DESCRIPTOR.version
+        raise UserError("the full scale needs " + ", ".join(missing) + f" (optional: {EAGLE_VAR}, an EAGLE-1/2 "
+                        "head for Llama-3-8B-Instruct, the upper reference)")
+    return paths, head
 
 
 def specbench_prompts(path: Path, limit: int | None = None) -> list[tuple[str, str]]:
@@ -105,7 +125,7 @@ def choose_judged(model, prompts, tokens, eos, grid, name, key, seed, bf16, batc
 
 
 def run_stage(res, label: str, model, prompt_sets: dict, tokens: int, eos, kw: dict, bf16: bool,
-              batches=BATCHES, chunk: int = 48) -> dict:
+              batches=BATCHES, chunk: int = 48, drafters=DRAFTERS) -> dict:
     """Every drafter at every batch size on every prompt set (``{regime: [ids]}``, taken ``chunk``
     prompts at a time so that the reference logits stay small: 48 × 128 × 128k fp32 ≈ 3 GB): rows
     ``{label}/{regime}/b{batch}`` (mean accepted length per prompt, lossless and exact fractions),
@@ -114,21 +134,21 @@ def run_stage(res, label: str, model, prompt_sets: dict, tokens: int, eos, kw: d
 
     from .gpu_check import reference
 
-    arms: dict = {a: {} for a in DRAFTERS}
+    arms: dict = {a: {} for a in drafters}
     verdicts_all = []
     for regime, ids in prompt_sets.items():
-        got = {(b, a): ([], []) for b in batches for a in DRAFTERS}
+        got = {(b, a): ([], []) for b in batches for a in drafters}
         for lo in range(0, len(ids), chunk):   # the reference logits of ``chunk`` prompts at a time
             part = ids[lo: lo + chunk]
             refs, logits = reference(model, part, tokens, eos)
             for batch in batches:
-                for name in DRAFTERS:
+                for name in drafters:
                     mal, vs = decode_judged(model, part, name, tokens, eos, kw, batch, refs, logits, bf16)
                     got[batch, name][0].extend(mal)
                     got[batch, name][1].extend(vs)
             del logits
         for batch in batches:
-            for name in DRAFTERS:
+            for name in drafters:
                 mal, vs = got[batch, name]
                 verdicts_all += vs
                 group = f"{label}/{regime}/b{batch}"
@@ -192,7 +212,8 @@ def smol_stage(res, seed: int, device: str = "cuda", dtype: str = "bfloat16") ->
 
 def full_recipe(out_dir: Path, seed: int, device: str = "cuda", dtype: str = "bfloat16") -> Results:
     """The recipe (``device``/``dtype`` other than CUDA/bf16 only for smoke runs of the code)."""
-    paths = check_needs()
+    paths, eagle = check_needs()
+    import numpy as np
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -214,7 +235,14 @@ def full_recipe(out_dir: Path, seed: int, device: str = "cuda", dtype: str = "bf
         ids = [list(tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
                                             tokenize=True, return_dict=False)) for _, p in prompts]
         label = var.removeprefix("ESP_DECODE_").lower()
-        stages[label] = run_stage(res, label, model, {"specbench": ids}, TOKENS, tok.eos_token_id, smol["kw"], bf16)
+        with_eagle = eagle is not None and label == "llama3"   # the upper reference: a head for Llama-3
+        stages[label] = run_stage(res, label, model, {"specbench": ids}, TOKENS, tok.eos_token_id,
+                                  smol["kw"] | ({"eagle_head": eagle} if with_eagle else {}), bf16,
+                                  drafters=DRAFTERS + (("eagle2",) if with_eagle else ()))
+        if with_eagle:
+            mal = {a: float(np.mean(stages[label]["arms"][a]["specbench"]["mal"])) for a in ("eagle2", "esp", "lade")}
+            res.notes.append(f"full/llama3 (batch 1): EAGLE-2 upper reference (trained head, Eagle2Config defaults) "
+                             f"mean accepted length {mal['eagle2']:.3f} vs esp {mal['esp']:.3f}, lade {mal['lade']:.3f}")
         del model
         if device.startswith("cuda"):
             torch.cuda.empty_cache()

@@ -3,7 +3,7 @@
 ``python -m esp_decode.gpu_check --out FILE.json [--tiny] [--accepted FILE.json]``
 
 1. **Losslessness** on a random-init Llama-shaped model (GQA, SDPA), batch 1 and 8, unequal prompt
-   lengths, every drafter against ``model.generate`` (greedy, one prompt at a time): fp32 (TF32 off)
+   lengths, every drafter (and ``eagle2`` with a random-init head: its code path) against ``model.generate`` (greedy, one prompt at a time): fp32 (TF32 off)
    must be token-identical; bf16 must be identical or diverge only at a *near tie* of the
    reference's own bf16 logits (top-2 gap ≤ ``TIE_ULPS`` bf16 ulps of the top logit) [R] — a batched
    or tree-shaped bf16 call rounds differently from a one-token step, so exact bf16 identity is not
@@ -129,6 +129,15 @@ def check_lossless(model, prompts, tokens, dtype_name: str, device: str) -> tupl
         new8, _ = generate(model, prompts, make_drafter(name), tokens)
         verdicts[f"{name}@b{len(prompts)}"] = [judge(n, r, lg, bf16)
                                                for n, r, lg in zip(new8, refs, ref_logits, strict=True)]
+    # EAGLE-2's code path (its head's own tree-masked calls, features from the verifier) in this
+    # dtype and device: a random head, default knobs; its acceptance means nothing here
+    from .eagle import new_head
+
+    head = new_head(model, intermediate_size=model.config.hidden_size, seed=0)
+    for batch in (1, len(prompts)):
+        new = [n for lo in range(0, len(prompts), batch)
+               for n in generate(model, prompts[lo: lo + batch], make_drafter("eagle2", eagle_head=head), tokens)[0]]
+        verdicts[f"eagle2@b{batch}"] = [judge(n, r, lg, bf16) for n, r, lg in zip(new, refs, ref_logits, strict=True)]
     return verdicts, loop
 
 

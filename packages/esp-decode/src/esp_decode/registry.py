@@ -55,7 +55,9 @@ DESCRIPTOR = MethodDescriptor(
                 "Qwen3-8B on Spec-Bench; lossless by the GPU check's near-tie rule (core.judge). Needs a CUDA "
                 "device, ESP_DECODE_LLAMA3 / ESP_DECODE_QWEN3 (local HF folders) and ESP_DECODE_SPECBENCH "
                 "(Spec-Bench question.jsonl); refuses at once with a UserError naming what is missing. "
-                "EAGLE-2 is not built (ESP_DECODE_EAGLE2 is refused)",
+                "EAGLE-2, the upper reference (drafter eagle2, same verifier), joins the Llama-3 stage when "
+                "ESP_DECODE_EAGLE2 names a local EAGLE-1/2 head for Llama-3-8B-Instruct (a bad folder or a "
+                "mismatched head is refused)",
     },
     quick_minutes=5.1,  # measured 0.2.5: 10.3 CPU-min in all; main process 306 CPU-s, second process 303 (work units shared, jobs.py)
 )
