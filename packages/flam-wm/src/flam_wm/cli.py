@@ -188,7 +188,9 @@ def _cmd_bc(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, indent=2))
     else:
-        print(f"pseudo-label BC ({out['labelled']} labelled transitions, decoder C {out['decoder_c']} from dev, "
+        view = "all factors" if out["decoder_factor"] < 0 else f"factor {out['decoder_factor']}"
+        print(f"pseudo-label BC ({out['labelled']} labelled transitions, decoder C {out['decoder_c']} and "
+              f"input {view} from dev, "
               f"pseudo-label accuracy {out['pseudo_test_acc']:.3f} on test clips): reach-target success "
               f"{out['success']:.3f}; true-action BC {out['true_action_success']:.3f}; random {out['random_success']:.3f}")
     return 0

@@ -42,5 +42,5 @@ DESCRIPTOR = MethodDescriptor(
                 "an 8x8x16 conv autoencoder "
                 "tokenizer (not a VQ-VAE); refuses at once without CUDA",
     },
-    quick_minutes=9.0,  # 0.7.0: 16.6 CPU-min in two worker processes (~8.5-9 min on 2 quiet cores; 23.6 min wall at load 4-9)
+    quick_minutes=9.0,  # 0.8.0: 16.4 CPU-min in two worker processes (~8.5-9 min on 2 quiet cores; 39.8 min wall at load 6-12)
 )
