@@ -105,3 +105,54 @@ def test_bad_sets_of_runs_are_refused(capsys, tmp_path, runs):
                            {"params": {"w": np.zeros((1, 1), np.float32)}}, NAMES, seeds=[0])
     assert main(["compare", "-a", str(bare), "-b", *b]) == 2
     assert "holds no final per-goal success" in capsys.readouterr().err
+
+
+def test_exported_result_files_compare_like_their_checkpoints(capsys, tmp_path, runs):
+    """``export`` writes one seed's final per-goal success; ``compare`` over those files gives the
+    checkpoints' figures exactly (same seeds, same goals, same intervals)."""
+    a, b = runs
+    want, _ = _compare(capsys, tmp_path, a, b)
+    files = {"a": [], "b": []}
+    for side, ckpts in (("a", a), ("b", b)):
+        for s in (0, 1, 2):
+            ckpt = ckpts[s] if side == "a" else ckpts[0]
+            out = tmp_path / f"{side}-s{s}.json"
+            argv = ["export", ckpt, "--out", str(out)] + (["--run-seed", str(s)] if side == "b"
+                                                          else [])
+            assert main(argv) == 0
+            files[side].append(str(out))
+    rec = json.loads(open(files["b"][1]).read())
+    assert rec["seed"] == 1 and rec["algo"] == "pqn_her"
+    np.testing.assert_allclose(rec["success_per_goal"], _success(False, 1))
+    got, _ = _compare(capsys, tmp_path, files["a"], files["b"])
+    for key in ("per_seed", "mean", "std"):
+        assert got["a"][key] == want["a"][key] and got["b"][key] == want["b"][key]
+    assert got["diff_over_seeds"] == want["diff_over_seeds"]
+    assert got["diff_over_goals"] == want["diff_over_goals"]
+    mixed, _ = _compare(capsys, tmp_path, files["a"][:2] + [a[2]], b)  # files and checkpoints mix
+    assert mixed["diff_over_goals"] == want["diff_over_goals"]
+
+
+def test_export_and_result_files_refuse_bad_input(capsys, tmp_path, runs):
+    a, b = runs
+    out = tmp_path / "r.json"
+    for argv, text in ((["export", b[0], "--out", str(out)], "pick one with --run-seed"),
+                       (["export", b[0], "--out", str(out), "--run-seed", "7"], "not 7"),
+                       (["export", a[0], "--out", str(tmp_path / "r.txt")], "must end in .json")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and text in err, err
+        assert not out.exists()
+    assert main(["export", a[0], "--out", str(out)]) == 0
+    before = out.read_text()
+    assert main(["export", a[1], "--out", str(out)]) == 2  # no silent overwrite
+    assert "exists" in capsys.readouterr().err and out.read_text() == before
+    rec = json.loads(before)
+    for bad in ("{not json", json.dumps({**rec, "success_per_goal": rec["success_per_goal"][:-1]}),
+                json.dumps({**rec, "success_per_goal": [float("nan")] * K}),
+                json.dumps({k: v for k, v in rec.items() if k != "config"})):
+        broken = tmp_path / "broken.json"
+        broken.write_text(bad)
+        assert main(["compare", "-a", str(broken), "-b", *b]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "is not a leo-craftax result file" in err, err

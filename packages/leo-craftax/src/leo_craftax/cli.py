@@ -152,6 +152,21 @@ def _cmd_eval(args) -> int:
     return 0
 
 
+def _cmd_export(args) -> int:
+    from .io import result_record
+
+    out = Path(args.out)
+    if out.suffix != ".json":
+        raise UserError(f"--out {out} must end in .json (compare reads result files by suffix)")
+    if out.exists() and not args.force:
+        raise UserError(f"{out} exists (use --force to overwrite)")
+    rec = result_record(args.checkpoint, args.run_seed)
+    atomic_write_text(out, json.dumps(rec, indent=1) + "\n")
+    print(f"{out}: {rec['algo']} seed {rec['seed']}, success over {len(rec['goal_names'])} goals "
+          f"{sum(rec['success_per_goal']) / len(rec['goal_names']):.4f}")
+    return 0
+
+
 def _cmd_compare(args) -> int:
     from .compare import check_comparable, compare_runs, report
     from .io import load_runs
@@ -289,10 +304,19 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--repeats", type=positive_int, default="5")
     b.add_argument("--json", default=None, help="write the rows as JSON")
     b.set_defaults(fn=_cmd_bench)
+    x = sub.add_parser("export", help="one trained seed's final per-goal success as a JSON "
+                       "result file (what compare reads beside checkpoints)")
+    x.add_argument("checkpoint")
+    x.add_argument("--out", required=True, help="the .json file to write")
+    x.add_argument("--run-seed", type=int, default=None, help="which trained seed (required for "
+                   "a checkpoint of several seeds)")
+    x.add_argument("--force", action="store_true", help="overwrite --out")
+    x.set_defaults(fn=_cmd_export)
     c = sub.add_parser("compare", help="final success of method A vs method B: per seed, mean "
                        "± std over seeds, paired 95%% intervals of A - B over seeds and over goals")
     c.add_argument("-a", nargs="+", required=True, metavar="CHECKPOINT", help="method A's "
-                   "checkpoints (single-seed runs and / or stacked multi-seed runs)")
+                   "checkpoints (single-seed runs and / or stacked multi-seed runs) or result "
+                   "files (.json, from export)")
     c.add_argument("-b", nargs="+", required=True, metavar="CHECKPOINT", help="method B's")
     c.add_argument("--resamples", type=positive_int, default="9999", help="bootstrap resamples "
                    "of each interval (default %(default)s)")

@@ -116,27 +116,81 @@ def load_checkpoint(path: str | Path, expect: TrainConfig | None = None,
     return cfg, params, {**meta, "seed": seeds[i]}
 
 
+RESULT_KEYS = ("algo", "seed", "config", "goal_names", "success_per_goal")
+
+
+def result_record(path: str | Path, seed: int | None = None) -> dict:
+    """One trained seed's final result from a checkpoint, as JSON-ready data (what ``leo-craftax
+    export`` writes and ``load_runs`` reads back): ``algo``, ``seed``, ``config``, ``goal_names``,
+    ``success_per_goal`` (the final evaluation point), ``timings`` (the run's, shared by its
+    seeds) and ``code`` (the package version that wrote the checkpoint is not stored; this is the
+    exporting one). ``seed`` is required for a checkpoint of several seeds."""
+    from . import __version__
+
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"checkpoint {path} does not exist")
+    meta, _ = _read(path)
+    seeds = [int(s) for s in meta["seeds"]]
+    if seed is None and len(seeds) > 1:
+        raise UserError(f"{path} holds seeds {seeds}: pick one with --run-seed")
+    if seed is not None and seed not in seeds:
+        raise UserError(f"checkpoint {path} holds seeds {seeds}, not {seed}")
+    got = _final_success(path, meta)
+    i = 0 if seed is None else seeds.index(seed)
+    cfg = TrainConfig.from_dict(meta["config"]).to_dict()
+    return {"algo": cfg["algo"], "seed": seeds[i], "config": cfg,
+            "goal_names": list(meta["goal_names"]), "success_per_goal": got[i].tolist(),
+            "timings": meta.get("extra", {}).get("timings"),
+            "code": f"exported by leo-craftax {__version__}"}
+
+
+def _final_success(path: Path, meta: dict) -> np.ndarray:
+    try:
+        got = np.asarray(meta.get("extra", {}).get("success", []), dtype=float)
+    except (TypeError, ValueError):
+        got = np.zeros(0)
+    if got.ndim != 2 or got.shape != (len(meta["seeds"]), len(meta["goal_names"])):
+        raise UserError(f"{path} holds no final per-goal success for each of its seeds "
+                        f"(write it with `leo-craftax train`)")
+    return got
+
+
+def _read_result(path: Path) -> dict:
+    """A ``result_record`` JSON file as checkpoint-like metadata (one seed); ``UserError`` when it
+    is not one. The file carries no checksum: it is as trustworthy as where it came from."""
+    try:
+        rec = json.loads(path.read_text())
+        if not isinstance(rec, dict) or any(k not in rec for k in RESULT_KEYS):
+            raise ValueError
+        names = [str(n) for n in rec["goal_names"]]
+        success = np.asarray(rec["success_per_goal"], dtype=float)
+        cfg = TrainConfig.from_dict(rec["config"]).to_dict()
+        if success.shape != (len(names),) or not np.all(np.isfinite(success)):
+            raise ValueError
+    except Exception:  # noqa: BLE001 - any decoding failure is the user's file
+        raise UserError(f"{path} is not a leo-craftax result file (write one with "
+                        f"`leo-craftax export`)") from None
+    return {"config": cfg, "goal_names": names, "seeds": [int(rec["seed"])],
+            "extra": {"success": [success.tolist()]}}
+
+
 def load_runs(paths: Sequence[str | Path]) -> dict:
     """One method's runs for ``compare``: the checkpoints in ``paths`` (single-seed files of
-    several runs, a stacked multi-seed file, or both) read and verified, their final per-goal
-    success merged by seed. ``{"config", "describe", "goal_names", "success": {seed: [K]},
-    "paths"}``; ``UserError`` when a file is missing, altered or holds no success, when the files
-    were trained with different configs (other than the seed) or goals, or repeat a seed."""
+    several runs, a stacked multi-seed file, or both) read and verified, or result files written
+    by ``leo-craftax export`` (``*.json``), their final per-goal success merged by seed.
+    ``{"config", "describe", "goal_names", "success": {seed: [K]}, "paths"}``; ``UserError`` when
+    a file is missing, altered or holds no success, when the files were trained with different
+    configs (other than the seed) or goals, or repeat a seed."""
     from .compare import describe
 
     first, success = None, {}
     for path in map(Path, paths):
         if not path.is_file():
             raise UserError(f"checkpoint {path} does not exist")
-        meta, _ = _read(path)
+        meta = _read_result(path) if path.suffix == ".json" else _read(path)[0]
         cfg = TrainConfig.from_dict(meta["config"]).to_dict()
-        try:
-            got = np.asarray(meta.get("extra", {}).get("success", []), dtype=float)
-        except (TypeError, ValueError):
-            got = np.zeros(0)
-        if got.ndim != 2 or got.shape != (len(meta["seeds"]), len(meta["goal_names"])):
-            raise UserError(f"{path} holds no final per-goal success for each of its seeds "
-                            f"(write it with `leo-craftax train`)")
+        got = _final_success(path, meta)
         if first is None:
             first = {"config": cfg, "goal_names": list(meta["goal_names"]), "path": path}
         elif cfg != first["config"] or list(meta["goal_names"]) != first["goal_names"]:
