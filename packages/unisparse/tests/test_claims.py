@@ -44,3 +44,35 @@ def test_row_density_of_the_answer_rows():
     got = core.row_density(mask[None, None], 256, 256, 16, 2)
     assert float(got) == pytest.approx(4 / float(valid[-2:].sum()))
     assert float(core.row_density(valid[None, None], 256, 256, 16, 3)) == 1.0
+
+
+@pytest.mark.parametrize("ours,held", [([1.0] * 20, True), ([1.0] * 19 + [0.0], False)])
+def test_quick_needle_claim_from_the_study(monkeypatch, ours, held):
+    """``quick``'s needle part: ``needle_study`` on the test documents with the dev-chosen
+    settings; the claim is UniSparse >= 0.95 x dense per document, paired interval."""
+    from unisparse import experiments, needle
+
+    from icml26_shared import Results
+
+    calls = {}
+
+    def fake_study(spec, **kw):
+        calls.update(kw, spec=spec)
+        rows = [{"dense": {"correct": 1.0, "density": 1.0, "agree": 1.0},
+                 **{m: {"correct": o if m == "unisparse" else 0.0, "density": 0.27, "agree": 0.9}
+                    for m in kw["methods"]}} for o in ours]
+        return {"per_doc": rows, "summary": needle.summarize(rows), "patterns": {0: ["ashape"]},
+                "wall_s": 1.0}
+
+    monkeypatch.setattr(needle, "needle_study", fake_study)
+    q = experiments.SCALES["quick"]["needle"]
+    res = Results(package="unisparse", version="0", scale="quick", seed=0)
+    e2e = experiments._needle(res, q, 0)
+    assert calls["spec"] == "smollm2" and calls["n_docs"] >= 20 and calls["length"] == 4096
+    assert calls["density"] <= 0.3 and calls["haystack"] == q["haystack"]
+    assert {"xattention", "flexprefill", "minference", "ashape", "oracle"} <= set(calls["methods"])
+    rows = {r.method: r for r in res.rows if r.experiment == "needle"}
+    assert rows["unisparse"].value == sum(ours) / 20 and rows["dense"].value == 1.0
+    claim = experiments._claims_needle(e2e, q["length"], q["density"])
+    assert claim.held is held and claim.ours == sum(ours) / 20
+    assert claim.baseline == pytest.approx(0.95)

@@ -49,13 +49,13 @@ def test_sparse_prefill_changes_logits_but_decoding_stays_dense(tiny, ids):
             before = st.calls_dense
             # one decoding step from the *same* cache: patched == unpatched (dense path)
             nxt = torch.tensor([[5]])
-            cache = copy.deepcopy(ref.past_key_values)
-            a = tiny(nxt, past_key_values=cache, use_cache=True).logits
+            cache = copy.deepcopy(ref.cache)  # transformers 5: `cache`, not `past_key_values`
+            a = tiny(nxt, cache=cache, use_cache=True).logits
             assert st.calls_dense == before + tiny.config.num_hidden_layers
     finally:
         unisparse.unpatch(tiny)
     with torch.no_grad():
-        b = tiny(nxt, past_key_values=copy.deepcopy(ref.past_key_values), use_cache=True).logits
+        b = tiny(nxt, cache=copy.deepcopy(ref.cache), use_cache=True).logits
     torch.testing.assert_close(a, b)
 
 

@@ -81,6 +81,7 @@ def test_summary_statistics():
     (["needle", "--workers", "0"], "--workers must lie in [1, 16]"),
     (["needle", "--model", "/nonexistent/model"], "not a Hugging Face model folder"),
     (["needle", "--docs", "0"], "--docs must lie in [1, 10000]"),
+    (["needle", "--haystack", "lorem"], "invalid choice: 'lorem'"),
     (["sensitivity", "--density", "nan"], "--density must lie in (0, 1)"),
     (["sensitivity", "--length", "100"], "at least 4 blocks (128)"),
     (["sensitivity", "--method", "dense"], "unknown method 'dense'"),

@@ -11,6 +11,7 @@ from icml26_shared import UserError, cli_entry
 from icml26_shared.cli import ArgumentParser, add_reproduce_arguments, reproduce_from_args
 
 from .io import load_model
+from .tasks import HAYSTACKS
 
 NAME = "unisparse"
 METHOD_NAMES = ("unisparse", "dense", "xattention", "flexprefill", "minference", "minference_vs",
@@ -216,7 +217,8 @@ def cmd_needle(args) -> int:
     methods = [m for m in NEEDLE_METHODS if m in args.methods]  # UniSparse first
     res = needle_study(args.model, length=args.length, n_docs=args.docs, density=args.density,
                        block=args.block_size, methods=methods, workers=args.workers,
-                       new_tokens=args.new_tokens, dtype=args.dtype, seed=args.seed, log=log)
+                       new_tokens=args.new_tokens, dtype=args.dtype, seed=args.seed,
+                       haystack=args.haystack, log=log)
     print(f"{'method':<18} {'accuracy':>8} {'95% CI':>15} {'density':>8} {'agree':>6} "
           f"{'minus dense [95% CI]':>26}")
     for m, c in res["summary"].items():
@@ -336,6 +338,9 @@ def build_parser() -> ArgumentParser:
     n.add_argument("--methods", nargs="+", default=list(NEEDLE_ARMS), help="arms besides dense")
     n.add_argument("--workers", type=int, default=2, help="processes, one torch thread each")
     n.add_argument("--new-tokens", type=int, default=6)
+    n.add_argument("--haystack", choices=HAYSTACKS, default="varied",
+                   help="filler: varied (templated sentences), repeat (the classic periodic "
+                        "passkey filler) or prose (Python's reference manual)")
     n.set_defaults(fn=cmd_needle)
 
     sv = study("sensitivity", "one layer at a time sparse, the rest dense: change of the pass "

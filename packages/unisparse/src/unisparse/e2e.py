@@ -23,9 +23,10 @@ def tiny_model(seed: int):
     return LlamaForCausalLM(cfg).eval(), None
 
 
-def documents(tok, length: int, n: int, seed: int, offset: int = 0):
-    """``[(ids, key, (start, end))]``: needle documents at depths spread over [0.1, 0.9]; for the
-    tiny random model (``tok`` None), random tokens with a planted span (never retrievable)."""
+def documents(tok, length: int, n: int, seed: int, offset: int = 0, haystack: str = "varied"):
+    """``[(ids, key, (start, end))]``: needle documents at depths spread over [0.1, 0.9]
+    (``haystack`` as in ``tasks.needle_prompt``); for the tiny random model (``tok`` None),
+    random tokens with a planted span (never retrievable)."""
     import torch
 
     from .tasks import needle_prompt
@@ -40,7 +41,7 @@ def documents(tok, length: int, n: int, seed: int, offset: int = 0):
             out.append((ids, "00000", (start, start + 8)))
         else:
             out.append(needle_prompt(tok, length, seed * 1000 + offset + i, depth=depth,
-                                     return_span=True))
+                                     haystack=haystack, return_span=True))
     return out
 
 

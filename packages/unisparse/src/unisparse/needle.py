@@ -35,13 +35,14 @@ def load(spec: str, dtype: str = "fp32", seed: int = 0):
     return load_model(spec, dtype)
 
 
-def dev_patterns(model, tok, *, length: int, block: int, density: float, seed: int) -> dict:
+def dev_patterns(model, tok, *, length: int, block: int, density: float, seed: int,
+                 haystack: str = "varied") -> dict:
     """MInference's offline search [C] on one dev document: ``{layer: per-head patterns}``."""
     from .baselines import search_minference
     from .e2e import documents
     from .fidelity import arm_config, capture
 
-    ids = documents(tok, length, 1, seed, offset=500)[0][0]
+    ids = documents(tok, length, 1, seed, offset=500, haystack=haystack)[0][0]
     layers = range(model.config.num_hidden_layers)
     caps = capture(model, ids, layers)
     cfg = arm_config("minference", block, density, seed)
@@ -105,7 +106,8 @@ def _worker(job: dict) -> list[dict]:
     model = model.to(job.get("device", "cpu"))
     from .e2e import documents
 
-    docs = documents(tok, job["length"], job["n_docs"], job["seed"], offset=900)
+    docs = documents(tok, job["length"], job["n_docs"], job["seed"], offset=900,
+                     haystack=job.get("haystack", "varied"))
     mine = [docs[i] for i in job["indices"]]
     return run_documents(model, tok, mine, job["methods"], block=job["block"],
                          density=job["density"], new_tokens=job["new_tokens"],
@@ -115,9 +117,11 @@ def _worker(job: dict) -> list[dict]:
 def needle_study(spec: str = "smollm2", *, length: int = 1024, n_docs: int = 20,
                  density: float = 0.25, block: int = 32, methods=NEEDLE_METHODS,
                  workers: int = 2, new_tokens: int = 6, dtype: str = "fp32", seed: int = 0,
-                 device: str = "cpu", log=None) -> dict:
+                 device: str = "cpu", haystack: str = "varied", log=None) -> dict:
     """Run the study; returns ``{"per_doc": [...], "summary": {...}, "patterns": {...}, ...}``.
-    Test documents: ``e2e.documents(..., offset=900)``, depths spread evenly over [0.1, 0.9].
+    Test documents: ``e2e.documents(..., offset=900)``, depths spread evenly over [0.1, 0.9],
+    ``haystack`` as in ``tasks.needle_prompt``. The answer is decoded densely after the (sparse)
+    prefill: the patch keeps one-query decoding steps on the model's SDPA path.
     ``device="cuda"`` runs the model there (use ``workers=1``)."""
     import torch
 
@@ -131,11 +135,11 @@ def needle_study(spec: str = "smollm2", *, length: int = 1024, n_docs: int = 20,
         patterns = None
         if any(m in ("minference", "minference_answer") for m in methods):
             patterns = dev_patterns(model, tok, length=length, block=block, density=density,
-                                    seed=seed)
+                                    seed=seed, haystack=haystack)
             log(f"MInference patterns searched on the dev document ({len(patterns)} layers)")
         job = dict(spec=spec, dtype=dtype, seed=seed, length=length, n_docs=n_docs,
                    methods=tuple(methods), block=block, density=density,
-                   new_tokens=new_tokens, patterns=patterns, device=device)
+                   new_tokens=new_tokens, patterns=patterns, device=device, haystack=haystack)
         shards = [list(range(n_docs))[w::workers] for w in range(workers)]
         shards = [s for s in shards if s]
         if len(shards) == 1:

@@ -2,12 +2,17 @@
 
 ``needle_prompt`` builds a document of about ``n_tokens`` tokens with a random 5-digit pass key at a
 random depth and the question at the end; the answer is correct when the greedy continuation
-starts with the key's digits.
+starts with the key's digits. Haystacks: ``repeat`` (the classic periodic passkey filler of
+Mohtashami & Jaggi 2023 / LongLoRA), ``varied`` (templated random sentences) and ``prose``
+(consecutive prose paragraphs of the Python reference manual that ships with the interpreter,
+``pydoc_data.topics``, digits removed; the text depends on the Python version).
 """
 
 from __future__ import annotations
 
 import random
+import re
+from functools import lru_cache
 
 FILLER = ("The grass is green. The sky is blue. The sun is yellow. Here we go. "
           "There and back again. ")  # the classic passkey haystack (periodic: "repeat" style)
@@ -38,18 +43,52 @@ def varied_filler(rng: random.Random, n_sentences: int) -> str:
                        f"{c(_ADJ)} {c(_NOUNS)}.")
     return " ".join(out) + " "
 QUESTION = "\nWhat is the pass key? The pass key is"
+HAYSTACKS = ("repeat", "varied", "prose")
+
+
+@lru_cache(maxsize=1)
+def _prose_paragraphs() -> tuple[str, ...]:
+    """The prose paragraphs of ``pydoc_data.topics`` (no code, grammar, headings or digits)."""
+    from pydoc_data.topics import topics
+
+    out = []
+    for name in sorted(topics):
+        for par in re.split(r"\n\s*\n", topics[name]):
+            lines = par.strip().splitlines()
+            if (par.startswith((" ", "*")) or "::=" in par or ">>>" in par
+                    or (len(lines) > 1 and set(lines[1]) <= set("*=-"))):
+                continue
+            text = re.sub(r"\[\d+\] ?|\d", "", " ".join(line.strip() for line in lines))
+            if len(text.split()) >= 12 and text.endswith("."):
+                out.append(text)
+    return tuple(out)
+
+
+def prose_filler(rng: random.Random, n_words: int) -> str:
+    """Consecutive prose paragraphs from a random start (wrapping), at least ``n_words`` words."""
+    pars = _prose_paragraphs()
+    i, out, words = rng.randrange(len(pars)), [], 0
+    while words < n_words:
+        out.append(pars[i % len(pars)])
+        words += len(out[-1].split())
+        i += 1
+    return " ".join(out) + " "
 
 
 def needle_prompt(tokenizer, n_tokens: int, seed: int, depth: float | None = None,
                   haystack: str = "varied", return_span: bool = False):
     """(token ids, key): filler, ``"The pass key is K. Remember it. K is the pass key."`` at
     ``depth`` (random in [0.1, 0.9] when None), more filler, the question. ``haystack`` is
-    "varied" (templated random sentences) or "repeat" (the classic periodic passkey filler)."""
+    "varied" (templated random sentences), "repeat" (the classic periodic passkey filler) or
+    "prose" (the Python reference manual's prose). The needle starts after a whole sentence."""
+    if haystack not in HAYSTACKS:
+        raise ValueError(f"unknown haystack {haystack!r} (one of {', '.join(HAYSTACKS)})")
     rng = random.Random(seed)
     key = str(rng.randint(10000, 99999))
     depth = rng.uniform(0.1, 0.9) if depth is None else depth
     needle = f" The pass key is {key}. Remember it. {key} is the pass key. "
-    text = FILLER if haystack == "repeat" else varied_filler(rng, max(8, n_tokens // 8))
+    text = {"repeat": lambda: FILLER, "prose": lambda: prose_filler(rng, n_tokens),
+            "varied": lambda: varied_filler(rng, max(8, n_tokens // 8))}[haystack]()
     filler_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     head = tokenizer("There is important information hidden in this long text; find it and "
                      "remember it.", add_special_tokens=False)["input_ids"]
