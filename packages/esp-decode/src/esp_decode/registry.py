@@ -59,5 +59,5 @@ DESCRIPTOR = MethodDescriptor(
                 "ESP_DECODE_EAGLE2 names a local EAGLE-1/2 head for Llama-3-8B-Instruct (a bad folder or a "
                 "mismatched head is refused)",
     },
-    quick_minutes=5.1,  # measured 0.2.5: 10.3 CPU-min in all; main process 306 CPU-s, second process 303 (work units shared, jobs.py)
+    quick_minutes=3.6,  # 0.2.7 on 2 quiet cores: 3 min 37 s wall, 7.0 CPU-min in all (0.2.5 at load 7-11: 10.3)
 )
