@@ -20,7 +20,12 @@ holds them all); ``--set`` overrides ModelConfig fields, e.g. 0.6's model and qu
 
     uv run python packages/flam-wm/scripts/dev_binding.py --width 64 --steps 600 --unroll 4 --unroll-from 300 \
         --set slot_pos=False,seeding=learned,decoder=mlp,recon_all=False
-    uv run python packages/flam-wm/scripts/dev_binding.py --width 32 --steps 800 --unroll 4 --unroll-from 400"""
+    uv run python packages/flam-wm/scripts/dev_binding.py --width 32 --steps 800 --unroll 4 --unroll-from 400
+
+0.9 (README, "Dev check of local slot attention"): dev seeds 10-12, K = 6, local slot attention:
+
+    uv run python packages/flam-wm/scripts/dev_binding.py --width 32 --beta 0.03 --steps 800 --unroll 4 \
+        --unroll-from 400 --seed 10 --set slots=6,latent_dim=12,local_sigma=1.0"""
 
 from __future__ import annotations
 

@@ -62,6 +62,20 @@ def test_grid_winner_is_the_first_seeds_run_and_every_coordinate_is_searched(dat
         )
 
 
+def test_one_lr_runs_both_stages_of_the_dev_grid_at_once(data, monkeypatch):
+    """0.9 (quick has one lr): stage 2's candidates are known before stage 1 ends, so all five dev
+    runs go to the pool in one batch; the same candidates as the two-stage search around that lr."""
+    video, _, sl = data
+    calls: list = []
+    real = ex._map
+    monkeypatch.setattr(ex, "_map", lambda pool, fn, jobs: calls.append(len(jobs)) or real(pool, fn, jobs))
+    log: list = []
+    ex._choose(("flam", "lam"), 2, {**CFG, "lr": (3e-3,)}, video, sl, 0, log)
+    assert calls == [5] and all(r["lr"] == 3e-3 for r in log)
+    assert [(r["model"], r["stage"], r["beta"], r["k_offset"]) for r in log] == [
+        ("flam", 1, 0.01, 1), ("lam", 1, 0.01, 1), ("flam", 2, 0.03, 1), ("flam", 2, 0.01, 2), ("lam", 2, 0.03, 1)]
+
+
 def test_a_diverging_setting_loses_on_dev_and_is_logged(data, monkeypatch):
     video, _, sl = data
     real = ex.train

@@ -65,7 +65,15 @@ class Policy(nn.Module):
                                   nn.Linear(hidden, len(MOVES)))
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:  # [B, H, W, 3] uint8 -> logits [B, 5]
-        maps = self.features(frames.permute(0, 3, 1, 2).float() / 255.0).flatten(2) * self.temperature  # [B, kp, cells]
+        return self.from_pooled(self.pool(frames))
+
+    def pool(self, frames: torch.Tensor) -> torch.Tensor:
+        """The parameter-free first layer: ``[B, H, W, 3]`` uint8 -> 4x4-pooled ``[B, 3, H/4, W/4]`` floats."""
+        return self.features[0](frames.permute(0, 3, 1, 2).float() / 255.0)
+
+    def from_pooled(self, pooled: torch.Tensor) -> torch.Tensor:
+        """The trained layers on ``pool``'s output: logits ``[B, 5]``."""
+        maps = self.features[1:](pooled).flatten(2) * self.temperature                # [B, kp, cells]
         xy = torch.softmax(maps, -1) @ self.coords                                   # [B, keypoints, 2]
         return self.head(xy.flatten(1))
 
@@ -82,6 +90,8 @@ def clone(frames: np.ndarray, actions: np.ndarray, size: int, steps: int = 400, 
     seeds -- near-uniform soft-argmax, the policy fits its labels at chance --, so BC success measured
     the optimiser's luck rather than the labels: README, "BC at 1% labels".)"""
     x, y = torch.from_numpy(np.ascontiguousarray(frames)), torch.as_tensor(actions, dtype=torch.long)
+    with torch.no_grad():  # the pooling has no parameters: every frame pooled once, not at every step (0.9)
+        x = torch.cat([Policy(size).pool(x[i:i + 4096]) for i in range(0, len(x), 4096)])
     best = None
     for r in range(restarts):
         torch.manual_seed(seed + 7919 * r)
@@ -90,7 +100,7 @@ def clone(frames: np.ndarray, actions: np.ndarray, size: int, steps: int = 400, 
         rng = np.random.default_rng(seed + 7919 * r)
         for _ in range(steps):
             idx = torch.as_tensor(rng.integers(0, len(x), batch))
-            loss = nn.functional.cross_entropy(pol(x[idx]), y[idx])
+            loss = nn.functional.cross_entropy(pol.from_pooled(x[idx]), y[idx])
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -102,8 +112,8 @@ def clone(frames: np.ndarray, actions: np.ndarray, size: int, steps: int = 400, 
 
 @torch.no_grad()
 def _fit_loss(pol: Policy, x: torch.Tensor, y: torch.Tensor, chunk: int = 4096) -> float:
-    """Mean cross-entropy of ``pol`` on all its training frames / labels."""
-    total = sum(nn.functional.cross_entropy(pol(x[i:i + chunk]), y[i:i + chunk], reduction="sum").item()
+    """Mean cross-entropy of ``pol`` on all its training frames (pooled) / labels."""
+    total = sum(nn.functional.cross_entropy(pol.from_pooled(x[i:i + chunk]), y[i:i + chunk], reduction="sum").item()
                 for i in range(0, len(x), chunk))
     return total / max(len(x), 1)
 

@@ -41,7 +41,11 @@ CFG = {
                   tok=dict(grid=8, channels=8, hidden=8, steps=5)),
     "quick": dict(entities=(1, 4), clips=600, frames=12, steps=QUICK_STEPS, batch=32, seeds=3, horizon=10, width=32,
                   unroll=4, unroll_from=QUICK_STEPS // 2, kl_warmup=0, workers=2, device="cpu",
-                  probe_c=(0.1, 1.0), lr=(1e-3, 3e-3), beta=(0.03, 0.01), k_offset=(1, 2), grid_steps=QUICK_STEPS // 2,
+                  probe_c=(0.1, 1.0), lr=(3e-3,),  # 1e-3 lost on dev in 0.6, 0.7 and 0.8: dropped for the budget (0.9)
+                  beta=(0.03, 0.01), k_offset=(1, 2), grid_steps=QUICK_STEPS // 2,
+                  # 0.9: FLAM's slots attend locally (sigma 1 token) at beta 0.03, K = E + 2, all three chosen on
+                  # dev by the binding check (README, "Dev check of local slot attention"); the grid searches lam
+                  local_sigma=1.0, flam_choice={"lr": 3e-3, "beta": 0.03, "k_offset": 2},
                   labels=(0.01, 0.1),
                   bc_steps=400, episodes=200, fit_clips=210,
                   models=("flam", "lam"), decoder_c=DECODER_C, tok=dict(grid=8, channels=8, hidden=16, steps=300)),
@@ -80,12 +84,13 @@ def _evaluate(model, video, acts, sl, horizon, grid=PROBE_C, fit_clips=None) -> 
     return out
 
 
-def _model_cfg(name: str, e: int, width: int, choice: dict, tok=None, unroll: int = 1):
+def _model_cfg(name: str, e: int, width: int, choice: dict, tok=None, unroll: int = 1, local_sigma: float = 0.0):
     kw = {} if tok is None else dict(tokenizer="conv", token_grid=tok.grid, token_channels=tok.channels,
                                      token_hidden=tok.hidden)
     cfg = build(name, e, width=width, latent_dim=LATENT_DIM, beta=choice["beta"], k_offset=choice.get("k_offset", 1),
                 **kw)
-    return ModelConfig(**{**cfg.to_dict(), "unroll": unroll})  # the same multi-step loss for every model
+    local = {"local_sigma": local_sigma} if cfg.model == "flam" else {}  # FLAM's slots only (0.9)
+    return ModelConfig(**{**cfg.to_dict(), "unroll": unroll, **local})  # the same multi-step loss for every model
 
 
 def _tokenizer(cfg: dict, video, sl, seed: int) -> tuple:
@@ -131,7 +136,7 @@ def _grid_run(name, e, cfg, choice, video, sl, seed, tok) -> tuple[float, dict |
     """One dev-grid run at the first seed: (dev 10-step PSNR, the trained weights as numpy arrays when
     the grid runs the full schedule -- then this run *is* that seed's final run --, train CPU s, why it
     failed). A run that diverges (non-finite loss or gradient) scores -inf: a setting that diverges loses."""
-    mcfg = _model_cfg(name, e, cfg["width"], choice, tok, cfg.get("unroll", 1))
+    mcfg = _model_cfg(name, e, cfg["width"], choice, tok, cfg.get("unroll", 1), cfg.get("local_sigma", 0.0))
     tcfg = TrainConfig(steps=cfg["grid_steps"], batch_size=cfg["batch"], window=5, lr=choice["lr"], seed=seed,
                        unroll_from=cfg.get("unroll_from", 0) * cfg["grid_steps"] // cfg["steps"],  # same share
                        kl_warmup=cfg.get("kl_warmup", 0) * cfg["grid_steps"] // cfg["steps"])
@@ -151,6 +156,8 @@ def _candidates(name: str, cfg: dict, best: dict | None) -> list[dict]:
     """The dev search, one coordinate at a time [R]: stage 1 (``best`` None) every lr at the first beta
     and K offset; stage 2 every other beta and every other K offset (FLAM) around stage 1's winner.
     lam-vq has no KL (lr only); the monolithic models have no K."""
+    if name == "flam" and "flam_choice" in cfg:  # chosen on dev beforehand: no search
+        return [cfg["flam_choice"]] if best is None else []
     betas = cfg["beta"] if name != "lam-vq" else cfg["beta"][:1]
     ks = cfg["k_offset"] if name == "flam" else cfg["k_offset"][:1]
     if best is None:
@@ -165,16 +172,20 @@ def _choose(names, e: int, cfg: dict, video, sl, seed: int, log: list, tok=None,
     Returns (choice per model, the winning run per model: (weights, train CPU s) or None)."""
     scored: dict[str, list] = {n: [] for n in names}  # (choice, dev score, weights, cpu)
     searched = [n for n in names if len(_candidates(n, cfg, None)) + len(_candidates(n, cfg, {})) > 1]
-    for stage in (1, 2):
-        jobs = []
-        for n in searched:
-            best = None if stage == 1 else max(scored[n], key=lambda r: r[1])[0]
-            jobs += [(n, c) for c in _candidates(n, cfg, best)]
-        outs = _map(pool, _grid_run, [(n, e, cfg, c, video, sl, seed, tok) for n, c in jobs])
-        for (n, c), (score, state, cpu, why) in zip(jobs, outs, strict=True):
+
+    def run(jobs: list) -> None:  # (model, choice, stage) jobs, side by side in the pool
+        outs = _map(pool, _grid_run, [(n, e, cfg, c, video, sl, seed, tok) for n, c, _ in jobs])
+        for (n, c, stage), (score, state, cpu, why) in zip(jobs, outs, strict=True):
             scored[n].append((c, score, state, cpu))
             log.append({"entities": e, "model": n, **c, "stage": stage, "steps": cfg["grid_steps"], "dev_psnr_h": score,
                         "train_cpu_s": round(cpu, 1), "diverged": why})
+
+    first = [(n, c, 1) for n in searched for c in _candidates(n, cfg, None)]
+    if all(len(_candidates(n, cfg, None)) == 1 for n in searched):  # one lr: stage 2 is known, run both at once
+        run(first + [(n, c, 2) for n in searched for c in _candidates(n, cfg, _candidates(n, cfg, None)[0])])
+    else:
+        run(first)
+        run([(n, c, 2) for n in searched for c in _candidates(n, cfg, max(scored[n], key=lambda r: r[1])[0])])
     chosen, won = {}, {}
     for n in names:
         if n not in searched:
@@ -242,7 +253,7 @@ def _one_run(name, e, sd, mcfg, lr, cfg, video, acts, sl, tok, controlled, done=
     rec = {"entities": e, "model": name, "seed": sd, "params": n_params(model), "steps": cfg["steps"],
            "batch": cfg["batch"], "unroll": mcfg.unroll,
            "unroll_from": tcfg.unroll_from, "kl_warmup": tcfg.kl_warmup, "width": mcfg.width, "train_cpu_s": round(train_cpu, 1),
-           "slots": mcfg.slots, "latent_per_slot": mcfg.slot_latent, "lr": lr,
+           "slots": mcfg.slots, "latent_per_slot": mcfg.slot_latent, "local_sigma": mcfg.local_sigma, "lr": lr,
            "beta": mcfg.beta, "psnr_1": t["psnr_1"], "psnr_h": t[f"psnr_{h}"],
            "ssim_1": t["ssim_1"], "ssim_h": t[f"ssim_{h}"], "mse_h": t[f"mse_{h}"],
            "dev_psnr_h": d[f"psnr_{h}"], "copy_1": t["copy_1"], "copy_h": t[f"copy_{h}"],
@@ -285,9 +296,10 @@ def _run(res: Results, cfg: dict, seed: int, pool=None) -> tuple[list, list, lis
         names = list(cfg["models"]) + (["flam-no-temporal"] if e == big else [])
         # every (model, seed) run is independent: side by side in the pool, results in a fixed order; the
         # first seed's run of a searched model at E = big is the dev grid's winning run (same config and seed)
-        jobs = [(n, e, sd, _model_cfg(n, e, cfg["width"], chosen[n], tok, cfg.get("unroll", 1)), chosen[n]["lr"],
+        jobs = [(n, e, sd, _model_cfg(n, e, cfg["width"], chosen[n], tok, cfg.get("unroll", 1), cfg.get("local_sigma", 0.0)),
+                 chosen[n]["lr"],
                  cfg, video, acts, sl, tok, controlled, won.get(n) if sd == seeds[0] else None)
-                for n in names for sd in seeds]
+                for n in sorted(names, key=lambda n: not n.startswith("flam")) for sd in seeds]  # long runs first
         for rec, bc in _map(pool, _one_run, jobs):
             recs.append(rec)
             bc_recs += bc

@@ -159,6 +159,7 @@ def open_run(out: Path, config: dict) -> bool:
             raise UserError(f"{out} exists and is not a RUN folder (choose a new --out)") from None
         if isinstance(old.get("model"), dict):
             old["model"].setdefault("unroll", 1)  # a RUN written before 0.5 was trained one step ahead
+            old["model"].setdefault("local_sigma", 0.0)  # before 0.9: no local slot attention
         if isinstance(old.get("train"), dict):
             old["train"].setdefault("unroll_from", 0)
         for part in sorted(set(old) | set(config)):

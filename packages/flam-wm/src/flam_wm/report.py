@@ -124,6 +124,7 @@ def notes(cfg: dict, elapsed: float) -> list[str]:
         "seeding of the first frame's slots, the reconstruction term on every frame, "
         "one Slot Attention iteration per frame after the first (slots carried), "
         "Slot Attention's keys from the tokens' content only, "
+        "(0.9, when local_sigma > 0) object slots attending within ~sigma tokens of their position, "
         "the multi-step (unrolled) FDM loss after a one-step warm-up, "
         "SpriteWorld, the correspondence score, the BC policy (keypoint MLP) and the reach-target task.",
         "Splits: 70/15/15 clips train/dev/test per data set. Chosen on dev (first seed, E = max): lr from "
@@ -134,7 +135,11 @@ def notes(cfg: dict, elapsed: float) -> list[str]:
         "the winner is the first seed's final run --, the probes' C, the BC decoder's C (dev transitions), "
         "the strongest PSNR baseline "
         "and the monolithic model compared in each claim. All claimed figures are on test clips "
-        "(BC: fresh reach-target episodes).",
+        "(BC: fresh reach-target episodes)."
+        + (f" FLAM (0.9): {cfg['flam_choice']} and Slot Attention's locality sigma {cfg.get('local_sigma', 0)} "
+           "token(s), chosen beforehand on dev by the binding check (dev seeds 10-12, mask ARI and "
+           "correspondence on dev clips; README); the grid above searches the monolithic model only."
+           if "flam_choice" in cfg else ""),
         f"Budget: {cfg['steps']} Adam steps x batch {cfg['batch']} x 5-frame windows for every model, width "
         f"{cfg['width']}, the same loss for every model: one step ahead until step {cfg.get('unroll_from', 0)}, "
         f"then the FDM unrolled {cfg.get('unroll', 1)} steps on its own predictions (mean of the 1..U-step errors; "
