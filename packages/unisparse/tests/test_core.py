@@ -44,6 +44,22 @@ def test_granularity_one_gives_exact_block_attention():
     torch.testing.assert_close(got.sum(-1), torch.ones(1, 4, 5), atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("t,s", [(200, 200), (150, 230), (64, 64)])
+def test_block_attention_mass_is_the_exact_block_mass(t, s):
+    """The oracle's mass (0.3.8: tiled over the causal triangle) equals the dense fp64 softmax
+    summed per block over all queries / T: a prefill, a chunk with ragged blocks, one block."""
+    g = torch.Generator().manual_seed(t + s)
+    q, k = torch.randn(1, 4, t, 16, generator=g) * 3, torch.randn(1, 2, s, 16, generator=g) * 3
+    sc = q.double() @ k.double().repeat_interleave(2, 1).transpose(-1, -2) / 4
+    p = torch.softmax(sc.masked_fill(torch.arange(s)[None, :] > torch.arange(t)[:, None] + s - t,
+                                     -math.inf), -1)
+    nq, nk = math.ceil(t / 32), math.ceil(s / 32)
+    p = torch.nn.functional.pad(p, (0, nk * 32 - s, 0, nq * 32 - t))
+    want = p.reshape(1, 4, nq, 32, nk, 32).sum((3, 5)) / t
+    torch.testing.assert_close(core.block_attention_mass(q, k, 32).double(), want,
+                               atol=1e-6, rtol=1e-5)
+
+
 def _composite_reference(qc, kc, g, gk, t, s, bs, scale):
     """The composite-level causal softmax in one piece, summed onto the block grid (fp64)."""
     mq, mk = qc.shape[2], kc.shape[2]

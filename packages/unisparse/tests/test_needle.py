@@ -55,6 +55,19 @@ def test_baselines_are_matched_to_unisparse_per_layer(tiny, monkeypatch):
     assert all(0 < r[m]["agree"] < 1 for m in methods), "sparse arms must change some logits"
 
 
+def test_two_workers_equal_one_process():
+    """0.3.8: spawned workers load the model while the parent searches MInference's patterns
+    and receive them on a queue; every document's result equals the one-process run."""
+    from unisparse.needle import needle_study
+
+    kw = dict(length=192, n_docs=2, density=0.25, block=16, new_tokens=1,
+              methods=("unisparse", "xattention", "minference"))
+    one, two = needle_study("tiny", workers=1, **kw), needle_study("tiny", workers=2, **kw)
+    assert one["patterns"] == two["patterns"] and set(one["patterns"]) == {0, 1}
+    assert one["per_doc"] == two["per_doc"]
+    assert two["per_doc"][0]["minference"]["density"] < 1
+
+
 def test_matched_baseline_without_unisparse_is_refused(tiny):
     with pytest.raises(ValueError, match="matched budgets"):
         run_documents(tiny, None, _docs(), ("xattention",), block=16, density=0.25, new_tokens=1)

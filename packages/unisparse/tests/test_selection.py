@@ -111,19 +111,43 @@ def test_xattention_threshold_is_per_row_top_p_and_meets_density():
     assert 0.2 < dens <= 0.3
 
 
-def test_index_lists_to_blocks_is_the_exact_cover():
-    t, s = 80, 112  # a chunk: queries aligned to the last keys
-    g = torch.Generator().manual_seed(1)
-    vert, slash = torch.rand(1, 1, s, generator=g) < 0.05, torch.rand(1, 1, s, generator=g) < 0.05
-    got = index_lists_to_blocks(vert, slash, t, s, BS)
-    qpos = torch.arange(t)[:, None] + (s - t)
-    kpos = torch.arange(s)[None, :]
-    elem = (vert[0, 0][kpos] | slash[0, 0][(qpos - kpos).clamp(min=0)]) & (kpos <= qpos)
-    nq, nk = math.ceil(t / BS), math.ceil(s / BS)
-    want = torch.nn.functional.pad(elem, (0, nk * BS - s, 0, nq * BS - t)).reshape(
-        nq, BS, nk, BS).any(3).any(1)
-    valid = core.causal_block_valid(t, s, BS)
-    assert torch.equal(got[0, 0] & valid, want)
+@pytest.mark.parametrize("t,s", [(80, 112), (112, 112), (100, 100), (37, 130), (16, 16)])
+def test_index_lists_to_blocks_is_the_exact_cover(t, s):
+    """0.3.8's prefix-count cover equals the element-level definition: prefill and chunk
+    offsets, ragged query rows and key blocks, dense and sparse selections."""
+    g = torch.Generator().manual_seed(t * s)
+    for p in (0.02, 0.1, 0.5):
+        vert, slash = torch.rand(2, 3, s, generator=g) < p, torch.rand(2, 3, s, generator=g) < p
+        got = index_lists_to_blocks(vert, slash, t, s, BS)
+        qpos = torch.arange(t)[:, None] + (s - t)
+        kpos = torch.arange(s)[None, :]
+        elem = (vert[..., kpos] | slash[..., (qpos - kpos).clamp(min=0)]) & (kpos <= qpos)
+        nq, nk = math.ceil(t / BS), math.ceil(s / BS)
+        want = torch.nn.functional.pad(elem, (0, nk * BS - s, 0, nq * BS - t)).reshape(
+            2, 3, nq, BS, nk, BS).any(5).any(3)
+        valid = core.causal_block_valid(t, s, BS)
+        assert torch.equal(got & valid, want), p
+
+
+def test_presorted_selectors_meet_their_definitions():
+    """FlexPrefill's cumulative-γ and MInference's top-n index lists, sorted once per call
+    (0.3.8): γ keeps the fewest largest entries reaching γ, n keeps the n largest."""
+    from unisparse.baselines import _count_selector, _cum_selector
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.softmax(torch.randn(2, 3, 200, generator=g) * 3, -1)
+    cum, top = _cum_selector(x), _count_selector(x)
+    for gamma in (0.05, 0.5, 0.9, 0.999):
+        m = cum(gamma)
+        kept = (x * m).sum(-1)
+        smallest = torch.where(m, x, torch.full_like(x, 2.0)).amin(-1)
+        assert (kept >= gamma - 1e-6).all() and (kept - smallest < gamma - 1e-7).all()
+        assert (smallest >= torch.where(m, torch.zeros_like(x), x).amax(-1)).all()
+    for n in (1, 7, 200, 500):
+        m = top(n)
+        assert (m.sum(-1) == min(n, 200)).all()
+        lo = torch.where(m, x, torch.full_like(x, 2.0)).amin(-1)
+        assert (lo >= torch.where(m, torch.zeros_like(x), x).amax(-1)).all()
 
 
 def test_minference_search_picks_the_pattern_that_fits():
@@ -264,3 +288,30 @@ def test_fused_backend_shared_mask_path_is_exact_and_not_the_full_map():
     dense = torch.nn.functional.scaled_dot_product_attention(
         q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), is_causal=True)
     assert float((got - dense).abs().max()) > 1e-2
+
+
+@pytest.mark.parametrize("density", [1.0, 0.3])
+def test_fused_backend_in_bf16_errs_like_sdpa_in_bf16(density):
+    """bf16 inputs run in bf16 (0.3.8, the model's own precision): the error against fp64
+    attention on the same kept blocks is at most 2x PyTorch's own bf16 SDPA error on dense
+    causal attention (the kernels' tolerance rule); the output stays bf16."""
+    g = torch.Generator().manual_seed(21)
+    q = (torch.randn(1, 6, 300, 32, generator=g) * 2).bfloat16()
+    k = (torch.randn(1, 2, 300, 32, generator=g) * 2).bfloat16()
+    v = torch.randn(1, 2, 300, 32, generator=g).bfloat16()
+    mask = estimate_block_mask(q.float(), k.float(), block_size=BS, density=density)
+    got = fused_attention(q, k, v, mask, BS)
+    assert got.dtype == torch.bfloat16
+
+    def err(x, ref):
+        return float((x.double() - ref.double()).norm() / ref.double().norm())
+
+    kk, vv = k.repeat_interleave(3, 1), v.repeat_interleave(3, 1)
+    sdpa = torch.nn.functional.scaled_dot_product_attention(q, kk, vv, is_causal=True)
+    sdpa_err = err(sdpa, dense_fp64(q, kk, vv))
+    assert 0 < err(got, _dense_restricted(q, k, v, mask, BS)) <= 2 * sdpa_err
+
+
+def dense_fp64(q, k, v):
+    return torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(),
+                                                            is_causal=True)

@@ -9,7 +9,9 @@
   fused ``F.scaled_dot_product_attention`` (the CPU flash kernel) on ``[G, 1, b, c·b]`` per
   batched call; when every unit of a call has its diagonal block last and block-aligned (the
   usual case: the local band is always kept) one shared ``[b, c·b]`` mask (all ones, causal on
-  the last block) serves the whole call; otherwise a per-unit element mask. Exact in fp32.
+  the last block) serves the whole call; otherwise a per-unit element mask. Exact in fp32;
+  bf16 / fp16 inputs are computed in their own dtype, as the model's SDPA computes them (0.3.8;
+  was upcast to fp32: 1.8x slower, no more accurate once rounded back, see ``fused_attention``).
 - ``kernel``: ``icml26_kernels.block_sparse_attention`` (Triton on CUDA, its reference on CPU).
 - ``flex``: PyTorch FlexAttention with a ``BlockMask`` built from the same block mask (compiled
   on CUDA; eager, slow, on CPU — there for exactness tests).
@@ -50,11 +52,13 @@ def _units(mask: torch.Tensor, b: int, h: int, hkv: int, nq: int, nk: int, t: in
 def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
                     block_size: int, scale: float | None = None) -> torch.Tensor:
     """Exact causal attention restricted to the kept blocks through the public fused
-    ``F.scaled_dot_product_attention`` (fp32). Units with the same kept-block count ``c`` form
-    one call on their gathered K/V blocks ``[G, 1, c·b, D]``; the mask is one shared ``[b, c·b]``
-    tensor (every kept block fully visible except the block-aligned diagonal, last in the sorted
-    row) when the whole call allows it, else each unit's element mask. A query that sees no key
-    gives 0."""
+    ``F.scaled_dot_product_attention``, in the inputs' dtype (fp32 stays fp32; bf16 / fp16 use
+    SDPA's own low-precision path with fp32 accumulation: the model's dense attention at the
+    same precision, within 2x of its error, the kernels' tolerance rule; fp64 and others run in
+    fp32). Units with the same kept-block count ``c`` form one call on their gathered K/V blocks
+    ``[G, 1, c·b, D]``; the mask is one shared ``[b, c·b]`` tensor (every kept block fully
+    visible except the block-aligned diagonal, last in the sorted row) when the whole call
+    allows it, else each unit's element mask. A query that sees no key gives 0."""
     import torch.nn.functional as F
 
     b, h, t, d = q.shape
@@ -63,20 +67,21 @@ def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
     nq, nk = math.ceil(t / bs), math.ceil(s / bs)
     mask = mask.expand(b, h, nq, nk)
     pad = torch.nn.functional.pad
-    qb = pad(q.float(), (0, 0, 0, nq * bs - t)).reshape(b * h * nq, 1, bs, d)
-    kb = pad(k.float(), (0, 0, 0, nk * bs - s)).reshape(b * hkv * nk, bs, d)
-    vb = pad(v.float(), (0, 0, 0, nk * bs - s)).reshape(b * hkv * nk, bs, dv)
+    dt = q.dtype if q.dtype in (torch.bfloat16, torch.float16) else torch.float32
+    qb = pad(q.to(dt), (0, 0, 0, nq * bs - t)).reshape(b * h * nq, 1, bs, d)
+    kb = pad(k.to(dt), (0, 0, 0, nk * bs - s)).reshape(b * hkv * nk, bs, d)
+    vb = pad(v.to(dt), (0, 0, 0, nk * bs - s)).reshape(b * hkv * nk, bs, dv)
     counts, order, runs, kidx, kv_base, qfirst = _units(mask, b, h, hkv, nq, nk, t, s, bs)
     local = torch.arange(bs, device=dev)
     tril = local[None, :] <= local[:, None]  # [bs, bs]: query row, key column
-    out = torch.zeros(b * h * nq, 1, bs, dv, device=dev)
+    out = torch.zeros(b * h * nq, 1, bs, dv, device=dev, dtype=dt)
     u0 = 0
     for c, n in zip(runs[0].tolist(), runs[1].tolist()):
         if c == 0:
             u0 += n
             continue
         # the shared mask, additive (a bool mask would be converted on every call)
-        shared = torch.zeros(bs, c * bs, device=dev)
+        shared = torch.zeros(bs, c * bs, device=dev, dtype=dt)
         shared[:, (c - 1) * bs:].masked_fill_(~tril, -math.inf)
         step = max(1, MAX_FUSED_ELEMS // (c * bs * bs))
         for g0 in range(u0, u0 + n, step):

@@ -98,20 +98,34 @@ def run_documents(model, tok, docs, methods, *, block: int, density: float, new_
     return out
 
 
-def _worker(job: dict) -> list[dict]:
+#: in a spawned worker: the queue on which the parent sends MInference's dev patterns
+_CHANNEL = None
+
+
+def _init_worker(channel) -> None:
+    global _CHANNEL
+    _CHANNEL = channel
+
+
+def _worker(job: dict, loaded=None) -> list[dict]:
+    """One shard of test documents; ``job["patterns"]`` absent: wait for them on the channel
+    (the worker loads the model while the parent searches them)."""
     import torch
 
     torch.set_num_threads(1)
-    model, tok = load(job["spec"], job["dtype"], job["seed"])
+    model, tok = loaded or load(job["spec"], job["dtype"], job["seed"])
     model = model.to(job.get("device", "cpu"))
     from .e2e import documents
 
     docs = documents(tok, job["length"], job["n_docs"], job["seed"], offset=900,
                      haystack=job.get("haystack", "varied"))
     mine = [docs[i] for i in job["indices"]]
+    patterns = job["patterns"] if "patterns" in job else _CHANNEL.get()
+    if patterns == "failed":  # the parent's search raised; it re-raises
+        return []
     return run_documents(model, tok, mine, job["methods"], block=job["block"],
                          density=job["density"], new_tokens=job["new_tokens"],
-                         patterns=job["patterns"], seed=job["seed"])
+                         patterns=patterns, seed=job["seed"])
 
 
 def needle_study(spec: str = "smollm2", *, length: int = 1024, n_docs: int = 20,
@@ -122,35 +136,51 @@ def needle_study(spec: str = "smollm2", *, length: int = 1024, n_docs: int = 20,
     Test documents: ``e2e.documents(..., offset=900)``, depths spread evenly over [0.1, 0.9],
     ``haystack`` as in ``tasks.needle_prompt``. The answer is decoded densely after the (sparse)
     prefill: the patch keeps one-query decoding steps on the model's SDPA path.
-    ``device="cuda"`` runs the model there (use ``workers=1``)."""
+    ``device="cuda"`` runs the model there (use ``workers=1``). With several workers they start
+    (and load the model) while this process searches MInference's patterns (0.3.8)."""
     import torch
 
     log = log or (lambda _m: None)
     t0 = time.perf_counter()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    try:
+    search = any(m in ("minference", "minference_answer") for m in methods)
+    job = dict(spec=spec, dtype=dtype, seed=seed, length=length, n_docs=n_docs,
+               methods=tuple(methods), block=block, density=density,
+               new_tokens=new_tokens, device=device, haystack=haystack)
+    shards = [list(range(n_docs))[w::workers] for w in range(workers)]
+    shards = [s for s in shards if s]
+
+    def search_patterns():
         model, tok = load(spec, dtype, seed)
         model = model.to(device)
         patterns = None
-        if any(m in ("minference", "minference_answer") for m in methods):
+        if search:
             patterns = dev_patterns(model, tok, length=length, block=block, density=density,
                                     seed=seed, haystack=haystack)
             log(f"MInference patterns searched on the dev document ({len(patterns)} layers)")
-        job = dict(spec=spec, dtype=dtype, seed=seed, length=length, n_docs=n_docs,
-                   methods=tuple(methods), block=block, density=density,
-                   new_tokens=new_tokens, patterns=patterns, device=device, haystack=haystack)
-        shards = [list(range(n_docs))[w::workers] for w in range(workers)]
-        shards = [s for s in shards if s]
+        return model, tok, patterns
+
+    try:
         if len(shards) == 1:
-            per = [_worker({**job, "indices": shards[0]})]
+            model, tok, patterns = search_patterns()
+            per = [_worker({**job, "patterns": patterns, "indices": shards[0]}, (model, tok))]
         else:
-            del model
             import multiprocessing as mp
             from concurrent.futures import ProcessPoolExecutor
 
-            with ProcessPoolExecutor(len(shards), mp_context=mp.get_context("spawn")) as ex:
-                per = list(ex.map(_worker, [{**job, "indices": s} for s in shards]))
+            ctx = mp.get_context("spawn")
+            chan = ctx.SimpleQueue()
+            with ProcessPoolExecutor(len(shards), mp_context=ctx, initializer=_init_worker,
+                                     initargs=(chan,)) as ex:
+                futs = [ex.submit(_worker, {**job, "indices": s}) for s in shards]
+                patterns = "failed"
+                try:
+                    patterns = search_patterns()[2]
+                finally:
+                    for _ in shards:
+                        chan.put(patterns)
+                per = [f.result() for f in futs]
         rows: list = [None] * n_docs
         for s, res in zip(shards, per):
             for i, r in zip(s, res):
@@ -158,7 +188,7 @@ def needle_study(spec: str = "smollm2", *, length: int = 1024, n_docs: int = 20,
     finally:
         torch.set_num_threads(threads)
     return {"per_doc": rows, "summary": summarize(rows), "patterns": patterns,
-            "settings": {k: v for k, v in job.items() if k != "patterns"},
+            "settings": job,
             "wall_s": time.perf_counter() - t0}
 
 
