@@ -69,7 +69,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         slots = args.slots if args.model == "flam" else 1
         mcfg = ModelConfig(model=args.model, slots=slots, latent_dim=args.latent_dim, beta=args.beta,
                            size=args.size, width=args.width, temporal=not args.no_temporal, unroll=args.unroll,
-                           local_sigma=args.local_sigma if args.model == "flam" else 0.0, **tok_kw)
+                           local_sigma=args.local_sigma if args.model == "flam" else 0.0,
+                           free_bits=args.free_bits, **tok_kw)
         tcfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, seed=args.seed, lr=args.lr,
                            unroll_from=args.unroll_from, kl_warmup=args.kl_warmup)
     except ValueError as exc:
@@ -343,6 +344,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--unroll-from", type=nonneg_int, default=0, help="train one step ahead until this step")
     t.add_argument("--local-sigma", type=nonneg_float, default=0.0,
                    help="flam: object slots attend within ~sigma tokens of their position (0 = off; 0.9)")
+    t.add_argument("--free-bits", type=nonneg_float, default=0.0,
+                   help="each slot's KL (nats) is priced only above this floor (free bits; 0 = off; 0.9.1)")
     t.add_argument("--kl-warmup", type=nonneg_int, default=0,
                    help="beta ramps linearly from 0 over these first steps (KL annealing)")
     t.add_argument("--tokenizer", type=Path, default=None,

@@ -32,6 +32,7 @@ class ModelConfig:
     slot_pos: bool = True        # each slot carries its position (attention-weighted centroid of its tokens, as Invariant Slot Attention), decoded in relative coordinates (0.7) [R]
     seeding: str = "fps"         # Slot Attention's initial slots on a clip's first frame: "fps" (one learned background slot + the K-1 tokens farthest from the frame's mean and from each other, k-means++-style seeding) or "learned" (K learned vectors, 0.6's) [R]
     local_sigma: float = 0.0     # > 0: Slot Attention's object slots attend locally, logits - |c_n - p_k|^2 / (2 sigma^2) around each slot's position (token units; the background slot global; ISA-inspired, 0.9) [R]; 0 = off
+    free_bits: float = 0.0       # > 0: each slot's KL (batch mean, nats) is priced only above this floor, beta * mean_k max(KL_k, free_bits) (free bits, Kingma et al. 2016; 0.9.1) [R]; 0 = off
     decoder_hidden: int = 16     # the per-slot compositor's hidden width [R; 16 cost half of 32 on dev at no loss of binding]
     unroll: int = 1              # FDM steps unrolled in the loss (1 = the paper's one-step loss [P]; U > 1: the FDM also trained on its own U-step rollouts, mean of the U terms [R])
     codes: int = 8               # lam-vq codebook size (Genie's latent actions are a small codebook [P]; 8 [R])
@@ -58,7 +59,7 @@ class ModelConfig:
             raise ValueError("the residual decoder is trained one step ahead only (unroll must be 1)")
         if self.local_sigma and not (self.slot_pos and self.seeding == "fps"):
             raise ValueError("local_sigma needs slot positions and seeded slots (slot_pos=True, seeding='fps')")
-        for name in ("beta", "recon", "local_sigma"):
+        for name in ("beta", "recon", "local_sigma", "free_bits"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and v == v and 0 <= v < float("inf")):
                 raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")

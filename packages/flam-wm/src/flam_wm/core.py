@@ -382,7 +382,8 @@ class WorldModel(nn.Module):
     def loss(self, z: torch.Tensor, gen: torch.Generator | None = None,
              eps: torch.Tensor | None = None, unroll: int | None = None,
              kl_scale: float = 1.0) -> tuple[torch.Tensor, dict]:
-        """L = ||z_{t+1} - z_hat_{t+1}||^2 + beta * sum_k KL(q(a^k) || N(0, I)) [P], + recon [R];
+        """L = ||z_{t+1} - z_hat_{t+1}||^2 + beta * sum_k KL(q(a^k) || N(0, I)) [P], + recon [R]
+        (with ``free_bits`` each slot's batch-mean KL floored at it, free bits [R]);
         with ``unroll`` U > 1 the first term is the mean of the 1..U-step errors (``unrolled_errors``;
         U = ``cfg.unroll`` unless given, as the training loop does during its one-step warm-up).
         With ``residual`` (off by default) the aggregator decodes the change the FDM makes to the slots,
@@ -392,14 +393,18 @@ class WorldModel(nn.Module):
         reparameterisation noise, shape of the latents) is drawn from ``gen`` unless given."""
         s = self.slots(z)
         mu, logvar = self.idm(s[:, :-1], s[:, 1:])
-        kl = gaussian_kl(mu, logvar).sum(-1).mean()
+        kl_bk = gaussian_kl(mu, logvar)  # [B, T-1, K]: each slot's KL per transition
+        kl = kl_bk.sum(-1).mean()
         if self.cfg.model == "lam-vq":
             a, reg, _ = quantize(mu, self.codebook)
         else:
             if eps is None:
                 eps = torch.randn(mu.shape, generator=gen, device=mu.device)
             a = mu + eps * (0.5 * logvar).exp()
-            reg = kl_scale * self.cfg.beta * kl  # kl_scale < 1 only during the training loop's KL warm-up [R]
+            # free bits (0.9.1): a slot's KL below the floor is not priced (no gradient toward collapse)
+            fb = self.cfg.free_bits
+            priced = kl_bk.flatten(0, -2).mean(0).clamp_min(fb).sum() if fb else kl
+            reg = kl_scale * self.cfg.beta * priced  # kl_scale < 1 only during the training loop's KL warm-up [R]
         if self.cfg.residual:
             here = self.agg(s[:, :-1])
             z_hat = z[:, :-1] + self.agg(self.fdm(s[:, :-1], a)) - here

@@ -44,8 +44,10 @@ CFG = {
                   probe_c=(0.1, 1.0), lr=(3e-3,),  # 1e-3 lost on dev in 0.6, 0.7 and 0.8: dropped for the budget (0.9)
                   beta=(0.03, 0.01), k_offset=(1, 2), grid_steps=QUICK_STEPS // 2,
                   # 0.9: FLAM's slots attend locally (sigma 1 token) at beta 0.03, K = E + 2, all three chosen on
-                  # dev by the binding check (README, "Dev check of local slot attention"); the grid searches lam
-                  local_sigma=1.0, flam_choice={"lr": 3e-3, "beta": 0.03, "k_offset": 2},
+                  # dev by the binding check (README, "Dev check of local slot attention"); the grid searches lam;
+                  # 0.9.1: a free-bits floor of 1.6 nats per slot (~log 5, one sprite's action) ends the latents'
+                  # collapse found on dev seeds 11, 13, 14 (README, "Dev check of the per-slot latents")
+                  local_sigma=1.0, flam_choice={"lr": 3e-3, "beta": 0.03, "k_offset": 2, "free_bits": 1.6},
                   labels=(0.01, 0.1),
                   bc_steps=400, episodes=200, fit_clips=210,
                   models=("flam", "lam"), decoder_c=DECODER_C, tok=dict(grid=8, channels=8, hidden=16, steps=300)),
@@ -89,7 +91,8 @@ def _model_cfg(name: str, e: int, width: int, choice: dict, tok=None, unroll: in
                                      token_hidden=tok.hidden)
     cfg = build(name, e, width=width, latent_dim=LATENT_DIM, beta=choice["beta"], k_offset=choice.get("k_offset", 1),
                 **kw)
-    local = {"local_sigma": local_sigma} if cfg.model == "flam" else {}  # FLAM's slots only (0.9)
+    # FLAM's slots only: local attention (0.9) and, when the choice names one, a per-slot KL floor (0.9.1)
+    local = {"local_sigma": local_sigma, "free_bits": choice.get("free_bits", 0.0)} if cfg.model == "flam" else {}
     return ModelConfig(**{**cfg.to_dict(), "unroll": unroll, **local})  # the same multi-step loss for every model
 
 
@@ -253,7 +256,8 @@ def _one_run(name, e, sd, mcfg, lr, cfg, video, acts, sl, tok, controlled, done=
     rec = {"entities": e, "model": name, "seed": sd, "params": n_params(model), "steps": cfg["steps"],
            "batch": cfg["batch"], "unroll": mcfg.unroll,
            "unroll_from": tcfg.unroll_from, "kl_warmup": tcfg.kl_warmup, "width": mcfg.width, "train_cpu_s": round(train_cpu, 1),
-           "slots": mcfg.slots, "latent_per_slot": mcfg.slot_latent, "local_sigma": mcfg.local_sigma, "lr": lr,
+           "slots": mcfg.slots, "latent_per_slot": mcfg.slot_latent, "local_sigma": mcfg.local_sigma,
+           "free_bits": mcfg.free_bits, "lr": lr,
            "beta": mcfg.beta, "psnr_1": t["psnr_1"], "psnr_h": t[f"psnr_{h}"],
            "ssim_1": t["ssim_1"], "ssim_h": t[f"ssim_{h}"], "mse_h": t[f"mse_{h}"],
            "dev_psnr_h": d[f"psnr_{h}"], "copy_1": t["copy_1"], "copy_h": t[f"copy_{h}"],

@@ -160,6 +160,7 @@ def open_run(out: Path, config: dict) -> bool:
         if isinstance(old.get("model"), dict):
             old["model"].setdefault("unroll", 1)  # a RUN written before 0.5 was trained one step ahead
             old["model"].setdefault("local_sigma", 0.0)  # before 0.9: no local slot attention
+            old["model"].setdefault("free_bits", 0.0)  # before 0.9.1: no KL floor
         if isinstance(old.get("train"), dict):
             old["train"].setdefault("unroll_from", 0)
         for part in sorted(set(old) | set(config)):

@@ -44,5 +44,5 @@ DESCRIPTOR = MethodDescriptor(
                 "an 8x8x16 conv autoencoder "
                 "tokenizer (not a VQ-VAE); refuses at once without CUDA",
     },
-    quick_minutes=7.5,  # 0.9.0: 13.5 CPU-min in two worker processes (~7-7.5 min on 2 quiet cores, est.; 11.5 min wall shared)
+    quick_minutes=6.5,  # 0.9.1: 11.1 CPU-min in two worker processes, 6.2 min wall (2 cores, mostly quiet)
 )

@@ -125,6 +125,7 @@ def notes(cfg: dict, elapsed: float) -> list[str]:
         "one Slot Attention iteration per frame after the first (slots carried), "
         "Slot Attention's keys from the tokens' content only, "
         "(0.9, when local_sigma > 0) object slots attending within ~sigma tokens of their position, "
+        "(0.9.1, when the FLAM choice names free_bits) each slot's KL priced only above a floor (free bits), "
         "the multi-step (unrolled) FDM loss after a one-step warm-up, "
         "SpriteWorld, the correspondence score, the BC policy (keypoint MLP) and the reach-target task.",
         "Splits: 70/15/15 clips train/dev/test per data set. Chosen on dev (first seed, E = max): lr from "
