@@ -104,7 +104,7 @@ def main() -> None:
             "probe_matrix": np.round(acc, 2).tolist(),
             **({"mask_ari": round(mask_ari(model, video[dv][:40], entity_labels(video[dv][:40], 4)), 3)}
                if a.model == "flam" else {}),
-            **(diagnose(model) if a.model == "flam" and a.diagnose else {}),
+            **((diagnose(model) if a.model == "flam" else use(model)) if a.diagnose else {}),
         }
 
     @torch.no_grad()
@@ -135,7 +135,6 @@ def main() -> None:
         What the latents cost (``kl_slot``: mean KL per slot index, ``kl_owner`` per sprite's owner)
         and do (dev PSNR at 1 / 10 steps with latents inferred vs zeroed, mean over clips of
         ``core.psnr``)."""
-        from flam_wm.core import psnr
         from sklearn.linear_model import LogisticRegression
         from sklearn.preprocessing import StandardScaler
 
@@ -151,12 +150,22 @@ def main() -> None:
             probe.append(round(clf.score(sc.transform(xe), ae[:, e]), 3))
             cons.append(round(float(np.mean(oe[:, e] == np.bincount(oe[:, e]).argmax())), 3))
             klo.append(round(float(kle[np.arange(len(kle)), oe[:, e]].mean()), 3))
+        return {"own_consistency": cons, "owner_probe": probe, "owner_probe_mean": round(float(np.mean(probe)), 3),
+                "kl_owner": klo, **use(model)}
+
+    @torch.no_grad()
+    def use(model) -> dict:
+        """Any model (0.9.2: ``lam`` too): the mean KL per slot on dev (one slot for ``lam``) and the dev
+        PSNR at 1 / 10 steps with the latents inferred vs zeroed: a latent the FDM ignores costs nothing."""
+        from flam_wm.core import psnr
+
+        ev = video[dv]
         z = model.tokenize(ev[:, :11])
         s = model.slots(z)
-        mu = model.infer(s)[0]
+        mu, logvar = model.infer(s)
+        kl = 0.5 * (mu.pow(2) + logvar.exp() - 1 - logvar).sum(-1)  # [N, T-1, K]
         true = torch.as_tensor(ev[:, 1:11].astype(np.float32) / 255.0)
-        out = {"own_consistency": cons, "owner_probe": probe, "owner_probe_mean": round(float(np.mean(probe)), 3),
-               "kl_owner": klo, "kl_slot": [round(float(x), 3) for x in kle.mean(0)]}
+        out = {"kl_slot": [round(float(x), 3) for x in kl.flatten(0, 1).mean(0)]}
         for name, lat in (("inferred", mu), ("zeroed", torch.zeros_like(mu))):
             p = psnr(model.detokenize(model.rollout(z, lat)), true)  # [N, 10]
             out[f"psnr_1_10_{name}"] = [round(float(p[:, 0].mean()), 2), round(float(p[:, -1].mean()), 2)]

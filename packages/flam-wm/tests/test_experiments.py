@@ -42,7 +42,7 @@ def test_grid_winner_is_the_first_seeds_run_and_every_coordinate_is_searched(dat
     for name in ("flam", "lam"):
         rows = [r for r in log if r["model"] == name]
         best = max(rows, key=lambda r: r["dev_psnr_h"])
-        assert {k: best[k] for k in ("lr", "beta", "k_offset")} == chosen[name]
+        assert {k: best[k] for k in ("lr", "beta", "k_offset", "free_bits")} == chosen[name]
         mcfg = ex._model_cfg(name, 2, CFG["width"], chosen[name], None, CFG["unroll"])
         fresh = train(
             mcfg,
@@ -74,6 +74,22 @@ def test_one_lr_runs_both_stages_of_the_dev_grid_at_once(data, monkeypatch):
     assert calls == [5] and all(r["lr"] == 3e-3 for r in log)
     assert [(r["model"], r["stage"], r["beta"], r["k_offset"]) for r in log] == [
         ("flam", 1, 0.01, 1), ("lam", 1, 0.01, 1), ("flam", 2, 0.03, 1), ("flam", 2, 0.01, 2), ("lam", 2, 0.03, 1)]
+
+
+def test_lams_grid_searches_the_free_bits_floor_and_its_winner_trains_with_it(data):
+    """0.9.2: quick's lam gets the floor FLAM got (its candidates 0 and the configured value, one
+    coordinate in stage 2); the winning floor reaches lam's ModelConfig; lam-vq (no KL) gets none."""
+    video, _, sl = data
+    cfg = {**CFG, "lr": (3e-3,), "beta": (0.01,), "free_bits": (0.0, 6.4)}
+    assert [c["free_bits"] for c in ex._candidates("lam-vq", cfg, {"lr": 3e-3})] == []
+    log: list = []
+    chosen, _ = ex._choose(("lam",), 2, cfg, video, sl, 0, log)
+    assert [(r["stage"], r["free_bits"]) for r in log] == [(1, 0.0), (2, 6.4)]
+    best = max(log, key=lambda r: r["dev_psnr_h"])
+    assert chosen["lam"]["free_bits"] == best["free_bits"]
+    m = ex._model_cfg("lam", 2, CFG["width"], {**chosen["lam"], "free_bits": 6.4}, None, 2)
+    assert m.model == "lam" and m.slots == 1 and m.free_bits == 6.4 and m.local_sigma == 0
+    assert ex._model_cfg("lam", 2, CFG["width"], {"beta": 0.01}, None).free_bits == 0.0
 
 
 def test_a_diverging_setting_loses_on_dev_and_is_logged(data, monkeypatch):

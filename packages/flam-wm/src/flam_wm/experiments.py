@@ -48,6 +48,9 @@ CFG = {
                   # 0.9.1: a free-bits floor of 1.6 nats per slot (~log 5, one sprite's action) ends the latents'
                   # collapse found on dev seeds 11, 13, 14 (README, "Dev check of the per-slot latents")
                   local_sigma=1.0, flam_choice={"lr": 3e-3, "beta": 0.03, "k_offset": 2, "free_bits": 1.6},
+                  # 0.9.2: lam's grid gains free bits {0, 6.4}: one d-dim latent carries E = 4 sprites' moves,
+                  # E * log 5 ~ 6.4 nats by FLAM's principle (one value, set before any run), chosen by dev PSNR
+                  free_bits=(0.0, 6.4),
                   labels=(0.01, 0.1),
                   bc_steps=400, episodes=200, fit_clips=210,
                   models=("flam", "lam"), decoder_c=DECODER_C, tok=dict(grid=8, channels=8, hidden=16, steps=300)),
@@ -91,9 +94,10 @@ def _model_cfg(name: str, e: int, width: int, choice: dict, tok=None, unroll: in
                                      token_hidden=tok.hidden)
     cfg = build(name, e, width=width, latent_dim=LATENT_DIM, beta=choice["beta"], k_offset=choice.get("k_offset", 1),
                 **kw)
-    # FLAM's slots only: local attention (0.9) and, when the choice names one, a per-slot KL floor (0.9.1)
-    local = {"local_sigma": local_sigma, "free_bits": choice.get("free_bits", 0.0)} if cfg.model == "flam" else {}
-    return ModelConfig(**{**cfg.to_dict(), "unroll": unroll, **local})  # the same multi-step loss for every model
+    # FLAM's slots only: local attention (0.9); any model whose choice names one: a KL floor per slot (0.9.1;
+    # lam 0.9.2, its one latent a single slot)
+    local = {"local_sigma": local_sigma} if cfg.model == "flam" else {}
+    return ModelConfig(**{**cfg.to_dict(), "unroll": unroll, "free_bits": choice.get("free_bits", 0.0), **local})
 
 
 def _tokenizer(cfg: dict, video, sl, seed: int) -> tuple:
@@ -156,16 +160,19 @@ def _grid_run(name, e, cfg, choice, video, sl, seed, tok) -> tuple[float, dict |
 
 
 def _candidates(name: str, cfg: dict, best: dict | None) -> list[dict]:
-    """The dev search, one coordinate at a time [R]: stage 1 (``best`` None) every lr at the first beta
-    and K offset; stage 2 every other beta and every other K offset (FLAM) around stage 1's winner.
+    """The dev search, one coordinate at a time [R]: stage 1 (``best`` None) every lr at the first beta,
+    K offset and free-bits floor; stage 2 every other beta, every other K offset (FLAM) and every other
+    floor (``cfg["free_bits"]``, models with a KL; 0.9.2) around stage 1's winner.
     lam-vq has no KL (lr only); the monolithic models have no K."""
     if name == "flam" and "flam_choice" in cfg:  # chosen on dev beforehand: no search
         return [cfg["flam_choice"]] if best is None else []
     betas = cfg["beta"] if name != "lam-vq" else cfg["beta"][:1]
     ks = cfg["k_offset"] if name == "flam" else cfg["k_offset"][:1]
+    fbs = cfg.get("free_bits", (0.0,)) if name != "lam-vq" else (0.0,)
     if best is None:
-        return [{"lr": lr, "beta": betas[0], "k_offset": ks[0]} for lr in cfg["lr"]]
-    return [{**best, "beta": b} for b in betas[1:]] + [{**best, "k_offset": k} for k in ks[1:]]
+        return [{"lr": lr, "beta": betas[0], "k_offset": ks[0], "free_bits": fbs[0]} for lr in cfg["lr"]]
+    return ([{**best, "beta": b} for b in betas[1:]] + [{**best, "k_offset": k} for k in ks[1:]]
+            + [{**best, "free_bits": f} for f in fbs[1:]])
 
 
 def _choose(names, e: int, cfg: dict, video, sl, seed: int, log: list, tok=None, pool=None) -> tuple[dict, dict]:
