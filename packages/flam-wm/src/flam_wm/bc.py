@@ -67,9 +67,11 @@ class Policy(nn.Module):
     def forward(self, frames: torch.Tensor) -> torch.Tensor:  # [B, H, W, 3] uint8 -> logits [B, 5]
         return self.from_pooled(self.pool(frames))
 
-    def pool(self, frames: torch.Tensor) -> torch.Tensor:
-        """The parameter-free first layer: ``[B, H, W, 3]`` uint8 -> 4x4-pooled ``[B, 3, H/4, W/4]`` floats."""
-        return self.features[0](frames.permute(0, 3, 1, 2).float() / 255.0)
+    @staticmethod
+    def pool(frames: torch.Tensor) -> torch.Tensor:
+        """The parameter-free first layer (``features[0]``): ``[B, H, W, 3]`` uint8 -> 4x4-pooled
+        ``[B, 3, H/4, W/4]`` floats; needs no policy, so ``clone`` pools every frame once."""
+        return nn.functional.avg_pool2d(frames.permute(0, 3, 1, 2).float() / 255.0, 4)
 
     def from_pooled(self, pooled: torch.Tensor) -> torch.Tensor:
         """The trained layers on ``pool``'s output: logits ``[B, 5]``."""
@@ -91,7 +93,7 @@ def clone(frames: np.ndarray, actions: np.ndarray, size: int, steps: int = 400, 
     the optimiser's luck rather than the labels: README, "BC at 1% labels".)"""
     x, y = torch.from_numpy(np.ascontiguousarray(frames)), torch.as_tensor(actions, dtype=torch.long)
     with torch.no_grad():  # the pooling has no parameters: every frame pooled once, not at every step (0.9)
-        x = torch.cat([Policy(size).pool(x[i:i + 4096]) for i in range(0, len(x), 4096)])
+        x = torch.cat([Policy.pool(x[i:i + 4096]) for i in range(0, len(x), 4096)])
     best = None
     for r in range(restarts):
         torch.manual_seed(seed + 7919 * r)
