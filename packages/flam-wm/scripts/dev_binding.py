@@ -32,7 +32,12 @@ consistency, a probe on the latent of the slot that owns it, the latents' KL per
 with the latents zeroed; the free-bits floor adopted there:
 
     uv run python packages/flam-wm/scripts/dev_binding.py --width 32 --beta 0.03 --steps 800 --unroll 4 \
-        --unroll-from 400 --seed 13 --diagnose --set slots=6,latent_dim=12,local_sigma=1.0,free_bits=1.6"""
+        --unroll-from 400 --seed 13 --diagnose --set slots=6,latent_dim=12,local_sigma=1.0,free_bits=1.6
+
+0.9.3 (README, "Dev check of latent use"): dev seeds 10-32 at that setting; the remedies tried (neither
+adopted) are ``--slot-warmup 200`` (reconstruction alone for the first 200 steps) and
+``logvar_init=-4.0`` in ``--set`` (the IDM's log-variance head started small); ``--eval-at
+50,100,200,300,400`` traced the latents' use over one run (seeds 16, 18)."""
 
 from __future__ import annotations
 
@@ -75,6 +80,7 @@ def main() -> None:
     p.add_argument("--eval-at", default="", help="also score dev at these steps, e.g. 300,450")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--kl-warmup", type=int, default=0, help="beta ramps from 0 over these steps (0.7)")
+    p.add_argument("--slot-warmup", type=int, default=0, help="reconstruction alone until this step (0.9.3)")
     p.add_argument("--diagnose", action="store_true", help="0.9.1's latent diagnostics (see diagnose)")
     p.add_argument("--set", default="", help="ModelConfig overrides, k=v,k=v (0.7)")
     a = p.parse_args()
@@ -214,6 +220,7 @@ def main() -> None:
             seed=a.seed,
             unroll_from=a.unroll_from,
             kl_warmup=a.kl_warmup,
+            slot_warmup=a.slot_warmup,
         ),
         video[tr],
         tokenizer=tok,

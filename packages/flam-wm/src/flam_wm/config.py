@@ -33,6 +33,7 @@ class ModelConfig:
     seeding: str = "fps"         # Slot Attention's initial slots on a clip's first frame: "fps" (one learned background slot + the K-1 tokens farthest from the frame's mean and from each other, k-means++-style seeding) or "learned" (K learned vectors, 0.6's) [R]
     local_sigma: float = 0.0     # > 0: Slot Attention's object slots attend locally, logits - |c_n - p_k|^2 / (2 sigma^2) around each slot's position (token units; the background slot global; ISA-inspired, 0.9) [R]; 0 = off
     free_bits: float = 0.0       # > 0: each slot's KL (batch mean, nats) is priced only above this floor, beta * mean_k max(KL_k, free_bits) (free bits, Kingma et al. 2016; 0.9.1) [R]; 0 = off
+    logvar_init: float = 0.0     # < 0: the IDM's log-variance head starts at this value (its bias; 0.9.3), so early latents are the posterior means plus little noise, not unit noise the FDM learns to ignore [R]; 0 = PyTorch's default init (log-variance ~ 0)
     decoder_hidden: int = 16     # the per-slot compositor's hidden width [R; 16 cost half of 32 on dev at no loss of binding]
     unroll: int = 1              # FDM steps unrolled in the loss (1 = the paper's one-step loss [P]; U > 1: the FDM also trained on its own U-step rollouts, mean of the U terms [R])
     codes: int = 8               # lam-vq codebook size (Genie's latent actions are a small codebook [P]; 8 [R])
@@ -59,6 +60,8 @@ class ModelConfig:
             raise ValueError("the residual decoder is trained one step ahead only (unroll must be 1)")
         if self.local_sigma and not (self.slot_pos and self.seeding == "fps"):
             raise ValueError("local_sigma needs slot positions and seeded slots (slot_pos=True, seeding='fps')")
+        if not (isinstance(self.logvar_init, (int, float)) and -8 <= self.logvar_init <= 0):
+            raise ValueError(f"logvar_init must be a number in [-8, 0] (0 = default init), got {self.logvar_init!r}")
         for name in ("beta", "recon", "local_sigma", "free_bits"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and v == v and 0 <= v < float("inf")):
@@ -81,6 +84,7 @@ class TrainConfig:
     lr: float = 2e-3             # Adam learning rate [R]
     seed: int = 0
     unroll_from: int = 0         # the one-step loss until this step, then ModelConfig.unroll steps (a warm-up: the latents get used first) [R]
+    slot_warmup: int = 0         # the loss is the slot reconstruction alone until this step (the factoriser and aggregator learn to render the slots before the dynamics and the KL shape them; as object-centric world models pretrain their slot encoder) (0.9.3) [R]; 0 = off
     kl_warmup: int = 0           # beta ramps linearly from 0 to its value over these first steps (KL annealing, Bowman et al. 2016), so the latents are used before they are priced [R]
 
     def __post_init__(self) -> None:
@@ -92,6 +96,8 @@ class TrainConfig:
             raise ValueError("window must be at least 2 frames")
         if not isinstance(self.kl_warmup, int) or self.kl_warmup < 0:
             raise ValueError(f"kl_warmup must be an integer >= 0, got {self.kl_warmup!r}")
+        if not isinstance(self.slot_warmup, int) or self.slot_warmup < 0:
+            raise ValueError(f"slot_warmup must be an integer >= 0, got {self.slot_warmup!r}")
         if not isinstance(self.unroll_from, int) or self.unroll_from < 0:
             raise ValueError(f"unroll_from must be an integer >= 0, got {self.unroll_from!r}")
         if not (self.lr == self.lr and 0 < self.lr < 1):

@@ -201,9 +201,12 @@ class SlotFactorizer(nn.Module):
 class SharedIDM(nn.Module):
     """q(a^k | s_t^k, s_{t+1}^k) = N(mu, diag sigma^2), one network for every slot [P]."""
 
-    def __init__(self, width: int, latent: int):
+    def __init__(self, width: int, latent: int, logvar_init: float = 0.0):
         super().__init__()
         self.net = mlp(2 * width, 2 * width, 2 * latent)
+        if logvar_init:  # 0.9.3 [R]: the log-variance head's bias starts at logvar_init (no random draw: the
+            with torch.no_grad():  # other weights are those of the default init)
+                self.net[-1].bias[latent:].fill_(logvar_init)
 
     def forward(self, s_t: torch.Tensor, s_next: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         mu, logvar = self.net(torch.cat([s_t, s_next], -1)).chunk(2, -1)
@@ -342,7 +345,7 @@ class WorldModel(nn.Module):
             self.factorizer = MonolithicEncoder(cfg, token_dim, n_tokens)
         factored = cfg.model == "flam"
         state = cfg.width + (2 if factored and cfg.slot_pos else 0)  # a slot's state: features (+ position)
-        self.idm = SharedIDM(state, cfg.slot_latent)
+        self.idm = SharedIDM(state, cfg.slot_latent, cfg.logvar_init)
         self.fdm = SharedFDM(state, cfg.slot_latent)
         if factored and cfg.decoder == "broadcast":
             self.agg = (SlotCompositor(state, token_dim, n_tokens, cfg.decoder_hidden) if cfg.slot_pos
@@ -381,7 +384,7 @@ class WorldModel(nn.Module):
 
     def loss(self, z: torch.Tensor, gen: torch.Generator | None = None,
              eps: torch.Tensor | None = None, unroll: int | None = None,
-             kl_scale: float = 1.0) -> tuple[torch.Tensor, dict]:
+             kl_scale: float = 1.0, dyn_scale: float = 1.0) -> tuple[torch.Tensor, dict]:
         """L = ||z_{t+1} - z_hat_{t+1}||^2 + beta * sum_k KL(q(a^k) || N(0, I)) [P], + recon [R]
         (with ``free_bits`` each slot's batch-mean KL floored at it, free bits [R]);
         with ``unroll`` U > 1 the first term is the mean of the 1..U-step errors (``unrolled_errors``;
@@ -415,7 +418,7 @@ class WorldModel(nn.Module):
             recon = (z[:, :first] - self.agg(s[:, :first])).pow(2).sum(-1).mean()
             terms = self.unrolled_errors(s, a, z, unroll)
         pred = torch.stack(terms).mean()
-        total = pred + reg + self.cfg.recon * recon
+        total = dyn_scale * (pred + reg) + self.cfg.recon * recon  # dyn_scale 0: the slot warm-up (0.9.3) [R]
         return total, {"pred": terms[0].item(), "pred_unroll": pred.item(), "kl": kl.item(), "reg": reg.item(),
                        "recon": recon.item()}
 
@@ -434,9 +437,9 @@ class WorldModel(nn.Module):
         return terms
 
     def forward(self, z: torch.Tensor, eps: torch.Tensor | None = None,
-                unroll: int | None = None, kl_scale: float = 1.0) -> tuple[torch.Tensor, dict]:
-        """The training loss (what DDP / accelerate call): ``loss(z, eps=eps, unroll=unroll, kl_scale=...)``."""
-        return self.loss(z, eps=eps, unroll=unroll, kl_scale=kl_scale)
+                unroll: int | None = None, kl_scale: float = 1.0, dyn_scale: float = 1.0) -> tuple[torch.Tensor, dict]:
+        """The training loss (what DDP / accelerate call): ``loss(z, eps=eps, unroll=unroll, kl_scale=..., dyn_scale=...)``."""
+        return self.loss(z, eps=eps, unroll=unroll, kl_scale=kl_scale, dyn_scale=dyn_scale)
 
     @torch.no_grad()
     def rollout(self, z: torch.Tensor, latents: torch.Tensor | None = None) -> torch.Tensor:

@@ -161,6 +161,7 @@ def open_run(out: Path, config: dict) -> bool:
             old["model"].setdefault("unroll", 1)  # a RUN written before 0.5 was trained one step ahead
             old["model"].setdefault("local_sigma", 0.0)  # before 0.9: no local slot attention
             old["model"].setdefault("free_bits", 0.0)  # before 0.9.1: no KL floor
+            old["model"].setdefault("logvar_init", 0.0)  # before 0.9.3: the IDM's default init
         if isinstance(old.get("train"), dict):
             old["train"].setdefault("unroll_from", 0)
         for part in sorted(set(old) | set(config)):

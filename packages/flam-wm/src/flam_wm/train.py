@@ -143,7 +143,8 @@ def train(model_cfg: ModelConfig, train_cfg: TrainConfig, video: np.ndarray, *,
             batch = z_all[torch.as_tensor(idx[lo:hi], device=device), off:off + w]
             warm = step < train_cfg.unroll_from  # the one-step loss first, then the unrolled one
             kl_scale = min(1.0, step / train_cfg.kl_warmup) if train_cfg.kl_warmup else 1.0
-            loss, info = net(batch, eps[lo:hi].to(device), 1 if warm else None, kl_scale)
+            dyn = 0.0 if step < train_cfg.slot_warmup else 1.0  # slots first: reconstruction alone (0.9.3) [R]
+            loss, info = net(batch, eps[lo:hi].to(device), 1 if warm else None, kl_scale, dyn)
             if not torch.isfinite(loss):  # a diverged run fails here, by name, not later in a probe
                 raise FloatingPointError(f"training diverged: non-finite loss at step {step + 1} "
                                          f"(model {model_cfg.model}, lr {train_cfg.lr}, seed {train_cfg.seed})")
