@@ -37,7 +37,12 @@ with the latents zeroed; the free-bits floor adopted there:
 0.9.3 (README, "Dev check of latent use"): dev seeds 10-32 at that setting; the remedies tried (neither
 adopted) are ``--slot-warmup 200`` (reconstruction alone for the first 200 steps) and
 ``logvar_init=-4.0`` in ``--set`` (the IDM's log-variance head started small); ``--eval-at
-50,100,200,300,400`` traced the latents' use over one run (seeds 16, 18)."""
+50,100,200,300,400`` traced the latents' use over one run (seeds 16, 18).
+
+0.9.4 (README, "Dev check of best-of-R starts"): ``--starts 2 --start-steps 200`` (best-of-R starts,
+``TrainConfig.starts``) at that setting, dev seeds 10-32; the JSON gains ``start`` (the candidate that
+continued, its index, R and each candidate's score). Candidates' steps are logged with their index as a
+sixth field; ``--eval-at`` scores only the continuing run (steps after the choice)."""
 
 from __future__ import annotations
 
@@ -81,6 +86,8 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--kl-warmup", type=int, default=0, help="beta ramps from 0 over these steps (0.7)")
     p.add_argument("--slot-warmup", type=int, default=0, help="reconstruction alone until this step (0.9.3)")
+    p.add_argument("--starts", type=int, default=1, help="best-of-R starts (0.9.4)")
+    p.add_argument("--start-steps", type=int, default=0, help="each best-of-R candidate's steps (0.9.4)")
     p.add_argument("--diagnose", action="store_true", help="0.9.1's latent diagnostics (see diagnose)")
     p.add_argument("--set", default="", help="ModelConfig overrides, k=v,k=v (0.7)")
     a = p.parse_args()
@@ -201,8 +208,9 @@ def main() -> None:
 
     def on_step(s, m, i):
         if s % 50 == 0:
-            log.append([s, *(round(i[k], 2) for k in ("pred", "pred_unroll", "recon", "kl"))])
-        if s in at:  # score dev mid-way (no random numbers drawn: the run itself is unchanged)
+            log.append([s, *(round(i[k], 2) for k in ("pred", "pred_unroll", "recon", "kl")),
+                        *([i["start"]] if "start" in i else [])])
+        if s in at and "start" not in i:  # score dev mid-way (no random numbers drawn: the run itself is unchanged)
             c0 = time.process_time()
             m.eval()
             early[s] = score(m)
@@ -221,6 +229,8 @@ def main() -> None:
             unroll_from=a.unroll_from,
             kl_warmup=a.kl_warmup,
             slot_warmup=a.slot_warmup,
+            starts=a.starts,
+            start_steps=a.start_steps,
         ),
         video[tr],
         tokenizer=tok,
@@ -233,6 +243,7 @@ def main() -> None:
             {
                 **vars(a),
                 "train_cpu_s": round(cpu, 1),
+                "start": model.train_info,
                 **final,
                 "at_step": early,
                 "log_step_pred_pred_unroll_recon_kl": log,

@@ -53,11 +53,12 @@ def test_grid_winner_is_the_first_seeds_run_and_every_coordinate_is_searched(dat
                 lr=chosen[name]["lr"],
                 seed=0,
                 unroll_from=1,
+                **ex._starts(CFG, 3),  # 0.9.4: best-of-2 starts, as the grid ran them
             ),
             video[sl[0]],
         )
-        state, cpu = won[name]
-        assert cpu > 0 and all(
+        state, cpu, start = won[name]
+        assert fresh.train_info["starts"] == 2 and start == fresh.train_info["start"] and cpu > 0 and all(
             torch.equal(torch.from_numpy(state[k]), v) for k, v in fresh.state_dict().items()
         )
 
@@ -145,3 +146,26 @@ def test_each_slots_latent_action_depends_on_that_slot_only():
     change = (mu - mu2).abs().amax((0, 1, 3))
     assert model.cfg.slots == 3 and mu.shape[-2:] == (3, model.cfg.latent_dim // 3)
     assert change[0] > 1e-3 and torch.all(change[1:] == 0)
+
+
+def test_every_model_of_every_scale_trains_with_best_of_2_starts(monkeypatch):
+    """0.9.4 (README, "Dev check of best-of-R starts"): quick's final runs 2 x 200 steps, its dev grid the
+    same share of its 400 steps, full a quarter of 3000; every model the same (the rule is the runner's)."""
+    assert ex._starts(ex.CFG["quick"], 800) == {"starts": 2, "start_steps": 200}
+    assert ex._starts(ex.CFG["quick"], 400) == {"starts": 2, "start_steps": 100}
+    assert ex._starts(ex.CFG["full"], 3000) == {"starts": 2, "start_steps": 750}
+    assert ex._starts({"steps": 10}, 10) == {}
+    seen = []
+
+    def fake(mcfg, tcfg, *a, **k):
+        seen.append((mcfg.model, tcfg.steps, tcfg.starts, tcfg.start_steps))
+        raise FloatingPointError("stop here")
+
+    monkeypatch.setattr(ex, "train", fake)
+    q = ex.CFG["quick"]
+    for name in ("flam", "lam"):
+        ex._grid_run(name, 4, q, {"lr": 3e-3, "beta": 0.01}, torch.zeros(2), (slice(0, 1),) * 3, 0, None)
+        mcfg = ex._model_cfg(name, 4, q["width"], {"lr": 3e-3, "beta": 0.01})
+        with pytest.raises(FloatingPointError):
+            ex._one_run(name, 4, 0, mcfg, 3e-3, q, torch.zeros(2), None, (slice(0, 1),) * 3, None, False)
+    assert seen == [("flam", 400, 2, 100), ("flam", 800, 2, 200), ("lam", 400, 2, 100), ("lam", 800, 2, 200)]

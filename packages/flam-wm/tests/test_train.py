@@ -138,9 +138,14 @@ video, _ = generate(2, 8, 5, size=16, seed=5)
 cfg = ModelConfig(model="flam", slots=3, latent_dim=6, width=16, size=16)
 acc = Accelerator(cpu=True)
 assert acc.num_processes == int(sys.argv[2]), acc.num_processes
-model = train(cfg, TrainConfig(steps=2, batch_size=4, window=4, seed=2), video, accelerator=acc)
+starts = int(sys.argv[3])  # 0.9.4: best-of-R starts, the choice reduced over the processes
+tc = TrainConfig(steps=2 if starts == 1 else 5, batch_size=4, window=4, seed=2, starts=starts,
+                 start_steps=0 if starts == 1 else 2)
+model = train(cfg, tc, video, accelerator=acc)
 if acc.is_main_process:
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, sys.argv[1])
+    out = {k: v.contiguous() for k, v in model.state_dict().items()}
+    out["_start"] = torch.tensor([model.train_info["start"]])
+    save_file(out, sys.argv[1])
 acc.wait_for_everyone()
 """
 
@@ -152,9 +157,11 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow  # two fresh Python processes (torch + accelerate imports); run with -m slow
-def test_two_process_accelerate_step_equals_one_process(tmp_path):
+@pytest.mark.parametrize("starts", [1, 3])
+def test_two_process_accelerate_step_equals_one_process(tmp_path, starts):
     """Two gloo processes, each on half of the same global batch (DDP averages the gradients),
-    take the same two Adam steps as one process on the whole batch."""
+    take the same two Adam steps as one process on the whole batch (0.9.4: with best-of-3 starts of
+    2 steps each, they pick the candidate one process picks and continue it the same way)."""
     from safetensors.torch import load_file
 
     script = tmp_path / "worker.py"
@@ -165,15 +172,21 @@ def test_two_process_accelerate_step_equals_one_process(tmp_path):
         env = {**os.environ, "WORLD_SIZE": "2", "RANK": str(rank), "LOCAL_RANK": str(rank),
                "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-        procs.append(subprocess.Popen([sys.executable, str(script), str(out), "2"], env=env,
+        procs.append(subprocess.Popen([sys.executable, str(script), str(out), "2", str(starts)], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
     logs = [p.communicate(timeout=240)[0].decode()[-2000:] for p in procs]
     assert all(p.returncode == 0 for p in procs), logs
     two = load_file(str(out))
     video, _ = generate(2, 8, 5, size=16, seed=5)
-    one = train(small(), TrainConfig(steps=2, batch_size=4, window=4, seed=2), video).state_dict()
+    tc = TrainConfig(steps=2 if starts == 1 else 5, batch_size=4, window=4, seed=2, starts=starts,
+                     start_steps=0 if starts == 1 else 2)
+    ref = train(small(), tc, video)
+    one = ref.state_dict()
+    assert int(two.pop("_start")) == ref.train_info["start"]
+    from flam_wm.train import start_seed
+
     init = small()
-    torch.manual_seed(2)
+    torch.manual_seed(start_seed(2, ref.train_info["start"]))
     from flam_wm.core import WorldModel
 
     start = WorldModel(init).state_dict()

@@ -72,7 +72,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
                            local_sigma=args.local_sigma if args.model == "flam" else 0.0,
                            free_bits=args.free_bits, **tok_kw)
         tcfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, seed=args.seed, lr=args.lr,
-                           unroll_from=args.unroll_from, kl_warmup=args.kl_warmup)
+                           unroll_from=args.unroll_from, kl_warmup=args.kl_warmup, starts=args.starts,
+                           start_steps=args.start_steps)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     video, _ = read_dataset(args.data, args.size)
@@ -81,7 +82,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         raise UserError(f"--batch-size {tcfg.batch_size} is not divisible by the {acc.num_processes} processes")
     config = {"model": mcfg.to_dict(), "train": {"steps": tcfg.steps, "batch_size": tcfg.batch_size,
                                                  "window": tcfg.window, "seed": tcfg.seed, "lr": tcfg.lr,
-                                                 "unroll_from": tcfg.unroll_from, "kl_warmup": tcfg.kl_warmup},
+                                                 "unroll_from": tcfg.unroll_from, "kl_warmup": tcfg.kl_warmup,
+                                                 "starts": tcfg.starts, "start_steps": tcfg.start_steps},
               "data": str(Path(args.data).resolve()), "clips": int(video.shape[0])}
     if tok_info is not None:
         config["tokenizer"] = tok_info
@@ -103,6 +105,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
     except FloatingPointError as exc:  # diverged: one line (the RUN keeps its last checkpoint)
         raise UserError(f"{exc}; try a lower --lr") from None
     except Interrupted as exc:
+        if not exc.saved:
+            print(f"flam-wm: interrupted while the {tcfg.starts} best-of-R candidates ran, before any checkpoint "
+                  "(run the same command to start again)", file=sys.stderr)
+            return 128 + exc.signum
         print(f"flam-wm: interrupted at step {exc.step} of {tcfg.steps}; checkpoint written to {args.out} "
               "(run the same command to resume)", file=sys.stderr)
         return 128 + exc.signum
@@ -110,6 +116,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         return 0
     metrics = rollout_metrics(model, video, horizon=min(10, video.shape[1] - 1))
     metrics["steps"] = tcfg.steps
+    metrics["start"] = model.train_info  # best-of-R starts (0.9.4): the candidate that continued
     finish_run(args.out, model, config, metrics)
     h = metrics["horizon"]
     print(f"trained {args.model} for {args.steps} steps -> {args.out}; PSNR 1-step {metrics['psnr_1']:.2f} dB, "
@@ -348,6 +355,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="each slot's KL (nats) is priced only above this floor (free bits; 0 = off; 0.9.1)")
     t.add_argument("--kl-warmup", type=nonneg_int, default=0,
                    help="beta ramps linearly from 0 over these first steps (KL annealing)")
+    t.add_argument("--starts", type=positive_int, default=1,
+                   help="best-of-R starts: R initialisations, the lowest recent loss after --start-steps goes on (0.9.4)")
+    t.add_argument("--start-steps", type=nonneg_int, default=0,
+                   help="each best-of-R candidate's steps (0 < S < --steps when --starts > 1)")
     t.add_argument("--tokenizer", type=Path, default=None,
                    help="a frozen tokenizer (flam-wm fit-tokenizer); default: the exact 4x4 patch tokenizer")
     t.add_argument("--checkpoint-every", type=positive_int, default=200, help="steps between checkpoints")

@@ -86,6 +86,8 @@ class TrainConfig:
     unroll_from: int = 0         # the one-step loss until this step, then ModelConfig.unroll steps (a warm-up: the latents get used first) [R]
     slot_warmup: int = 0         # the loss is the slot reconstruction alone until this step (the factoriser and aggregator learn to render the slots before the dynamics and the KL shape them; as object-centric world models pretrain their slot encoder) (0.9.3) [R]; 0 = off
     kl_warmup: int = 0           # beta ramps linearly from 0 to its value over these first steps (KL annealing, Bowman et al. 2016), so the latents are used before they are priced [R]
+    starts: int = 1              # best-of-R starts (0.9.4) [R; standard practice, not the paper's]: R initialisations (candidate 0 = seed's, r > 0 = train.start_seed(seed, r)) each trained start_steps steps on the same batches and noise; the one with the lowest mean loss over its last min(50, start_steps) steps continues to steps; 1 = off
+    start_steps: int = 0         # the candidates' steps (0.9.4) [R]; needs 0 < start_steps < steps when starts > 1
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "window"):
@@ -100,5 +102,12 @@ class TrainConfig:
             raise ValueError(f"slot_warmup must be an integer >= 0, got {self.slot_warmup!r}")
         if not isinstance(self.unroll_from, int) or self.unroll_from < 0:
             raise ValueError(f"unroll_from must be an integer >= 0, got {self.unroll_from!r}")
+        if not isinstance(self.starts, int) or isinstance(self.starts, bool) or self.starts < 1:
+            raise ValueError(f"starts must be a positive integer, got {self.starts!r}")
+        if not isinstance(self.start_steps, int) or isinstance(self.start_steps, bool) or self.start_steps < 0:
+            raise ValueError(f"start_steps must be an integer >= 0, got {self.start_steps!r}")
+        if self.starts > 1 and not 0 < self.start_steps < self.steps:
+            raise ValueError(f"starts = {self.starts} needs 0 < start_steps < steps ({self.steps}), "
+                             f"got start_steps = {self.start_steps}")
         if not (self.lr == self.lr and 0 < self.lr < 1):
             raise ValueError(f"lr must be in (0, 1), got {self.lr!r}")

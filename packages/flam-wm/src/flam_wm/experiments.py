@@ -38,6 +38,7 @@ CFG = {
     "smoke": dict(entities=(1, 2), clips=20, frames=6, steps=3, batch=4, seeds=2, horizon=4, width=16,
                   device="cpu", probe_c=(1.0,), lr=(2e-3, 3e-3), beta=(0.01,), k_offset=(1,), grid_steps=3,
                   labels=(0.1,), bc_steps=5, episodes=10, fit_clips=14, models=("flam", "lam"), decoder_c=(1.0,),
+                  starts=2, start_steps=1,  # the best-of-R path exercised (0.9.4)
                   tok=dict(grid=8, channels=8, hidden=8, steps=5)),
     "quick": dict(entities=(1, 4), clips=600, frames=12, steps=QUICK_STEPS, batch=32, seeds=3, horizon=10, width=32,
                   unroll=4, unroll_from=QUICK_STEPS // 2, kl_warmup=0, workers=2, device="cpu",
@@ -51,6 +52,11 @@ CFG = {
                   # 0.9.2: lam's grid gains free bits {0, 6.4}: one d-dim latent carries E = 4 sprites' moves,
                   # E * log 5 ~ 6.4 nats by FLAM's principle (one value, set before any run), chosen by dev PSNR
                   free_bits=(0.0, 6.4),
+                  # 0.9.4: best-of-2 starts for every model (FLAM, lam, the ablation, lam's dev grid at the same
+                  # share: 100 of its 400 steps): two inits trained 200 steps on the same stream, the lower
+                  # mean loss over the last 50 continues (R = 2, S = 200 fixed a priori; adopted on dev seeds
+                  # 10-32: README, "Dev check of best-of-R starts") [R]
+                  starts=2, start_steps=200,
                   labels=(0.01, 0.1),
                   bc_steps=400, episodes=200, fit_clips=210,
                   models=("flam", "lam"), decoder_c=DECODER_C, tok=dict(grid=8, channels=8, hidden=16, steps=300)),
@@ -58,7 +64,8 @@ CFG = {
                  width=64, unroll=4, unroll_from=1500, kl_warmup=0, device="cuda", probe_c=(0.1, 1.0), lr=(3e-4, 1e-3, 3e-3),
                  beta=(0.03, 0.001, 0.01, 0.1),
                  k_offset=(1, 2, 4), grid_steps=3000, labels=(0.01, 0.1), bc_steps=2000, episodes=500, fit_clips=1400,
-                 models=("flam", "lam", "lam-vq"), decoder_c=DECODER_C, tok=dict(grid=8, channels=16, hidden=32, steps=3000)),
+                 models=("flam", "lam", "lam-vq"), decoder_c=DECODER_C, tok=dict(grid=8, channels=16, hidden=32, steps=3000),
+                 starts=2, start_steps=750),  # quick's best-of-2 at the same share (a quarter, before the unroll) [R]
 }
 PROBE_C = (0.1, 1.0)
 LATENT_DIM = 12  # d, divisible by K = 2..6 [R]
@@ -146,7 +153,8 @@ def _grid_run(name, e, cfg, choice, video, sl, seed, tok) -> tuple[float, dict |
     mcfg = _model_cfg(name, e, cfg["width"], choice, tok, cfg.get("unroll", 1), cfg.get("local_sigma", 0.0))
     tcfg = TrainConfig(steps=cfg["grid_steps"], batch_size=cfg["batch"], window=5, lr=choice["lr"], seed=seed,
                        unroll_from=cfg.get("unroll_from", 0) * cfg["grid_steps"] // cfg["steps"],  # same share
-                       kl_warmup=cfg.get("kl_warmup", 0) * cfg["grid_steps"] // cfg["steps"])
+                       kl_warmup=cfg.get("kl_warmup", 0) * cfg["grid_steps"] // cfg["steps"],
+                       **_starts(cfg, cfg["grid_steps"]))
     t0 = time.process_time()
     try:
         model = train(mcfg, tcfg, video[sl[0]], device=cfg["device"], tokenizer=tok)
@@ -156,7 +164,19 @@ def _grid_run(name, e, cfg, choice, video, sl, seed, tok) -> tuple[float, dict |
     m = rollout_metrics(model, video[sl[1]], cfg["horizon"])
     full = cfg["grid_steps"] == cfg["steps"]
     state = {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()} if full else None
+    if state is not None:
+        state = (state, model.train_info["start"])
     return m[f"psnr_{m['horizon']}"], state, cpu, ""
+
+
+def _starts(cfg: dict, steps: int) -> dict:
+    """Best-of-R starts (0.9.4) [R] for a run of ``steps``: R = ``cfg["starts"]``, each candidate
+    ``cfg["start_steps"]`` scaled to the same share of the schedule (the dev grid's half-length runs:
+    half); none when the scale sets no starts."""
+    r = cfg.get("starts", 1)
+    if r <= 1:
+        return {}
+    return {"starts": r, "start_steps": max(1, cfg["start_steps"] * steps // cfg["steps"])}
 
 
 def _candidates(name: str, cfg: dict, best: dict | None) -> list[dict]:
@@ -204,7 +224,7 @@ def _choose(names, e: int, cfg: dict, video, sl, seed: int, log: list, tok=None,
         c, score, state, cpu = max(scored[n], key=lambda r: r[1])
         if score == float("-inf"):
             raise FloatingPointError(f"every dev-grid run of {n} diverged (dev_grid.csv)")
-        chosen[n], won[n] = c, (None if state is None else (state, cpu))
+        chosen[n], won[n] = c, (None if state is None else (state[0], cpu, state[1]))
     return chosen, won
 
 
@@ -246,23 +266,26 @@ def _one_run(name, e, sd, mcfg, lr, cfg, video, acts, sl, tok, controlled, done=
     run of this very config and seed), score it on test (the probes' C chosen on dev) and, on
     controlled data, run pseudo-label BC: ``(runs.csv row, bc.csv rows)``."""
     tcfg = TrainConfig(steps=cfg["steps"], batch_size=cfg["batch"], window=5, lr=lr, seed=sd,
-                       unroll_from=cfg.get("unroll_from", 0), kl_warmup=cfg.get("kl_warmup", 0))
+                       unroll_from=cfg.get("unroll_from", 0), kl_warmup=cfg.get("kl_warmup", 0),
+                       **_starts(cfg, cfg["steps"]))
     if done is None:
         t0 = time.process_time()
         model = train(mcfg, tcfg, video[sl[0]], device=cfg["device"], tokenizer=tok)
         train_cpu = time.process_time() - t0
+        start = model.train_info["start"]
     else:
         from .core import WorldModel
 
         model = WorldModel(mcfg)
         model.load_state_dict({k: torch.from_numpy(v) for k, v in done[0].items()})
         model.eval()
-        train_cpu = done[1]
+        train_cpu, start = done[1], done[2]
     ev = _evaluate(model, video, acts, sl, cfg["horizon"], cfg["probe_c"], cfg["fit_clips"])
     t, d, h = ev["test"], ev["dev"], ev["test"]["horizon"]
     rec = {"entities": e, "model": name, "seed": sd, "params": n_params(model), "steps": cfg["steps"],
            "batch": cfg["batch"], "unroll": mcfg.unroll,
-           "unroll_from": tcfg.unroll_from, "kl_warmup": tcfg.kl_warmup, "width": mcfg.width, "train_cpu_s": round(train_cpu, 1),
+           "unroll_from": tcfg.unroll_from, "kl_warmup": tcfg.kl_warmup,
+           "starts": tcfg.starts, "start_steps": tcfg.start_steps, "start": start, "width": mcfg.width, "train_cpu_s": round(train_cpu, 1),
            "slots": mcfg.slots, "latent_per_slot": mcfg.slot_latent, "local_sigma": mcfg.local_sigma,
            "free_bits": mcfg.free_bits, "lr": lr,
            "beta": mcfg.beta, "psnr_1": t["psnr_1"], "psnr_h": t[f"psnr_{h}"],

@@ -164,6 +164,9 @@ def open_run(out: Path, config: dict) -> bool:
             old["model"].setdefault("logvar_init", 0.0)  # before 0.9.3: the IDM's default init
         if isinstance(old.get("train"), dict):
             old["train"].setdefault("unroll_from", 0)
+            for k, v in (("starts", 1), ("start_steps", 0)):  # before 0.9.4: one start
+                if k in config.get("train", {}):
+                    old["train"].setdefault(k, v)
         for part in sorted(set(old) | set(config)):
             a, b = old.get(part, {}), config.get(part, {})
             if isinstance(a, dict) and isinstance(b, dict):

@@ -151,7 +151,12 @@ def notes(cfg: dict, elapsed: float) -> list[str]:
         f"training clips; probes, BC decoders and policies fit on the first {cfg['fit_clips']}); BC policies "
         f"{cfg['bc_steps']} steps, {cfg['episodes']} reach-target episodes per policy; one torch thread; "
         f"tokenizer {cfg['tok']['grid']}x{cfg['tok']['grid']}x{cfg['tok']['channels']}, {cfg['tok']['steps']} "
-        f"steps per data set. Models compared: {', '.join(cfg['models'])}. Wall time {elapsed:.0f} s (the 2-core "
+        f"steps per data set. Models compared: {', '.join(cfg['models'])}. "
+        + (f"Every model, the dev grid's runs too, is the best of {cfg['starts']} starts (0.9.4, [R]): "
+           f"{cfg['starts']} inits trained {cfg['start_steps']} steps (the grid: the same share) on the same "
+           "batches, the lowest mean training loss over the last 50 of them continued (runs.csv: start); "
+           "adopted on dev seeds 10-32 (README). " if cfg.get("starts", 1) > 1 else "")
+        + f"Wall time {elapsed:.0f} s (the 2-core "
         f"machine may be shared; train_cpu_s in runs.csv is each run's CPU time; {cfg.get('workers', 1)} worker "
         "process(es) train the independent runs side by side, one torch thread each).",
     ]

@@ -28,17 +28,29 @@ CHECKPOINT = "checkpoint.safetensors"
 
 
 class Interrupted(Exception):
-    """Training stopped by SIGTERM / SIGINT after writing a checkpoint at ``step``."""
+    """Training stopped by SIGTERM / SIGINT after writing a checkpoint at ``step`` (``saved`` False:
+    stopped while the best-of-R candidates ran, before any checkpoint; the same call starts again)."""
 
-    def __init__(self, step: int, signum: int):
+    def __init__(self, step: int, signum: int, saved: bool = True):
         super().__init__(f"interrupted at step {step}")
-        self.step, self.signum = step, signum
+        self.step, self.signum, self.saved = step, signum, saved
+
+
+START_SEED_STRIDE = 1_000_003  # candidate r > 0 of a best-of-R start initialises from seed + r * this (0.9.4) [R]
+
+
+def start_seed(seed: int, r: int) -> int:
+    """The ``torch.manual_seed`` of candidate ``r`` of a best-of-R start (``TrainConfig.starts``, 0.9.4):
+    candidate 0 is the run's own seed (exactly the init of a run without starts); r > 0 adds r times a
+    large odd stride, so no candidate shares its init with another seed's run (seeds are small) [R]."""
+    return seed if r == 0 else seed + r * START_SEED_STRIDE
 
 
 def save_checkpoint(path: Path, model: WorldModel, opt: torch.optim.Optimizer, step: int,
-                    rng: np.random.Generator, gen: torch.Generator) -> Path:
-    """One safetensors file (weights, Adam moments, the noise generator's state; the step and the
-    batch sampler's state in its metadata), written atomically."""
+                    rng: np.random.Generator, gen: torch.Generator, start: dict | None = None) -> Path:
+    """One safetensors file (weights, Adam moments, the noise generator's state; the step, the
+    batch sampler's state and, with best-of-R starts, the chosen candidate in its metadata), written
+    atomically."""
     from safetensors.torch import save
 
     from icml26_shared.io import atomic_write_bytes
@@ -49,6 +61,8 @@ def save_checkpoint(path: Path, model: WorldModel, opt: torch.optim.Optimizer, s
             tensors[f"opt.{i}.{k}"] = torch.as_tensor(v).detach().cpu().contiguous()
     tensors["gen_state"] = gen.get_state()
     meta = {"step": str(step), "rng": json.dumps(rng.bit_generator.state)}
+    if start is not None:
+        meta["start"] = json.dumps(start)
     return atomic_write_bytes(path, save(tensors, metadata=meta))
 
 
@@ -74,6 +88,15 @@ def load_checkpoint(path: Path, model: WorldModel, opt: torch.optim.Optimizer,
     return int(meta["step"])
 
 
+def checkpoint_start(path: Path) -> dict | None:
+    """The best-of-R record a checkpoint carries (``{"start": r, "starts": R, "losses": [...]}``), or None."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        meta = f.metadata()
+    return json.loads(meta["start"]) if "start" in meta else None
+
+
 class _StopFlag:
     """SIGTERM / SIGINT set a flag (the step in flight finishes, then a checkpoint is written)."""
 
@@ -94,6 +117,24 @@ class _StopFlag:
             signal.signal(s, h)
 
 
+def start_score(losses: list[float]) -> float:
+    """A best-of-R candidate's score (lower wins): its mean training loss (the full objective) over its
+    last min(50, start_steps) steps (0.9.4) [R]."""
+    return float(np.mean(losses[-50:]))
+
+
+def _build(model_cfg: ModelConfig, train_cfg: TrainConfig, tokenizer, init_seed: int):
+    """A fresh model (initialised under ``torch.manual_seed(init_seed)``) and its Adam."""
+    torch.manual_seed(init_seed)
+    model = WorldModel(model_cfg)
+    if model_cfg.tokenizer == "conv":
+        if tokenizer is None:
+            raise ValueError("a conv-tokenizer model needs its fitted tokenizer (train(..., tokenizer=))")
+        model.tokenizer.load_state_dict(tokenizer.state_dict())
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=train_cfg.lr)
+    return model, opt
+
+
 def train(model_cfg: ModelConfig, train_cfg: TrainConfig, video: np.ndarray, *,
           run_dir: Path | None = None, every: int = 200, on_step=None, device: str = "cpu",
           accelerator=None, tokenizer: torch.nn.Module | None = None) -> WorldModel:
@@ -105,26 +146,31 @@ def train(model_cfg: ModelConfig, train_cfg: TrainConfig, video: np.ndarray, *,
     and trains on its 1/P slice (gradients averaged by DDP), so P processes take the same step as one.
     ``tokenizer``: the fitted frozen ``ConvTokenizer`` a ``tokenizer="conv"`` config needs (its
     weights are copied into the model, never trained).
+
+    Best-of-R starts (``train_cfg.starts`` = R > 1, 0.9.4) [R]: unless a checkpoint is resumed, R models
+    that differ only in their initialisation (candidate r under ``start_seed(seed, r)``; candidate 0 is
+    the init of a run without starts) each take ``start_steps`` steps on the same batches and noise
+    (the sampler's and the noise generator's states restored before each); the candidate with the
+    lowest mean training loss over its last min(50, start_steps) steps (averaged over the processes,
+    the choice broadcast from process 0) continues, model and optimiser, to ``steps``, the streams going
+    on from where the candidates left them. So when candidate 0 wins the result is bit-identical to a
+    run without starts. No checkpoint is written while the candidates run (one is written at the
+    choice); ``on_step`` sees every candidate's steps, its ``info["start"]`` saying which. The choice
+    is ``model.train_info`` (``{"start": r, "starts": R, "losses": [...]}``) and in the checkpoint.
     """
-    torch.manual_seed(train_cfg.seed)
-    model = WorldModel(model_cfg)
-    if model_cfg.tokenizer == "conv":
-        if tokenizer is None:
-            raise ValueError("a conv-tokenizer model needs its fitted tokenizer (train(..., tokenizer=))")
-        model.tokenizer.load_state_dict(tokenizer.state_dict())
-    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=train_cfg.lr)
+    model, opt = _build(model_cfg, train_cfg, tokenizer, train_cfg.seed)
     gen = torch.Generator().manual_seed(train_cfg.seed + 1)
     rng = np.random.default_rng(train_cfg.seed)
     ckpt = None if run_dir is None else Path(run_dir) / CHECKPOINT
-    start = load_checkpoint(ckpt, model, opt, rng, gen) if ckpt is not None and ckpt.is_file() else 0
+    start, record = 0, {"start": 0, "starts": 1, "losses": None}
+    if ckpt is not None and ckpt.is_file():
+        start = load_checkpoint(ckpt, model, opt, rng, gen)
+        record = checkpoint_start(ckpt) or record
     procs, rank, main = 1, 0, True
-    net = model
     if accelerator is not None:
         procs, rank, main = accelerator.num_processes, accelerator.process_index, accelerator.is_main_process
-        net, opt = accelerator.prepare(model, opt)
         device = str(accelerator.device)
-    else:
-        model.to(device)
+    model.to(device)
     b = train_cfg.batch_size
     if b % procs:
         raise ValueError(f"batch size {b} is not divisible by the {procs} processes")
@@ -133,10 +179,17 @@ def train(model_cfg: ModelConfig, train_cfg: TrainConfig, video: np.ndarray, *,
     n, t = z_all.shape[:2]
     w = min(train_cfg.window, t)
     lat_shape = (b, w - 1, model_cfg.slots, model_cfg.slot_latent)
-    model.train()
-    step = start
-    with _StopFlag() as stop:
-        while step < train_cfg.steps:
+
+    def prepare(m, o):
+        if accelerator is not None:
+            return accelerator.prepare(m, o)
+        m.to(device)
+        return m, o
+
+    def run(net, model, opt, step: int, until: int, stop, losses: list | None = None, tag: dict | None = None) -> int:
+        """Steps ``step`` -> ``until`` of one model (``losses``: each step's loss appended; ``tag``:
+        candidate steps, no checkpoints)."""
+        while step < until:
             idx = rng.integers(0, n, b)
             off = int(rng.integers(0, t - w + 1))
             eps = torch.randn(lat_shape, generator=gen)
@@ -148,6 +201,8 @@ def train(model_cfg: ModelConfig, train_cfg: TrainConfig, video: np.ndarray, *,
             if not torch.isfinite(loss):  # a diverged run fails here, by name, not later in a probe
                 raise FloatingPointError(f"training diverged: non-finite loss at step {step + 1} "
                                          f"(model {model_cfg.model}, lr {train_cfg.lr}, seed {train_cfg.seed})")
+            if losses is not None:
+                losses.append(loss.item())
             opt.zero_grad()
             if accelerator is not None:
                 accelerator.backward(loss)
@@ -162,14 +217,72 @@ def train(model_cfg: ModelConfig, train_cfg: TrainConfig, video: np.ndarray, *,
             opt.step()
             step += 1
             if on_step is not None:
-                on_step(step, model, info)
+                on_step(step, model, info if tag is None else {**info, **tag})
+            if tag is not None:
+                if stop.signum:  # no checkpoint of a candidate: the same call starts the choice again
+                    raise Interrupted(0, stop.signum, saved=False)
+                continue
             done = step == train_cfg.steps
             if ckpt is not None and main and (done or stop.signum or step % every == 0):
-                save_checkpoint(ckpt, model, _unwrap_opt(opt), step, rng, gen)
+                save_checkpoint(ckpt, model, _unwrap_opt(opt), step, rng, gen, record)
             if stop.signum and not done:
                 raise Interrupted(step, stop.signum)
+        return step
+
+    model.train()
+    step = start
+    with _StopFlag() as stop:
+        if train_cfg.starts > 1 and start == 0:
+            model, opt, net, step, record = _choose_start(model, opt, model_cfg, train_cfg, tokenizer, rng, gen,
+                                                          prepare, run, stop, accelerator)
+            if ckpt is not None and main:  # the choice is kept: a resumed run continues the winner
+                save_checkpoint(ckpt, model, _unwrap_opt(opt), step, rng, gen, record)
+        else:
+            net, opt = prepare(model, opt)
+        step = run(net, model, opt, step, train_cfg.steps, stop)
     model.eval()
+    model.train_info = record
     return model.cpu()
+
+
+def _choose_start(model0, opt0, model_cfg, train_cfg, tokenizer, rng, gen, prepare, run, stop, accelerator):
+    """Best-of-R starts (see ``train``): (winner model, its optimiser, its prepared net, step, record)."""
+    r_all, s = train_cfg.starts, train_cfg.start_steps
+    rng0, gen0 = rng.bit_generator.state, gen.get_state()
+    cands, scores, end, err = [], [], None, None
+    for r in range(r_all):
+        model, opt = (model0, opt0) if r == 0 else _build(model_cfg, train_cfg, tokenizer, start_seed(train_cfg.seed, r))
+        model.train()
+        net, opt = prepare(model, opt)
+        rng.bit_generator.state = rng0  # every candidate sees the same batches and noise
+        gen.set_state(gen0)
+        losses: list[float] = []
+        try:
+            run(net, model, opt, 0, s, stop, losses, {"start": r})
+        except FloatingPointError as exc:  # a candidate that diverges loses
+            cands.append(None)
+            scores.append(float("inf"))
+            err = exc
+            continue
+        cands.append((model, opt, net))
+        scores.append(start_score(losses))
+        end = (rng.bit_generator.state, gen.get_state())
+    score = torch.tensor(scores, dtype=torch.float64)
+    if accelerator is not None and accelerator.num_processes > 1:  # every process picks the same candidate
+        from accelerate.utils import broadcast
+
+        score = accelerator.reduce(score.to(accelerator.device), reduction="mean").cpu()
+        pick = torch.tensor([int(torch.argmin(score))], device=accelerator.device)
+        best = int(broadcast(pick, from_process=0).item())
+    else:
+        best = int(torch.argmin(score))
+    if end is None or cands[best] is None:
+        raise err if err is not None else FloatingPointError("every best-of-R candidate diverged")
+    rng.bit_generator.state = end[0]  # the streams go on from where the candidates left them
+    gen.set_state(end[1])
+    model, opt, net = cands[best]
+    record = {"start": best, "starts": r_all, "losses": [round(float(x), 6) for x in score]}
+    return model, opt, net, s, record
 
 
 def _unwrap_opt(opt):
