@@ -9,7 +9,7 @@ import torch
 from flam_wm.config import ModelConfig, TrainConfig
 from flam_wm.core import SlotCompositor, farthest_points, token_xy, tokenize
 from flam_wm.evaluate import chance_per_entity, correspondence, latents, probe_matrix
-from flam_wm.sprites import entity_labels, generate, visible_action_accuracy
+from flam_wm.sprites import entity_labels, generate, visible_action_accuracy, visible_actions
 from flam_wm.train import train
 
 
@@ -61,6 +61,21 @@ def test_visible_action_accuracy_is_one_without_walls_or_overlap_and_below_one_w
     lab = entity_labels(one, 1)
     assert (lab >= 0).sum(-1).min() == 1                                   # a lone sprite is always seen
     assert visible_action_accuracy(one, one_acts)[0] > 0.85                # walls only
+
+
+def test_visible_actions_read_the_move_and_a_blocked_move_as_stay():
+    """0.9.5's secondary correspondence scores probes against ``visible_actions``: for a lone sprite it
+    is the true action except where a move is blocked by a wall (the frames show stay there); the
+    oracle accuracy is its agreement with the true actions."""
+    one, acts = generate(1, 40, 6, seed=0)
+    vis = visible_actions(one, acts)
+    assert vis.shape == acts.shape
+    miss = vis != acts
+    assert 0 < miss.mean() < 0.15                                          # walls block some moves
+    assert np.all(vis[miss] == 0) and np.all(acts[miss] != 0)             # ... which read as stay
+    video, acts4 = generate(4, 20, 6, seed=1)
+    assert np.allclose(visible_action_accuracy(video, acts4),
+                       (visible_actions(video, acts4) == acts4).reshape(-1, 4).mean(0))
 
 
 @pytest.mark.parametrize("seed", [0])

@@ -34,7 +34,7 @@ def add_rows(res: Results, recs: list[dict], e: int, names: list[str], seeds: li
     table = {(r["model"], r["seed"]): r for r in recs if r["entities"] == e}
     for name in names:
         for metric, unit in (("psnr_1", "dB"), ("psnr_h", "dB"), ("ssim_1", ""), ("ssim_h", ""),
-                             ("corr", ""), ("best_probe", ""), ("slot_recon", ""), ("mask_ari", "")):
+                             ("corr", ""), ("corr_visible", ""), ("best_probe", ""), ("slot_recon", ""), ("mask_ari", "")):
             vals = [table[(name, s)][metric] for s in seeds]
             if any(v != v for v in vals):  # mask_ari: FLAM's slots only
                 continue
@@ -80,7 +80,9 @@ def claims(res: Results, recs: list[dict], bc_recs: list[dict], cfg: dict, seed:
     _check(res, "gap_grows", gap_big, gap_small, f"FLAM-{mono} gap at E={small}",
            note=f"paired over seeds; {mono} = the monolithic model with the better dev PSNR at E={big}")
     _check(res, "corr_E4", col(big, "flam", "corr"), threshold=0.93,
-           note=f"E={big}, test transitions; no-temporal ablation {col(big, 'flam-no-temporal', 'corr').mean():.3f}")
+           note=f"E={big}, test transitions; no-temporal ablation {col(big, 'flam-no-temporal', 'corr').mean():.3f}; "
+                f"against the move the frames show (the oracle's reading: blocked or hidden = stay): "
+                f"{col(big, 'flam', 'corr_visible').mean():.3f}")
     _check(res, "corr_vs_lam", col(big, "flam", "corr"), col(big, mono, "best_probe"), f"{mono} (best probe per entity)",
            margin=0.1, note="the monolithic latent's best per-entity probe (no one-to-one matching), a generous baseline")
     if not bc_recs:

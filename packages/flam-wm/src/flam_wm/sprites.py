@@ -101,25 +101,29 @@ def entity_labels(video: np.ndarray, entities: int, cell: int = 4) -> np.ndarray
     return lab.reshape(*lab.shape[:-2], -1)
 
 
-def visible_action_accuracy(video: np.ndarray, actions: np.ndarray, cell: int = 4) -> np.ndarray:
-    """Per-entity accuracy ``[E]`` of the best reading of each action from the frames alone: the
-    sprite's visible one-cell displacement, else ``stay`` (a move into a wall, or a sprite hidden under
-    another in either frame, leaves nothing to see). The ceiling of any probe of latents inferred from
-    frames, hence of the factor-entity correspondence on these data [R]."""
+def visible_actions(video: np.ndarray, actions: np.ndarray, cell: int = 4) -> np.ndarray:
+    """``[N, T-1, E]``: each sprite's action as the frames show it -- its visible one-cell displacement,
+    else ``stay`` (a move into a wall, or a sprite hidden under another in either frame, leaves
+    nothing to see) [R]. ``actions`` gives only E."""
     e_n = actions.shape[-1]
     lab = entity_labels(video, e_n, cell)
     g = video.shape[-2] // cell
-    out = np.zeros(e_n)
+    out = np.zeros((*video.shape[:1], video.shape[1] - 1, e_n), np.int64)
     for e in range(e_n):
         here = lab == e                                                  # [N, T, cells]
         seen = here.sum(-1) == 1                                         # visible, one cell
         idx = here.argmax(-1)
         r, c = idx // g, idx % g
         dr, dc = r[:, 1:] - r[:, :-1], c[:, 1:] - c[:, :-1]
-        guess = np.zeros(dr.shape, np.int64)
         for a, (mr, mc) in enumerate(MOVES):
             if a:
-                guess[(dr == mr) & (dc == mc)] = a
-        guess[~(seen[:, 1:] & seen[:, :-1])] = 0
-        out[e] = float(np.mean(guess == actions[..., e]))
+                out[..., e][(dr == mr) & (dc == mc)] = a
+        out[..., e][~(seen[:, 1:] & seen[:, :-1])] = 0
     return out
+
+
+def visible_action_accuracy(video: np.ndarray, actions: np.ndarray, cell: int = 4) -> np.ndarray:
+    """Per-entity accuracy ``[E]`` of the best reading of each action from the frames alone
+    (``visible_actions``). The ceiling of any probe of latents inferred from frames, hence of the
+    factor-entity correspondence on these data [R]."""
+    return (visible_actions(video, actions, cell) == actions).reshape(-1, actions.shape[-1]).mean(0)
