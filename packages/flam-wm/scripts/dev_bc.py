@@ -20,12 +20,12 @@ import torch
 from flam_wm.baselines import build
 from flam_wm.bc import (
     MAX_RESTARTS,
-    PLATEAU,
     RESTARTS,
     Policy,
     _fit_loss,
     fit_decoder,
     fit_start,
+    keep_starting,
     label_entropy,
     reach_target_success,
 )
@@ -58,7 +58,7 @@ def summary(out: list, labels) -> dict:
     """The success of the start each rule keeps (the lowest fit CE among the starts it makes)."""
     h = label_entropy(labels)
     n = RESTARTS
-    while n < len(out) and min(o["fit_ce"] for o in out[:n]) >= PLATEAU * h:
+    while n < len(out) and keep_starting(n, min(o["fit_ce"] for o in out[:n]), h, RESTARTS, len(out)):
         n += 1
     pick = lambda k: min(out[:k], key=lambda o: o["fit_ce"])["success"]  # noqa: E731
     return {"entropy": round(h, 3), "old_best_of_3": pick(RESTARTS), "new_starts": n, "new_kept": pick(n)}

@@ -102,13 +102,21 @@ def clone(frames: np.ndarray, actions: np.ndarray, size: int, steps: int = 400, 
         x = torch.cat([Policy.pool(x[i:i + 4096]) for i in range(0, len(x), 4096)])
     entropy = label_entropy(actions)
     best, r = None, 0
-    while r < restarts or (r < max_restarts and best[0] >= PLATEAU * entropy and entropy > 0):
+    while keep_starting(r, None if best is None else best[0], entropy, restarts, max_restarts):
         pol = fit_start(x, y, size, seed + 7919 * r, steps, batch)
         fit = _fit_loss(pol, x, y)
         if best is None or fit < best[0]:
             best = (fit, pol)
         r += 1
     return best[1]
+
+
+def keep_starting(made: int, best_fit: float | None, entropy: float, restarts: int = RESTARTS,
+                  max_restarts: int = MAX_RESTARTS) -> bool:
+    """``clone``'s rule (0.9.3): after ``made`` starts whose lowest fit cross-entropy is ``best_fit``,
+    make another one? Always below ``restarts``; then, up to ``max_restarts``, while that fit is not
+    below ``PLATEAU`` x the labels' ``entropy`` (every start so far on the keypoint plateau)."""
+    return made < restarts or (made < max_restarts and best_fit >= PLATEAU * entropy and entropy > 0)
 
 
 def label_entropy(actions: np.ndarray) -> float:
