@@ -71,3 +71,30 @@ def test_paper_package_has_a_readme_row_and_declares_its_scales(member):
     desc = registry.get(name)
     assert desc.quick_minutes and desc.quick_minutes > 0, f"{name}: declare quick_minutes"
     assert {"smoke", "quick", "full"} <= set(desc.scales), f"{name}: describe every scale"
+
+
+def test_readme_package_table_is_generated():
+    """Each row's status (stage, claims held at the last recorded quick run) and version are
+    what `python CI/readme-table` generates from the registry and packages/*/results/quick.json."""
+    import runpy
+
+    script = runpy.run_path(str(ROOT / "CI" / "readme-table"))
+    stale = script["expected_rows"]((ROOT / "README.md").read_text())
+    assert not stale, "README rows are stale: run `uv run python CI/readme-table`\n" + "\n".join(
+        f"is:     {old}\nshould: {new}" for old, new in stale.items())
+
+
+def test_recorded_quick_results_match_the_declared_claims():
+    """Every committed results/quick.json is a quick run of its package naming declared claims."""
+    import json
+
+    for member in PAPERS:
+        record = member / "results" / "quick.json"
+        if not record.is_file():
+            continue
+        data = json.loads(record.read_text())
+        name = _project(member)["name"]
+        assert data["package"] == name and data["scale"] == "quick", record
+        declared = {c.id for c in registry.get(name).claims}
+        recorded = {v["id"] for v in data["verdicts"] if v["kind"] == "claim"}
+        assert recorded <= declared, f"{name}: quick.json names undeclared claims {recorded - declared}"

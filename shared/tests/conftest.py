@@ -11,8 +11,10 @@ from pathlib import Path
 from icml26_shared import Claim, ClaimCheck, MethodDescriptor, Paper, Results
 
 CLAIM = Claim("beats", "demo beats baseline", "score", "higher", paper_value=2.0, source="Table 1")
+CHECK = Claim("bytes", "demo stores 4 bytes a token", "bytes", "lower", paper_value=4.0,
+              kind="check")
 DESCRIPTOR = MethodDescriptor(name="icml26-demo", version="0.1.0", paper=Paper("A Demo Paper"),
-                              claims=(CLAIM,), reproduce="icml26_demo:reproduce")
+                              claims=(CLAIM, CHECK), reproduce="icml26_demo:reproduce")
 
 
 def reproduce(scale, out_dir, seed):
@@ -23,6 +25,11 @@ def reproduce(scale, out_dir, seed):
     res.add("toy", "base", "score", 1.0)
     res.add("toy", "demo", "time_s", 0.1)
     res.claims.append(ClaimCheck.compare(CLAIM, 2.25 + seed, 1.0, "base"))
+    res.claims.append(ClaimCheck.compare(CHECK, 4.0, threshold=4.0))
+    steps = list(range(1, 11))
+    res.add_curve("toy", "demo", "score", steps, [s / 10 for s in steps], "dev", seed)
+    res.add_curve("toy", "base", "score", steps[:2], [0.3, 0.2], "dev", seed, budget=10,
+                  stopped_at=2)
     return res
 
 

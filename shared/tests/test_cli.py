@@ -24,11 +24,38 @@ def test_list(demo_package, capsys):
 def test_reproduce_writes_results_and_report(demo_package, tmp_path, capsys):
     assert main(["reproduce", demo_package, "--scale", "smoke", "--out", str(tmp_path)]) == 0
     data = json.loads((tmp_path / demo_package / "results.json").read_text())
-    assert data["status"] == "ok" and data["claims"][0]["held"] is True
+    # smoke proves the code path, not the claim: the figure stays, the verdict is withheld
+    claim = data["claims"][0]
+    assert data["status"] == "ok" and claim["held"] is None and claim["evaluated"] is False
+    assert claim["ours"] == 2.25 and "smoke" in claim["note"]
     assert data["env"]["packages"]["icml26-shared"]
     report = (tmp_path / "REPORT.md").read_text()
-    assert "demo beats baseline" in report and "held" in report
+    assert "demo beats baseline" in report and "not evaluated" in report
     assert main(["report", str(tmp_path)]) == 0
+
+
+def test_quick_claims_checks_and_curves_in_the_report(demo_package, tmp_path, capsys):
+    assert main(["reproduce", demo_package, "--scale", "quick", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    data = json.loads((tmp_path / demo_package / "results.json").read_text())
+    assert data["schema_version"] == 2
+    assert [c["held"] for c in data["claims"]] == [True, True]
+    assert [c["kind"] for c in data["claims"]] == ["claim", "check"]
+    report = (tmp_path / "REPORT.md").read_text()
+    overview = next(line for line in report.splitlines() if line.startswith("| icml26-demo |"))
+    # the check never enters the claim counts: 1 held, 0 not held, 0 not evaluated
+    assert overview.split(" | ")[2:5] == ["1", "0", "0"] and "1/1 ok" in overview
+    assert "## Checks" in report and "demo stores 4 bytes a token" in report.split("## Checks")[1]
+    assert "demo stores 4 bytes a token" not in report.split("## Checks")[0]
+    # curves: drawn per experiment, flagged in the report and on the terminal
+    assert (tmp_path / demo_package / "curves-toy.png").is_file()
+    flagged = report.split("## Learning curves to read before comparing")[1]
+    assert "| demo | score | dev | 0 | still improving |" in flagged
+    assert "| base | score | dev | 0 | stopped early |" in flagged
+    assert "still improving" in out and "stopped early" in out
+    (tmp_path / demo_package / "curves-toy.png").unlink()
+    assert main(["report", str(tmp_path)]) == 0  # a re-render draws the curves again
+    assert (tmp_path / demo_package / "curves-toy.png").is_file()
 
 
 def test_failed_package_is_reported_and_others_run(demo_package, tmp_path):

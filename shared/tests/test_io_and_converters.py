@@ -83,19 +83,19 @@ def test_atomic_dir_builds_aside_and_swaps_in(tmp_path):
             raise AssertionError("the block must not run")
     with atomic_dir(out, replace=True) as tmp:
         (tmp / "b.txt").write_text("2")
-    assert sorted(p.name for p in out.iterdir()) == ["b.txt"]
+    assert sorted(p.name for p in out.iterdir()) == [".icml26-manifest.json", "b.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
 def test_atomic_dir_error_leaves_old_folder_and_no_temporaries(tmp_path):
     out = tmp_path / "run"
-    out.mkdir()
-    (out / "keep.txt").write_text("old")
+    with atomic_dir(out) as tmp:  # a run's folder: replace=True may swap it (test_json_io.py)
+        (tmp / "keep.txt").write_text("old")
     with pytest.raises(KeyboardInterrupt):
         with atomic_dir(out, replace=True) as tmp:
             (tmp / "half.txt").write_text("x")
             raise KeyboardInterrupt
-    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+    assert sorted(p.name for p in out.iterdir()) == [".icml26-manifest.json", "keep.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
     fresh = tmp_path / "fresh"
     with pytest.raises(UserError, match="appeared"):

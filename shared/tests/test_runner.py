@@ -145,6 +145,19 @@ def test_force_replaces_an_earlier_run(fake, tmp_path):
     assert not (out / "fake-late").exists() and fake.counts() == ["ok", "late", "ok"]
 
 
+def test_force_and_resume_never_delete_a_file_put_inside_a_package_folder(fake, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["reproduce", "fake-ok", "--scale", "smoke", "--out", str(out)]) == 0
+    mine = out / "fake-ok" / "notes.txt"
+    mine.write_text("mine")
+    assert main(["reproduce", "fake-ok", "--scale", "smoke", "--out", str(out), "--force"]) == 2
+    assert "fake-ok/notes.txt" in capsys.readouterr().err and mine.read_text() == "mine"
+    # a resumed run at another seed would rerun fake-ok into its folder: refused, file kept
+    assert main(["reproduce", "fake-ok", "--scale", "smoke", "--out", str(out), "--resume",
+                 "--seed", "1"]) == 2
+    assert mine.read_text() == "mine"
+
+
 def test_interrupted_run_resumes_and_matches_an_uninterrupted_one(fake, tmp_path):
     names = ["fake-ok", "fake-late", "fake-refuse"]
     full = tmp_path / "full"

@@ -223,9 +223,16 @@ def test_refuses_existing_out_unless_forced(adapters, tmp_path, capsys):
     _refused(["merge", *map(str, dirs), "--out", str(out)], capsys, "already exists")
     assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
     assert _siblings(out) == ["merged"]
-    assert main(["merge", *map(str, dirs), "--out", str(out), "--force", "--quiet"]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
-    assert _siblings(out) == ["merged"]  # no temporary folder left behind
+    # --force replaces only a folder a run wrote: never a file the user put there
+    _refused(["merge", *map(str, dirs), "--out", str(out), "--force", "--quiet"], capsys,
+             "holds files that no run wrote (keep.txt)")
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+    (out / "keep.txt").unlink()
+    for _ in range(2):  # an empty folder, then the run's own folder
+        assert main(["merge", *map(str, dirs), "--out", str(out), "--force", "--quiet"]) == 0
+        assert sorted(p.name for p in out.iterdir()) == [".icml26-manifest.json", "adapter_config.json",
+                                                         "adapter_model.safetensors"]
+        assert _siblings(out) == ["merged"]  # no temporary folder left behind
 
 
 def test_refuses_bad_options(adapters, tmp_path, capsys):

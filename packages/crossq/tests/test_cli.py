@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 from crossq.cli import main
 
+from icml26_shared.io import MANIFEST
+
 TINY = ["--dim", "16", "--quiet", "--fit-docs", "40"]
 
 
@@ -155,7 +157,8 @@ def test_info_json_splits_bytes(files, tiny_model, tmp_path, capsys):
     rep = json.loads(capsys.readouterr().out)
     per = rep["bytes_per_token"]
     assert set(per) == {"codes", "codebooks", "offsets", "ids", "cells", "other"} and per["codes"] == 2
-    total = sum(f.stat().st_size for f in idx.iterdir() if not f.name.startswith("encoder."))
+    total = sum(f.stat().st_size for f in idx.iterdir()
+                if not f.name.startswith("encoder.") and f.name != MANIFEST)
     assert sum(per.values()) * rep["n_tokens"] == pytest.approx(total)
 
 

@@ -10,6 +10,7 @@ from crossq.core import maxsim_bruteforce
 from crossq.index import Index, write_index
 
 from icml26_shared import UserError
+from icml26_shared.io import MANIFEST
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +36,8 @@ def test_size_on_disk_matches_reported_bytes(crossq_index):
     lengths = np.load(out / "doc_lengths.npy")
     assert lengths.dtype == np.uint16 and b["offsets"] == 2 * n_docs and lengths.sum() == n
     assert b["ids"] == (out / "doc_ids.json").stat().st_size  # string ids: one JSON table
-    sizes = {f.name: f.stat().st_size for f in out.iterdir() if f.name != "manifest.json"}
+    sizes = {f.name: f.stat().st_size for f in out.iterdir()
+             if f.name not in ("manifest.json", MANIFEST)}
     assert sum(sizes.values()) == b["total_files"]
     header = sizes["codes.npy"] - n * 2
     assert 0 < header <= 128  # the .npy header: counted as "other", never as codes
@@ -85,12 +87,12 @@ def test_size_model_matches_a_3m_token_index(tmp_path):
     assert rep["bytes_per_token_with_metadata"] <= 4.3
     assert sum(rep["bytes_per_token"].values()) == pytest.approx(rep["bytes_per_token_on_disk"])
     assert rep["bytes_per_token_on_disk"] * n == pytest.approx(
-        sum(f.stat().st_size for f in (tmp_path / "big").iterdir()))
+        sum(f.stat().st_size for f in (tmp_path / "big").iterdir() if f.name != MANIFEST))
 
 
 def test_no_context_vectors_are_stored(crossq_index):
     out, _, codec = crossq_index
-    assert {f.name for f in out.iterdir()} == {"manifest.json", "codes.npy", "doc_lengths.npy",
+    assert {f.name for f in out.iterdir()} - {MANIFEST} == {"manifest.json", "codes.npy", "doc_lengths.npy",
                                                "doc_ids.json", "codec.books.npy"}
     assert np.load(out / "codec.books.npy").shape == (2, 256, 16)
 

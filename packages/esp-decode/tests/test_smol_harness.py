@@ -26,7 +26,8 @@ def test_harness_chooses_on_dev_times_every_drafter_and_checks_claims(tiny_llama
     assert out["accepted"]["esp"]["items_per_call"] > 1 + esp_cfg.num_masks   # a tree and masks, not AR
     _claims(res, out, "smollm2")
     assert [c.claim_id for c in res.claims][-1] == "throughput"
-    assert res.claims[-1].ours is not None and res.claims[-1].held is not None
+    # two test prompts give no interval (icml26-shared 0.2): the verdict is withheld, not guessed
+    assert res.claims[-1].ours is not None and res.claims[-1].status == "not evaluated"
     by_id = {c.claim_id: c for c in res.claims}
     for cid, base, regime in (("esp_vs_pld", "pld", "all"), ("esp_vs_lade", "lade", "all"),
                               ("esp_open_vs_pld", "pld", "open"), ("esp_open_vs_lade", "lade", "open")):

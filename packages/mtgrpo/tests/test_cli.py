@@ -127,7 +127,11 @@ def test_existing_out_folder_and_resume_errors(capsys, tmp_path):
     _err(capsys, ["train", "--tasks", "copy:easy", "--out", str(out), "--resume", *FAST],
          "nothing to resume")
     assert (out / "notes.txt").read_text() == "mine"
-    # --overwrite replaces the folder as a whole
+    # --overwrite replaces only a folder a run wrote: never a file the user put there
+    _err(capsys, ["train", "--tasks", "copy:easy", "--out", str(out), "--overwrite", *FAST],
+         "no run wrote (notes.txt)")
+    assert (out / "notes.txt").read_text() == "mine"
+    (out / "notes.txt").unlink()
     assert main(["train", "--tasks", "copy:easy,sort:easy", "--out", str(out), "--overwrite", *FAST]) == 0
     assert not (out / "notes.txt").exists() and (out / "checkpoint.pt").is_file()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp folders left

@@ -66,6 +66,10 @@ def test_existing_out_without_resume_and_missing_key(capsys, tmp_path, monkeypat
     (out / "keep.txt").write_text("mine")
     assert "already exists" in _err(capsys, ["run", "--tasks", "tsp", "--budget-calls", "4", "--out", str(out)])
     assert (out / "keep.txt").read_text() == "mine" and len(list(out.iterdir())) == 1
+    # --resume swaps the run in at the end: never over a file no run wrote (refused before any work)
+    assert "no run wrote (keep.txt)" in _err(capsys, ["run", "--tasks", "tsp", "--budget-calls", "4",
+                                                      "--out", str(out), "--resume"])
+    assert (out / "keep.txt").read_text() == "mine" and len(list(out.iterdir())) == 1
     monkeypatch.delenv("NO_SUCH_KEY_VAR", raising=False)
     err = _err(capsys, ["run", "--tasks", "tsp", "--llm", "openai", "--model", "m", "--api-key-env", "NO_SUCH_KEY_VAR",
                         "--budget-calls", "4", "--out", str(tmp_path / "r2")])
@@ -87,7 +91,8 @@ def test_eval_json_gen_instances_and_save_solutions(capsys, tmp_path, tsp_dir):
     r = out["instances"][0]
     assert r["feasible"] and r["gap"] == pytest.approx((r["cost"] - 250) / 250) and "cpu_s" in r
     assert out["mean_gap"] == pytest.approx(np.mean([x["gap"] for x in out["instances"]]))
-    assert sorted(p.name for p in (tmp_path / "sol").iterdir()) == ["a0.tour", "a1.tour"]
+    assert sorted(p.name for p in (tmp_path / "sol").iterdir()) == [".icml26-manifest.json", "a0.tour",
+                                                                    "a1.tour"]
     assert main(["gen-instances", "--task", "bpp", "--n", "20", "--count", "2", "--seed", "1", "--out", str(tmp_path / "g")]) == 0
     refs = json.loads((tmp_path / "g" / "references.json").read_text())
     assert len(refs) == 2 and all(v >= 1 for v in refs.values())

@@ -59,8 +59,14 @@ def test_missing_corrupt_and_existing_paths(lm, tmp_path, capsys):
     assert main(["oft", str(lm["oft"][0]), "--out", str(out)]) == 2
     one_line(capsys, "already exists")
     assert (out / "keep.txt").read_text() == "keep"
-    assert main(["oft", str(lm["oft"][0]), "--out", str(out), "--force", "--quiet"]) == 0
-    assert not (out / "keep.txt").exists() and (out / "adapter_model.safetensors").is_file()
+    # --force replaces only a folder a run wrote: never a file the user put there
+    assert main(["oft", str(lm["oft"][0]), "--out", str(out), "--force", "--quiet"]) == 2
+    one_line(capsys, "no run wrote (keep.txt)")
+    assert (out / "keep.txt").read_text() == "keep"
+    (out / "keep.txt").unlink()
+    for _ in range(2):  # an empty folder, then the run's own folder
+        assert main(["oft", str(lm["oft"][0]), "--out", str(out), "--force", "--quiet"]) == 0
+        assert (out / "adapter_model.safetensors").is_file()
 
 
 @pytest.mark.parametrize("argv, match", [

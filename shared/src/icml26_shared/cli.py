@@ -109,6 +109,10 @@ def add_reproduce_arguments(p: argparse.ArgumentParser, default_scale: str = "qu
                         "for the same scale, seed and version, run the rest")
     p.add_argument("--force", action="store_true",
                    help="replace an earlier run's --out folder (refused without --resume/--force)")
+    p.add_argument("--record", action="store_true",
+                   help="with --scale quick: also write each finished package's verdicts to "
+                        "packages/<name>/results/quick.json in its source checkout (commit it: the "
+                        "root README's status column is generated from it)")
 
 
 def reproduce_from_args(names: list[str] | None, args: argparse.Namespace) -> int:
@@ -138,6 +142,7 @@ def reproduce_from_args(names: list[str] | None, args: argparse.Namespace) -> in
     results = runner.run_many(descs, args.scale, out, args.seed,
                               resume=getattr(args, "resume", False),
                               force=getattr(args, "force", False),
+                              record=getattr(args, "record", False),
                               refusal="raise" if len(descs) == 1 and names else "skip")
     print_summary(results)
     print(f"report: {out / 'REPORT.md'}")
@@ -184,13 +189,27 @@ def _cmd_env(args: argparse.Namespace) -> int:
     print(f"cpu       {env.cpu} x{env.cpu_count}")
     print(f"device    {device_name()}")
     print(f"commit    {env.git_commit or 'unknown'}")
+    for lib in env.blas or ():
+        layer = {"openmp": "OpenMP", "pthreads": "pthreads"}.get(lib.get("threading_layer") or "",
+                                                                lib.get("threading_layer") or "?")
+        print(f"blas      {lib.get('internal_api')} {lib.get('version')} ({layer}, {lib.get('num_threads')} threads)")
     for name, ver in env.packages.items():
         print(f"{name:<16}{ver}")
     return 0
 
 
+def _cmd_model(args: argparse.Namespace) -> int:
+    from .hf import load_pretrained, summarize
+
+    model, tok = load_pretrained(args.path, args.kind, dtype=args.dtype, device=args.device,
+                                 trust_remote_code=args.trust_remote_code)
+    for key, value in summarize(model, tok).items():
+        print(f"{key:<11}{value}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="icml26", description="Reproduce ICML 2026 papers.")
+    parser = ArgumentParser(prog="icml26", description="Reproduce ICML 2026 papers.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="registered packages, their papers and claims").set_defaults(fn=_cmd_list)
     p = sub.add_parser("reproduce", help="run reproductions, print the summary, write REPORT.md")
@@ -201,6 +220,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dir", type=Path)
     p.set_defaults(fn=_cmd_report)
     sub.add_parser("env", help="versions and devices").set_defaults(fn=_cmd_env)
+    p = sub.add_parser("model", help="load a local Hugging Face folder (checked, offline) and summarise it")
+    p.add_argument("path", type=Path)
+    # no argparse choices: load_pretrained checks them and a bad one is one line, not a usage dump
+    p.add_argument("--kind", default="causal_lm", help="causal_lm, vlm, seq2seq_lm, masked_lm, encoder "
+                   "or sequence_classification (default: %(default)s)")
+    p.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16 (default: %(default)s)")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: %(default)s)")
+    p.add_argument("--trust-remote-code", action="store_true", help="run the folder's own modelling code")
+    p.set_defaults(fn=_cmd_model)
     return parser
 
 

@@ -136,13 +136,12 @@ def smollm2_hf_dir() -> Path:
 
 
 def load_smollm2(dtype: str = "float32") -> tuple[Any, Any]:
-    """``(model, tokenizer)`` of SmolLM2-135M-Instruct, offline."""
+    """``(model, tokenizer)`` of SmolLM2-135M-Instruct, offline, on the CPU in eval mode."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = smollm2_hf_dir()
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
-    return model, AutoTokenizer.from_pretrained(path)
+    from .hf import load_pretrained
+
+    return load_pretrained(smollm2_hf_dir(), "causal_lm", dtype=getattr(torch, dtype), device="cpu")
 
 
 def minilm_dir() -> Path:

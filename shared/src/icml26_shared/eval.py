@@ -6,6 +6,7 @@ Metrics take NumPy-compatible arrays (torch tensors work through ``np.asarray``)
 from __future__ import annotations
 
 import gc
+import math
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -72,40 +73,90 @@ def ndcg_at_k(ranking: Sequence, relevant: Mapping | set, k: int = 10) -> float:
 
 # --- paired intervals --------------------------------------------------------------------------
 
+#: Smallest number of units for a bootstrap (BCa) interval; below it, with at least
+#: ``_MIN_UNITS`` units, a Student-t interval; below ``_MIN_UNITS``, no interval.
+_MIN_BOOTSTRAP = 20
+_MIN_UNITS = 3
+
+
 @dataclass
 class PairedInterval:
-    """Mean of the paired differences ``a - b`` and its bootstrap confidence interval."""
+    """Mean of the paired differences ``a - b`` and its confidence interval.
+
+    ``method`` says how the interval was made: ``"bca"`` (bootstrap, 20 units or more), ``"t"``
+    (Student-t, 3 to 19 units), ``"cluster"`` (two-level bootstrap, ``paired_interval_clustered``)
+    or ``"none"`` (fewer than 3 units: ``low`` and ``high`` are NaN and the claim is not
+    evaluated). ``n`` is the number of units; ``n_clusters`` the number of clusters (seeds) for
+    ``"cluster"``.
+    """
 
     mean: float
     low: float
     high: float
     n: int
     confidence: float = 0.95
+    method: str = "bca"
+    n_clusters: int | None = None
+
+    @property
+    def defined(self) -> bool:
+        """False when there is no interval (too few units, or NaN ends)."""
+        return self.method != "none" and not (math.isnan(self.low) or math.isnan(self.high))
 
     def clears(self, margin: float = 0.0, direction: str = "higher") -> bool:
-        """True when the whole interval lies beyond ``margin`` in ``direction``."""
+        """True when the whole interval lies beyond ``margin`` in ``direction``; False when there
+        is no interval."""
+        if not self.defined:
+            return False
         return self.low > margin if direction == "higher" else self.high < -margin
 
     def __str__(self) -> str:
-        return f"{self.mean:+.4g} [{self.low:+.4g}, {self.high:+.4g}]"
+        if not self.defined:
+            return f"{self.mean:+.4g} ({'n<3: ' if self.n < _MIN_UNITS else ''}no interval)"
+        how = f"{self.method}, n={self.n}"
+        if self.n_clusters is not None:
+            how = f"{self.method}, {self.n_clusters} clusters, n={self.n}"
+        return f"{self.mean:+.4g} [{self.low:+.4g}, {self.high:+.4g}] ({how})"
+
+
+def _differences(a, b) -> np.ndarray:
+    return np.asarray(a, dtype=float) - (0.0 if b is None else np.asarray(b, dtype=float))
 
 
 def paired_interval(a, b=None, *, confidence: float = 0.95, n_resamples: int = 9999,
                     seed: int = 0) -> PairedInterval:
-    """Bootstrap interval (BCa, ``scipy.stats.bootstrap``) of the mean paired difference ``a - b``.
+    """Confidence interval of the mean paired difference ``a - b``.
 
     ``a`` and ``b`` are per-seed (or per-query, per-task) values of two methods on the same units;
-    with ``b=None``, ``a`` already holds the differences. With fewer than 2 pairs or zero
-    variance the interval collapses to the mean; BCa falls back to the percentile method when it
-    is undefined.
+    with ``b=None``, ``a`` already holds the differences. Which interval depends on the number of
+    units ``n``:
+
+    * ``n >= 20``: bootstrap, BCa (``scipy.stats.bootstrap``, seeded by ``seed``), falling back to
+      the percentile method where BCa is undefined. ``method="bca"``.
+    * ``3 <= n < 20``: Student-t interval of the mean (``scipy.stats.t``, standard error with
+      ``ddof=1``). A bootstrap of a handful of values is not a 95% interval: its resamples never
+      leave the range of the data, so with 3 seeds its lower end is about the worst of the three.
+      The t interval widens with the t quantile instead. ``method="t"``.
+    * ``n < 3``: no interval, ``low`` and ``high`` are NaN, ``defined`` is False and ``clears()``
+      is False: the claim is not evaluated. ``method="none"``.
+
+    With zero variance (and ``n >= 3``) the interval collapses to the mean. For many evaluation
+    units (queries, prompts) nested in a few seeds, use ``paired_interval_clustered``.
     """
-    d = np.asarray(a, dtype=float) - (0.0 if b is None else np.asarray(b, dtype=float))
-    d = d.ravel()
+    d = _differences(a, b).ravel()
     if d.size == 0:
         raise ValueError("paired_interval needs at least one pair")
-    mean = float(d.mean())
-    if d.size < 2 or float(np.ptp(d)) == 0.0:
-        return PairedInterval(mean, mean, mean, int(d.size), confidence)
+    n, mean = int(d.size), float(d.mean())
+    if n < _MIN_UNITS:
+        return PairedInterval(mean, math.nan, math.nan, n, confidence, "none")
+    method = "bca" if n >= _MIN_BOOTSTRAP else "t"
+    if float(np.ptp(d)) == 0.0:
+        return PairedInterval(mean, mean, mean, n, confidence, method)
+    if method == "t":
+        from scipy import stats
+
+        low, high = stats.t.interval(confidence, n - 1, loc=mean, scale=stats.sem(d))
+        return PairedInterval(mean, float(low), float(high), n, confidence, "t")
     import warnings
 
     from scipy.stats import bootstrap
@@ -120,7 +171,72 @@ def paired_interval(a, b=None, *, confidence: float = 0.95, n_resamples: int = 9
             ci = bootstrap((d,), np.mean, confidence_level=confidence, n_resamples=n_resamples,
                            method="percentile", random_state=rng).confidence_interval
             low, high = float(ci.low), float(ci.high)
-    return PairedInterval(mean, low, high, int(d.size), confidence)
+    return PairedInterval(mean, low, high, n, confidence, "bca")
+
+
+def paired_interval_clustered(values, clusters, b=None, *, confidence: float = 0.95,
+                              n_resamples: int = 9999, seed: int = 0) -> PairedInterval:
+    """Two-level (cluster) bootstrap interval for evaluation units nested in seeds.
+
+    ``values`` are per-unit paired differences (queries, goals, documents, prompts), or, with
+    ``b`` given, ``values - b``; ``clusters`` (same shape) gives each unit's seed (cluster) label.
+
+    Point estimate: the grand mean of the cluster means, each seed weighted equally whatever its
+    number of units (with equal sizes, the plain mean of all units). Each of ``n_resamples``
+    resamples draws the clusters with replacement, then, within each drawn cluster, its units
+    with replacement (the standard two-stage nested bootstrap), and takes the same statistic: the
+    mean of the drawn clusters' means. The interval is the percentile interval of the resamples,
+    its two arms (distances from the point estimate) widened by ``t_{K-1} / z`` quantiles for
+    ``K`` clusters: the few-clusters correction of cluster-robust inference. Without it a
+    percentile cluster bootstrap covers about 87% with 5 seeds and 78% with 3 when seeds differ
+    (the same fault as a bootstrap of 3 values); with it, in simulations with normal seed and
+    unit effects and 2 to 10 seeds, coverage is 95% or above: conservative when seeds barely
+    differ (the resampled units count the unit noise twice). The factor fades as ``K`` grows
+    (2.2 at 3 clusters, 1.42 at 5, 1.07 at 20). ``method="cluster"``.
+
+    With a single cluster (one seed) it is the plain unit bootstrap, percentile, uncorrected: the
+    interval covers the units only, not seed-to-seed variation. Fewer than 3 units: no interval
+    (``method="none"``). No units, or ``values``, ``b`` and ``clusters`` of different shapes:
+    ``ValueError``.
+    """
+    d = _differences(values, b)
+    labels = np.asarray(clusters)
+    if d.shape != labels.shape:
+        raise ValueError(f"values and clusters differ in shape: {d.shape} vs {labels.shape}")
+    d, labels = d.ravel(), labels.ravel()
+    if d.size == 0:
+        raise ValueError("paired_interval_clustered needs at least one unit")
+    _, inv = np.unique(labels, return_inverse=True)
+    inv = inv.ravel()
+    k = int(inv.max()) + 1
+    groups = [d[inv == c] for c in range(k)]
+    mean = float(np.mean([g.mean() for g in groups]))
+    n = int(d.size)
+    if n < _MIN_UNITS:
+        return PairedInterval(mean, math.nan, math.nan, n, confidence, "none", k)
+    if float(np.ptp(d)) == 0.0:
+        return PairedInterval(mean, mean, mean, n, confidence, "cluster", k)
+
+    rng = np.random.default_rng(seed)
+    drawn = rng.integers(0, k, size=(n_resamples, k))  # stage 1: clusters, with replacement
+    cmeans = np.empty((n_resamples, k))
+    for c, g in enumerate(groups):  # stage 2: each drawn cluster's units, with replacement
+        rows, cols = np.nonzero(drawn == c)
+        step = max(1, (1 << 22) // g.size)  # bounds memory: about 4M indices at a time
+        for s in range(0, rows.size, step):
+            idx = rng.integers(0, g.size, size=(min(step, rows.size - s), g.size))
+            cmeans[rows[s:s + step], cols[s:s + step]] = g[idx].mean(axis=1)
+    stat = cmeans.mean(axis=1)
+    alpha = (1.0 - confidence) / 2.0
+    q_low, q_high = np.quantile(stat, [alpha, 1.0 - alpha])
+    widen = 1.0
+    if k > 1:
+        from scipy import stats
+
+        widen = float(stats.t.ppf(1.0 - alpha, k - 1) / stats.norm.ppf(1.0 - alpha))
+    low = mean - widen * (mean - float(q_low))
+    high = mean + widen * (float(q_high) - mean)
+    return PairedInterval(mean, low, high, n, confidence, "cluster", k)
 
 
 # --- timing ------------------------------------------------------------------------------------

@@ -82,6 +82,9 @@ def run_one(desc: MethodDescriptor, scale: str, out_root: Path, seed: int = 0,
         res = Results(package=desc.name, version=desc.version, scale=scale, seed=seed,
                       status="failed", error=f"{type(exc).__name__}: {exc}")
     res.elapsed_s = time.perf_counter() - t0
+    if scale == "smoke":  # smoke proves the code path runs, not the paper's claim
+        for check in res.claims:
+            check.mark_not_evaluated("not evaluated at smoke scale")
     res.env = EnvInfo.capture([desc.name], source=_source_dir(desc))
     res.to_json(out_dir / RESULTS)
     return res
@@ -102,21 +105,35 @@ def reusable(desc: MethodDescriptor, scale: str, out_root: Path, seed: int) -> R
     return res if same and res.status == "ok" else None
 
 
-def _is_run_folder(out: Path) -> bool:
-    """Does ``out`` hold only what a reproduction writes (so ``--force`` may replace it)?"""
-    for p in out.iterdir():
-        if p.is_file() and p.name not in ("REPORT.md",):
-            return False
-        if p.is_dir() and not ((p / RESULTS).is_file() or (p / "error.txt").is_file()
-                               or not any(p.iterdir())):
-            return False
-    return True
+def _owned(out_root: Path, target: Path) -> bool:
+    """Did a run write every file below ``target`` (listed in ``out_root``'s manifest)?"""
+    from .io import MANIFEST, _files, _manifest_files
+
+    listed = _manifest_files(out_root) or set()
+    rel = target.relative_to(out_root).as_posix()
+    return all(f"{rel}/{f}" in listed for f in _files(target) if f != MANIFEST)
+
+
+def _record(out_root: Path, *paths: Path) -> None:
+    """List every file below ``paths`` in ``out_root``'s manifest: this run wrote them, so a later
+    ``--force`` may replace them (and nothing else)."""
+    from .io import _files, add_to_manifest
+
+    files = []
+    for p in paths:
+        if p.is_dir():
+            files += [p / f for f in _files(p)]
+        elif p.exists():
+            files.append(p)
+    add_to_manifest(out_root, *files, writer="icml26 reproduce")
 
 
 def prepare_out(out: Path, *, resume: bool = False, force: bool = False) -> tuple[Path, bool]:
     """Check ``--out``; return it and whether this call created it. An existing non-empty
-    folder is refused unless ``resume`` (keep it) or ``force`` (replace it: only a folder that
-    holds nothing but an earlier reproduction's output)."""
+    folder is refused unless ``resume`` (keep it) or ``force`` (replace it: only a folder whose
+    every file an earlier reproduction wrote, as its manifest lists)."""
+    from .io import MANIFEST, check_replaceable
+
     out = Path(out)
     created = not out.exists()
     if resume and force:
@@ -125,9 +142,11 @@ def prepare_out(out: Path, *, resume: bool = False, force: bool = False) -> tupl
         if not force:
             raise UserError(f"--out {out} exists and is not empty (pass --resume to continue that "
                             "run or --force to replace it)")
-        if not _is_run_folder(out):
-            raise UserError(f"--out {out} holds files that no reproduction wrote; --force only "
-                            "replaces an earlier run's folder")
+        if not (out / MANIFEST).is_file():
+            raise UserError(f"--out {out} has no record of what a reproduction wrote there; "
+                            "--force only replaces an earlier run's folder (move it or choose "
+                            "another --out)")
+        check_replaceable(out)
         shutil.rmtree(out)
         created = True
     return check_out_dir(out), created
@@ -156,7 +175,7 @@ def _estimate_left(descs: Sequence[MethodDescriptor], scale: str, done: dict[str
 
 def run_many(descs: Sequence[MethodDescriptor], scale: str, out_root: Path, seed: int = 0, *,
              resume: bool = False, force: bool = False, refusal: str = "skip",
-             log: Callable[[str], None] | None = None) -> list[Results]:
+             record: bool = False, log: Callable[[str], None] | None = None) -> list[Results]:
     """Run every descriptor into ``out_root``; write ``REPORT.md``; return the results.
 
     ``refusal="skip"`` records a package's ``UserError`` as ``status="skipped"`` (its reason in
@@ -166,6 +185,11 @@ def run_many(descs: Sequence[MethodDescriptor], scale: str, out_root: Path, seed
     """
     log = log or (lambda line: print(line, flush=True))
     check_scale(scale)
+    if record:
+        if scale != "quick":
+            raise UserError("--record keeps the quick run's verdicts: use it with --scale quick")
+        for desc in descs:
+            record_path(desc)  # refuse before running anything
     out_root, created = prepare_out(out_root, resume=resume, force=force)
     results: list[Results] = []
     done: dict[str, float] = {}
@@ -182,6 +206,9 @@ def run_many(descs: Sequence[MethodDescriptor], scale: str, out_root: Path, seed
                 continue
             target = out_root / desc.name
             if target.exists():  # an earlier run's leftovers (interrupted, failed, other seed)
+                if not _owned(out_root, target):
+                    raise UserError(f"{target} holds files that no reproduction wrote; move them "
+                                    "or choose another --out")
                 shutil.rmtree(target)
             log(f"{head}: reproduce --scale {scale} --seed {seed} ...")
             t0 = time.perf_counter()
@@ -199,8 +226,11 @@ def run_many(descs: Sequence[MethodDescriptor], scale: str, out_root: Path, seed
                 res.claims = [ClaimCheck.compare(c, None, note=f"not run: {res.status}")
                               for c in desc.claims]
                 res.to_json(target / RESULTS)
+            _record(out_root, target)
             results.append(res)
             done[desc.name] = res.elapsed_s or 0.0
+            if record and res.status == "ok":
+                log(f"    recorded {write_record(desc, res)}")
             state = {"ok": "ok", "skipped": f"skipped ({res.error})"}.get(
                 res.status, f"FAILED ({res.error})")
             left = _estimate_left(descs, scale, done)
@@ -209,6 +239,7 @@ def run_many(descs: Sequence[MethodDescriptor], scale: str, out_root: Path, seed
     except KeyboardInterrupt:
         not_run = [d.name for d in descs if d.name not in done]
         write_report(results, out_root, not_run=not_run)
+        _record(out_root, *(out_root / r.package for r in results), out_root / "REPORT.md")
         log(f"interrupted: {len(not_run)} package(s) not run; resume with --resume")
         raise
     except UserError:
@@ -216,7 +247,72 @@ def run_many(descs: Sequence[MethodDescriptor], scale: str, out_root: Path, seed
             out_root.rmdir()
         raise
     write_report(results, out_root)
+    _record(out_root, *(out_root / r.package for r in results), out_root / "REPORT.md")
     return results
+
+
+RECORD = Path("results") / "quick.json"
+
+
+def package_root(desc: MethodDescriptor) -> Path | None:
+    """The source checkout of ``desc``'s package (the folder holding its ``pyproject.toml``), or
+    None when it is installed from a wheel. Imports only the package's top module."""
+    import importlib.util
+    import tomllib
+
+    module = desc.reproduce.partition(":")[0].split(".")[0]
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    src = Path(list(spec.submodule_search_locations)[0]).resolve()
+    for root in (src.parent.parent, src.parent):  # src/<module> layout, then flat
+        try:
+            name = tomllib.loads((root / "pyproject.toml").read_text())["project"]["name"]
+        except (OSError, KeyError, ValueError):
+            continue
+        if name == desc.name:
+            return root
+    return None
+
+
+def record_path(desc: MethodDescriptor) -> Path:
+    """Where ``reproduce --record`` writes the package's quick summary; a ``UserError`` when the
+    package is not a source checkout (a wheel has nowhere to commit it)."""
+    root = package_root(desc)
+    if root is None:
+        raise UserError(f"--record writes into {desc.name}'s source checkout "
+                        f"(packages/{desc.name}/{RECORD}); {desc.name} is installed from a wheel")
+    return root / RECORD
+
+
+def quick_record(res: Results) -> dict:
+    """The compact summary of a run that ``--record`` commits beside the package: its claims'
+    verdicts and figures, no rows (those stay in the run's results.json)."""
+    from .report import check_counts, claim_counts
+
+    env = res.env
+    return {
+        "package": res.package, "version": res.version, "scale": res.scale, "seed": res.seed,
+        "created": res.created, "status": res.status, "elapsed_s": res.elapsed_s,
+        "git_commit": env.git_commit if env else None, "git_dirty": env.git_dirty if env else None,
+        "cpu_count": env.cpu_count if env else None, "gpu": env.gpu if env else None,
+        "claims": dict(zip(("held", "not_held", "not_evaluated"), claim_counts(res))),
+        "checks": dict(zip(("ok", "failed", "not_evaluated"), check_counts(res))),
+        "verdicts": [{"id": c.claim_id, "kind": c.kind, "status": c.status, "metric": c.metric,
+                      "ours": c.ours, "baseline": c.baseline, "baseline_name": c.baseline_name,
+                      "interval": c.interval} for c in res.claims],
+        "curve_flags": sorted({f"{c.experiment} / {c.method}: {f}" for c in res.curves
+                               for f in c.flags()}),
+    }
+
+
+def write_record(desc: MethodDescriptor, res: Results) -> Path:
+    from .io import write_json
+
+    return write_json(record_path(desc), quick_record(res))
 
 
 def load_results_dir(path: Path) -> list[Results]:

@@ -6,11 +6,14 @@
         package = "circumerge"          # the entry-point / distribution name
 
 It checks: the entry point resolves to a descriptor; ``<cli> --help`` answers without importing
-torch or jax; ``reproduce --scale smoke`` writes schema-valid results; two runs with one seed agree.
+torch or jax; ``reproduce --scale smoke`` writes schema-valid results; two runs with one seed agree;
+every ``*.json`` the smoke run wrote, and the stdout of each declared ``json_commands`` argv, is
+strict JSON (no ``NaN``/``Infinity``); ``reproduce --force`` never deletes a file no run wrote.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import subprocess
@@ -29,6 +32,24 @@ def _rows_key(res: Results) -> dict[tuple[str, str, str], float]:
     return {(r.experiment, r.method, r.metric): r.value for r in res.rows}
 
 
+def _refuse_constant(token: str):
+    raise ValueError(f"non-standard JSON token {token}")
+
+
+def strict_json_loads(text: str):
+    """``json.loads`` that refuses ``NaN``, ``Infinity`` and ``-Infinity`` (Python's json reads
+    and writes them; no other JSON parser does)."""
+    return json.loads(text, parse_constant=_refuse_constant)
+
+
+def _call_main(main, argv: list[str]) -> int:
+    try:
+        rc = main(argv)
+    except SystemExit as e:  # argparse's --help / usage errors
+        rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    return 0 if rc is None else rc
+
+
 class ContractTests:
     package: str = ""
     #: CLI module exposing ``main(argv) -> int``; default ``<import name>.cli``
@@ -36,6 +57,10 @@ class ContractTests:
     #: metrics that measure time or memory and so legitimately differ between two runs
     nondeterministic_metrics: tuple[str, ...] = ("time", "seconds", "ms", "latency", "speedup",
                                                   "throughput", "memory", "ratio_time")
+    #: CLI argv lists whose stdout must be strict JSON (``--json`` commands), run in-process
+    #: through the CLI module's ``main``; ``"{smoke_out}"`` in an argument becomes the smoke
+    #: run's package folder (``<out>/<package>``), ``"{tmp}"`` a fresh empty folder
+    json_commands: tuple[tuple[str, ...], ...] = ()
 
     @property
     def _module(self) -> str:
@@ -96,3 +121,56 @@ class ContractTests:
                 continue
             vb = kb[key]
             assert (math.isnan(va) and math.isnan(vb)) or va == pytest.approx(vb, rel=1e-6, abs=1e-9), key
+
+    def test_json_outputs_are_strict(self, smoke_runs):
+        """Every ``*.json`` (and each line of every ``*.jsonl``) the smoke run wrote parses with
+        a strict parser: no ``NaN``/``Infinity`` (write them with ``icml26_shared.io``)."""
+        _, _, path = smoke_runs
+        files = sorted(path.parent.rglob("*.json"))
+        assert path in files
+        for f in files + sorted(path.parent.rglob("*.jsonl")):
+            text = f.read_text(encoding="utf-8")
+            docs = [x for x in text.splitlines() if x.strip()] if f.suffix == ".jsonl" else [text]
+            for doc in docs:
+                try:
+                    strict_json_loads(doc)
+                except ValueError as exc:  # JSONDecodeError included
+                    pytest.fail(f"{f.relative_to(path.parent)} is not strict JSON: {exc}")
+
+    def test_json_commands(self, smoke_runs, tmp_path, capsys):
+        if not self.json_commands:
+            pytest.skip("no json_commands declared")
+        main = importlib.import_module(self._module).main
+        smoke_out = str(smoke_runs[2].parent)
+        for i, argv in enumerate(self.json_commands):
+            tmp = tmp_path / f"cmd{i}"
+            tmp.mkdir()
+            args = [a.replace("{smoke_out}", smoke_out).replace("{tmp}", str(tmp)) for a in argv]
+            capsys.readouterr()
+            rc = _call_main(main, args)
+            out, err = capsys.readouterr()
+            assert rc == 0, f"{' '.join(argv)}: exit {rc}: {err.strip()[-500:]}"
+            assert out.strip(), f"{' '.join(argv)} printed nothing"
+            try:
+                strict_json_loads(out)
+            except ValueError:  # JSON lines: each line one strict document
+                for line in out.splitlines():
+                    if not line.strip():
+                        continue
+                    try:
+                        strict_json_loads(line)
+                    except ValueError as exc:
+                        pytest.fail(f"{' '.join(argv)}: stdout is not strict JSON: {exc}")
+
+    def test_force_never_deletes_user_files(self, tmp_path, capsys):
+        main = importlib.import_module(self._module).main
+        out = tmp_path / "out"
+        out.mkdir()
+        notes = out / "notes.txt"
+        notes.write_bytes(b"my notes\n")
+        rc = _call_main(main, ["reproduce", "--scale", "smoke", "--out", str(out), "--force"])
+        err = capsys.readouterr().err
+        assert rc == 2, f"reproduce --force into a folder holding notes.txt: exit {rc}: {err}"
+        assert notes.read_bytes() == b"my notes\n"
+        assert [p.name for p in out.iterdir()] == ["notes.txt"]
+        assert [p.name for p in tmp_path.iterdir()] == ["out"]

@@ -6,7 +6,6 @@ memory is one layer's factors (plus the dense m×n stack for the ``full`` / ``kn
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
@@ -16,6 +15,7 @@ from typing import Any
 import torch
 
 from icml26_shared import UserError
+from icml26_shared.io import dumps_json
 
 from .config import MergeConfig
 from .core import effective_rank
@@ -83,7 +83,7 @@ def merge_adapters(dirs: Sequence[str | Path], out: str | Path, config: MergeCon
     meta["sources"] = [str(Path(d)) for d in dirs]
     t0, merge_s = time.perf_counter(), 0.0
     with StreamingAdapterWriter(Path(out), layout, out_dtype, output_config(first.config, rank),
-                                {"circumerge": json.dumps(meta, default=str)}, force) as writer:
+                                {"circumerge": dumps_json(meta, indent=None, default=str)}, force) as writer:
         for i, (mod, As, Bs) in enumerate(iter_layers(adapters)):
             t1 = time.perf_counter()
             A, B = _merge_one(As, Bs, cfg, i)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from icml26_shared.cli import (
     positive_int,
     reproduce_from_args,
 )
+from icml26_shared.io import print_json
 
 from .config import RULE_NAMES as RULES
 from .config import SPACE_NAMES as SPACES
@@ -106,7 +106,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
     info = inspect_adapters(args.adapters)
     if args.json:
-        print(json.dumps(info, indent=2))
+        print_json(info, indent=2)
         return 0
     print(f"base model: {info['base_model']}   modules: {info['modules']}")
     for i, ad in enumerate(info["adapters"]):
@@ -169,10 +169,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _write_bench(records: list[dict], args: argparse.Namespace) -> None:
-    from icml26_shared.io import atomic_write_text
+    from icml26_shared.io import write_json
 
     if args.json is not None:
-        atomic_write_text(args.json, json.dumps(records, indent=2) + "\n")
+        write_json(args.json, records, indent=2)
     if args.plot is not None:
         from .plots import plot_bench
 

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from icml26_shared import UserError
+from icml26_shared.io import check_replaceable
 
 CONFIG_NAME = "adapter_config.json"
 WEIGHTS_NAME = "adapter_model.safetensors"
@@ -171,6 +172,7 @@ def prepare_out(out: str | Path, force: bool) -> Path:
         raise UserError(f"output {out} already exists (pass --force to replace it)")
     if out.exists() and not out.is_dir():
         raise UserError(f"output {out} exists and is not a directory")
+    check_replaceable(out)  # --force replaces only a folder a run wrote, never a user's files
     parent = out.absolute().parent
     if not parent.is_dir():
         raise UserError(f"parent folder of --out {out} does not exist")

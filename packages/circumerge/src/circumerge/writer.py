@@ -7,14 +7,13 @@ The file is written into a temporary sibling folder that replaces the output fol
 
 from __future__ import annotations
 
-import json
-import shutil
 import struct
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from icml26_shared.io import atomic_dir, dumps_json, write_json
 
 _CODES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16"}
 
@@ -42,12 +41,15 @@ class StreamingAdapterWriter:
             header[name] = {"dtype": _CODES[dtype], "shape": list(shape),
                             "data_offsets": [offset, offset + size]}
             offset += size
-        raw = json.dumps(header, separators=(",", ":")).encode()
+        raw = dumps_json(header, indent=None, separators=(",", ":")).encode()
         self._header = raw + b" " * (-len(raw) % 8)
         self._next = 0
 
     def __enter__(self) -> StreamingAdapterWriter:
-        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.tmp-", dir=self.out.absolute().parent))
+        # a run's folder only: --force never replaces a folder holding files no run wrote
+        self._dir = atomic_dir(self.out.absolute(), replace=self.force,
+                               exists_error="{path} appeared while merging")
+        self.tmp = self._dir.__enter__()
         self._fh = open(self.tmp / "adapter_model.safetensors", "wb")  # noqa: SIM115
         self._fh.write(struct.pack("<Q", len(self._header)) + self._header)
         return self
@@ -62,16 +64,12 @@ class StreamingAdapterWriter:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self._fh.close()
-        try:
-            if exc_type is None:
+        if exc_type is None:
+            try:
                 if self._next != len(self.layout):
                     raise RuntimeError(f"only {self._next} of {len(self.layout)} tensors were written")
-                (self.tmp / "adapter_config.json").write_text(json.dumps(self.config, indent=2, default=str) + "\n")
-                if self.out.exists():
-                    if not self.force:
-                        raise FileExistsError(f"{self.out} appeared while merging")
-                    shutil.rmtree(self.out)
-                self.tmp.rename(self.out)
-        finally:
-            if self.tmp.exists():
-                shutil.rmtree(self.tmp, ignore_errors=True)
+                write_json(self.tmp / "adapter_config.json", self.config, indent=2, default=str)
+            except BaseException as e:
+                self._dir.__exit__(type(e), e, e.__traceback__)  # removes the temporary folder
+                raise
+        self._dir.__exit__(exc_type, exc, tb)  # renamed into place on a clean exit

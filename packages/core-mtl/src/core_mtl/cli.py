@@ -4,7 +4,6 @@ commands, so ``--help`` stays fast; users' mistakes end with one line on stderr 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 from icml26_shared import UserError, cli_entry
 from icml26_shared.cli import ArgumentParser as Parser
 from icml26_shared.cli import add_reproduce_arguments, float_in, positive_int, reproduce_from_args
+from icml26_shared.io import print_json
 
 METHODS = ("core", "single", "ew", "uw", "dwa", "gradnorm", "mgda", "pcgrad", "cagrad", "nashmtl",
            "famo", "fairgrad", "stch", "mtan")  # = baselines.ALL_METHODS (kept here: no torch import)
@@ -130,7 +130,7 @@ def _cmd_eval(args) -> int:
         ref = evaluate(rtasks, predict(rmodels, torch.from_numpy(images)), targets)
         m["delta_m_percent"] = delta_m_percent(m, ref)
     if args.json:
-        print(json.dumps({"method": cfg["method"], "split": args.split, "metrics": m}, indent=2))
+        print_json({"method": cfg["method"], "split": args.split, "metrics": m}, indent=2)
     else:
         print(f"{cfg['method']} on {args.split} ({len(images)} images)")
         for k, v in m.items():
@@ -153,7 +153,7 @@ def _cmd_diagnose(args) -> int:
     if "hue" in extra and len(set(extra["hue"].tolist())) > 1:
         d["hue_probe_acc"], d["hue_chance"] = hue_probe(p["_z_s"], extra["hue"], seed=0)
     if args.json:
-        print(json.dumps(d, indent=2))
+        print_json(d, indent=2)
     else:
         for k, v in d.items():
             print(f"{k:<18}{v if isinstance(v, str) else f'{v:.4f}'}")

@@ -8,16 +8,14 @@ Every write goes to a temporary sibling first and is renamed into place."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
 from icml26_shared import UserError
+from icml26_shared.io import atomic_dir, write_json
 
 from .config import NYU_TASKS, TASK_KINDS, ModelConfig, TaskSpec
 
@@ -127,30 +125,20 @@ def read_split(root: Path, split: str, tasks: tuple[TaskSpec, ...], limit: int |
     return images.transpose(0, 3, 1, 2).copy(), targets, extra
 
 
-def _tmp_sibling(out: Path) -> Path:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-
-
-def _commit(tmp: Path, out: Path) -> None:
-    if out.exists():
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise UserError(f"{out} already exists")
-    os.replace(tmp, out)
+_EXISTS = "{path} already exists (choose a new --out)"
 
 
 def refuse_existing(out: Path) -> Path:
     out = Path(out)
     if out.exists():
-        raise UserError(f"{out} already exists (choose a new --out)")
+        raise UserError(_EXISTS.format(path=out))
     return out
 
 
 def write_dataset(out: Path, splits: dict[str, dict], tasks: dict) -> Path:
     """Write ShadedShapes splits (``make_split`` dicts) in the LibMTL layout plus ``tasks.json``."""
     out = refuse_existing(out)
-    tmp = _tmp_sibling(out)
-    try:
+    with atomic_dir(out, exists_error=_EXISTS) as tmp:
         for split, d in splits.items():
             arrays = {"image": d["image"].transpose(0, 2, 3, 1), "label": d["label"].astype(np.float32),
                       "depth": d["depth"][..., None], "normal": d["normal"].transpose(0, 2, 3, 1),
@@ -162,11 +150,7 @@ def write_dataset(out: Path, splits: dict[str, dict], tasks: dict) -> Path:
                 (tmp / split / folder).mkdir(parents=True, exist_ok=True)
                 for i, a in enumerate(arr):
                     np.save(tmp / split / folder / f"{i}.npy", np.ascontiguousarray(a, dtype=np.float32))
-        (tmp / "tasks.json").write_text(json.dumps(tasks, indent=2) + "\n")
-        _commit(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        write_json(tmp / "tasks.json", tasks, indent=2)
     return out
 
 
@@ -175,17 +159,12 @@ def save_run(out: Path, config: dict, tasks: tuple[TaskSpec, ...], models: dict,
     import torch
 
     out = refuse_existing(out)
-    tmp = _tmp_sibling(out)
-    try:
+    with atomic_dir(out, exists_error=_EXISTS) as tmp:
         meta = {"config": config, "tasks": [asdict(t) for t in tasks], "models": list(models)}
-        (tmp / "config.json").write_text(json.dumps(meta, indent=2) + "\n")
-        (tmp / "history.json").write_text(json.dumps(history) + "\n")
+        write_json(tmp / "config.json", meta, indent=2)
+        write_json(tmp / "history.json", history, indent=None)
         for key, m in models.items():
             torch.save(m.state_dict(), tmp / ("model.pt" if key == "*" else f"model_{key}.pt"))
-        _commit(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 

@@ -7,7 +7,6 @@ stays instant. Users' mistakes raise ``UserError``: one line on stderr, exit 2, 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from icml26_shared.cli import (
     positive_int,
     reproduce_from_args,
 )
+from icml26_shared.io import check_replaceable, print_json
 
 CODEC_NAMES = ("pq", "opq", "rq", "lsq", "tokenwise", "residual", "crossq", "fp16", "int8")
 TRAINED = ("crossq", "tokenwise")  # codecs with CrossQ's training (--steps applies)
@@ -44,6 +44,7 @@ def _cmd_index(args) -> int:
         raise UserError("--codec-model is for --codec crossq or tokenwise")
     if args.out.exists() and not args.overwrite:
         raise UserError(f"{args.out} exists (pass --overwrite to replace it)")
+    check_replaceable(args.out)  # --overwrite replaces only a folder a run wrote
     ids, texts = read_corpus(args.corpus)
     if args.codec_model is None:  # fail before loading any model (dim = --dim, see README)
         from .codecs import get_codec
@@ -91,7 +92,7 @@ def _cmd_eval(args) -> int:
     metrics = evaluate(read_scored_run(args.run), read_qrels(args.qrels), k=10, recall_k=args.recall_k,
                        strict=args.strict)
     if args.json:
-        print(json.dumps(metrics, indent=2))
+        print_json(metrics, indent=2)
     else:
         for m, v in metrics.items():
             print(f"{m:<16}{v:.4f}" if not m.endswith("queries") else f"{m:<16}{int(v)}")
@@ -107,6 +108,7 @@ def _cmd_train(args) -> int:
         raise UserError("--queries and --qrels go together (training pairs)")
     if args.out.exists() and not args.overwrite:
         raise UserError(f"{args.out} exists (pass --overwrite to replace it)")
+    check_replaceable(args.out)  # --overwrite replaces only a folder a run wrote
     ids, texts = read_corpus(args.corpus)
     get_codec("crossq").check_budget(args.dim, args.bytes_per_token)
     pairs = None
@@ -127,7 +129,7 @@ def _cmd_train(args) -> int:
                                             codec.cfg.candidates, args.chunk_docs, args.fit_docs,
                                             args.seed)
     codec.fit(X, off, seed=args.seed, training=training)
-    save_codec_model(args.out, codec, enc)
+    save_codec_model(args.out, codec, enc, overwrite=args.overwrite)
     print(f"codec model: {args.out} (use: crossq index CORPUS --codec crossq --codec-model {args.out})")
     return 0
 
@@ -137,7 +139,7 @@ def _cmd_info(args) -> int:
 
     manifest = read_manifest(args.index)
     if args.json:
-        print(json.dumps(disk_report(args.index, manifest), indent=2))
+        print_json(disk_report(args.index, manifest), indent=2)
     else:
         _print_bytes(manifest)
     return 0
@@ -154,7 +156,7 @@ def _cmd_bench(args) -> int:
     rows = run_bench(args.tokens, args.bytes_per_token, args.dim, args.queries, args.query_len,
                      args.nprobe, args.batch, args.repeats, index, cell_bytes=args.cell_bytes)
     for r in rows:
-        print(json.dumps(r))
+        print_json(r, indent=None)
     return 0
 
 

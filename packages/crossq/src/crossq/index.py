@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from icml26_shared import UserError
-from icml26_shared.io import atomic_dir
+from icml26_shared.io import atomic_dir, dumps_json, to_jsonable, write_json
 
 from .codecs import Codec, get_codec
 from .config import INDEX_FORMAT, INDEX_VERSION
@@ -114,7 +114,8 @@ def size_model(n_tokens: int, n_docs: int, bpt: int, codebook_bytes: int, max_do
 
 def _manifest_checksum(manifest: dict[str, Any]) -> str:
     body = {k: v for k, v in manifest.items() if k != "checksum"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+    # over the values as written (to_jsonable: NaN as null), so a manifest read back checks out
+    return hashlib.sha256(json.dumps(to_jsonable(body), sort_keys=True).encode()).hexdigest()
 
 
 def write_index(out: Path, codes: np.ndarray, offsets: np.ndarray, doc_ids: list[str], codec: Codec,
@@ -155,7 +156,7 @@ def write_index(out: Path, codes: np.ndarray, offsets: np.ndarray, doc_ids: list
             files[name] = {"bytes": (tmp / name).stat().st_size, "payload": int(arr.nbytes),
                            "crc32": _crc(tmp / name), "kind": _kind(name)}
         if int_ids is None:
-            (tmp / "doc_ids.json").write_text(json.dumps(doc_ids, separators=(",", ":")))
+            (tmp / "doc_ids.json").write_text(dumps_json(doc_ids, indent=None, separators=(",", ":")))
             size = (tmp / "doc_ids.json").stat().st_size
             files["doc_ids.json"] = {"bytes": size, "payload": size,
                                      "crc32": _crc(tmp / "doc_ids.json"), "kind": "ids"}
@@ -167,7 +168,7 @@ def write_index(out: Path, codes: np.ndarray, offsets: np.ndarray, doc_ids: list
             "bytes": byte_report(len(codes), codec.dim, codec.bytes_per_token, files),
         }
         manifest["checksum"] = _manifest_checksum(manifest)
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        write_json(tmp / "manifest.json", manifest, indent=2)
     return manifest
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from icml26_shared import UserError
-from icml26_shared.io import atomic_write_bytes
+from icml26_shared.io import atomic_dir, atomic_write_bytes, dumps_json
 
 from .codecs import Codec, get_codec
 from .encoder import LateInteractionEncoder
@@ -45,19 +45,18 @@ def offsets_of(vectors: list[np.ndarray]) -> np.ndarray:
 # --- codec model folders (crossq train --out DIR) ------------------------------------------------
 
 
-def save_codec_model(folder: Path, codec: Codec, encoder: LateInteractionEncoder) -> None:
-    folder = Path(folder)
-    tmp = folder.with_name(f".{folder.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    (tmp / "codec.json").write_text(json.dumps({"format": "crossq-codec", "version": 1,
-                                                "codec": codec.config(), "encoder": encoder.info()}, indent=2))
-    _atomic_save_npz(tmp / "codec_model.npz", **codec.model_state())
-    if encoder.projection is not None:
-        np.save(tmp / "projection.npy", encoder.projection)
-    if folder.exists():
-        shutil.rmtree(folder)
-    tmp.replace(folder)
+def save_codec_model(folder: Path, codec: Codec, encoder: LateInteractionEncoder,
+                     overwrite: bool = False) -> None:
+    """Write a codec model folder atomically; ``overwrite`` replaces an earlier one (only a
+    folder a run wrote: ``icml26_shared.io.atomic_dir``)."""
+    with atomic_dir(Path(folder), replace=overwrite,
+                    exists_error="{path} exists (pass --overwrite to replace it)") as tmp:
+        (tmp / "codec.json").write_text(dumps_json({"format": "crossq-codec", "version": 1,
+                                                    "codec": codec.config(), "encoder": encoder.info()},
+                                                   indent=2))
+        _atomic_save_npz(tmp / "codec_model.npz", **codec.model_state())
+        if encoder.projection is not None:
+            np.save(tmp / "projection.npy", encoder.projection)
 
 
 def load_codec_model(folder: Path, encoder: LateInteractionEncoder | None = None) -> Codec:
@@ -152,7 +151,7 @@ def _build_index(ids, texts, out: Path, encoder, codec_name, bytes_per_token, co
             codec = cls(encoder.dim, bytes_per_token, **(codec_params or {}))
             codec.fit(np.concatenate(sample), offsets_of(sample), seed=seed)
         save_codec_model(part / "codec", codec, encoder)
-        state_file.write_text(json.dumps({"fingerprint": fp}))
+        state_file.write_text(dumps_json({"fingerprint": fp}, indent=None))
     n_chunks = (len(texts) + chunk_docs - 1) // chunk_docs
     bar = tqdm(total=len(texts), desc=f"indexing ({codec.name})", disable=not progress, unit="doc")
     done_now = 0

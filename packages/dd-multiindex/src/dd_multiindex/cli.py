@@ -4,13 +4,13 @@ Heavy imports (torch, scipy, matplotlib) live inside the commands, so ``--help``
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
 
 from icml26_shared import UserError, cli_entry
 from icml26_shared.cli import add_reproduce_arguments, reproduce_from_args
+from icml26_shared.io import print_json
 
 PROG = "dd-multiindex"
 TARGETS = {"m1_star": ("r", "d", "L"), "memory_stage2": ("L", "d", "r"), "compression": ("d", "r", "L")}
@@ -88,7 +88,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
             raise UserError(str(exc)) from None
         out[t] = {a: {"exponent": s.exponent, "ci_low": s.ci_low, "ci_high": s.ci_high} for a, s in slopes.items()}
     if args.json:
-        print(json.dumps(out, indent=2))
+        print_json(out, indent=2)
         return 0
     print(f"{'target':<15}{'axis':<6}{'exponent':>10}{'90% CI':>22}")
     for t, per in out.items():
@@ -154,7 +154,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if not all(math.isfinite(v) for v in out.values()):
         raise UserError(f"{args.file}: the distilled set gives non-finite results (NaN or inf values stored)")
     if args.json:
-        print(json.dumps(out, indent=2))
+        print_json(out, indent=2)
     else:
         print("  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in out.items()))
     return 0

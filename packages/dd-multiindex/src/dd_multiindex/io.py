@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from icml26_shared import UserError
-from icml26_shared.io import atomic_write_bytes
+from icml26_shared.io import atomic_write_bytes, dumps_json
+from icml26_shared.io import write_json as shared_write_json
 
 FORMAT = "dd-multiindex/distilled-set/1"
 
@@ -34,7 +35,7 @@ def save_distilled(path: Path, ds, force: bool = False) -> Path:
         tensors["y2"] = ds.y2.contiguous()
     meta = {"format": FORMAT, "seed2": str(ds.seed2), "memory": str(ds.memory),
             "memory_stage1": str(ds.memory_stage1), "memory_stage2": str(ds.memory_stage2),
-            **{k: json.dumps(v) for k, v in ds.meta.items()}}
+            **{k: dumps_json(v, indent=None) for k, v in ds.meta.items()}}
     atomic_write_bytes(path, save(tensors, metadata=meta))
     return path
 
@@ -98,7 +99,7 @@ def read_rows(run: Path, repair: bool = False) -> list[dict[str, Any]]:
 
 def append_row(run: Path, row: dict[str, Any]) -> None:
     """Append one complete row (a single write of one line, flushed and fsynced)."""
-    line = (json.dumps(row, sort_keys=True) + "\n").encode()
+    line = (dumps_json(row, indent=None, sort_keys=True) + "\n").encode()
     with open(Path(run) / "rows.jsonl", "ab") as f:
         f.write(line)
         f.flush()
@@ -116,7 +117,7 @@ def read_spec(run: Path) -> dict[str, Any] | None:
 
 
 def write_json(path: Path, obj: Any) -> None:
-    atomic_write_bytes(Path(path), (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+    shared_write_json(path, obj, indent=2, sort_keys=True)
 
 
 def load_run(run: Path) -> list[dict[str, Any]]:

@@ -4,7 +4,6 @@ reproduce. Heavy imports (torch, transformers) live inside the commands."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from icml26_shared.cli import (
     positive_int,
     reproduce_from_args,
 )
+from icml26_shared.io import print_json
 
 
 def _fraction(text: str) -> float:
@@ -32,7 +32,7 @@ def _m(text: str) -> int | str:
 
 def _print(obj, as_json: bool) -> None:
     if as_json:
-        print(json.dumps(obj, indent=2))
+        print_json(obj, indent=2)
         return
     for k, v in obj.items():
         print(f"{k:<14} {v}")
@@ -173,7 +173,7 @@ def _cmd_ablate(args) -> int:
                   "energy_ratio": info["energy_ratio"]}
     out["calls"] = proto.all_calls
     if args.json:
-        print(json.dumps(out, indent=2))
+        print_json(out, indent=2)
     else:
         for c, v in out.items():
             if c != "calls":

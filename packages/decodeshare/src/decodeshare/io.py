@@ -142,9 +142,9 @@ _EXISTS = "{path} already exists (nothing was written)"
 
 
 def write_json_atomic(path: str | Path, obj) -> Path:
-    from icml26_shared.io import atomic_write_text
+    from icml26_shared.io import write_json
 
-    return atomic_write_text(path, json.dumps(obj, indent=2) + "\n")
+    return write_json(path, obj, indent=2)
 
 
 # --- states and bases ------------------------------------------------------------------------

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import warnings
 from pathlib import Path
@@ -17,6 +16,7 @@ from icml26_shared.cli import (
     positive_int,
     reproduce_from_args,
 )
+from icml26_shared.io import dumps_json, print_json
 
 DRAFTER_NAMES = ("ar", "pld", "lade", "stand", "esp", "esp+pld", "eagle2")
 DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
@@ -127,7 +127,7 @@ def _cmd_generate(args) -> int:
                           "accepted_lengths": st["accepted_lengths"],
                           "mean_accepted_length": mean_accepted_length(len(n), st["model_calls"])})
     if args.json:
-        body = "".join(json.dumps(x) + "\n" for x in lines)
+        body = "".join(dumps_json(x, indent=None) + "\n" for x in lines)
     else:
         body = "".join(f"[{x['id']}] {x['text']}\n  ({len(x['output_ids'])} tokens, {x['model_calls']} calls, "
                        f"mean accepted length {x['mean_accepted_length']:.3f})\n" for x in lines)
@@ -194,7 +194,7 @@ def _cmd_bench(args) -> int:
     for r in report.values():
         r["ratio_tokens_per_s_to_ar"] = (r["tokens_per_s"] / report["ar"]["tokens_per_s"]) if r["tokens_per_s"] else None
     if args.json:
-        print(json.dumps(report))
+        print_json(report, indent=None)
     else:
         print(f"{'drafter':<9}{'accepted':>10}{'calls':>8}{'tok/s':>9}{'vs ar':>8}  lossless")
         for name, r in report.items():
@@ -219,7 +219,7 @@ def _cmd_probe(args) -> int:
     keys = sorted({k for a in accs for k in a})
     mean = {k: sum(a[k] for a in accs if k in a) / max(1, sum(k in a for a in accs)) for k in keys}
     if args.json:
-        print(json.dumps(mean))
+        print_json(mean, indent=None)
     else:
         for j in range(1, args.num_masks + 1):
             print(f"mask depth {j}: top-1 {mean.get(f'top1_depth{j}', float('nan')):.3f}  "

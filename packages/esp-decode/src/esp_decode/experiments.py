@@ -7,7 +7,6 @@ Splits: knobs (ESP masks × top-K, LADE window) are chosen on dev prompts; claim
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -17,6 +16,7 @@ import torch
 
 from icml26_shared import ClaimCheck, Results
 from icml26_shared.eval import paired_interval
+from icml26_shared.io import write_json
 from icml26_shared.runner import check_scale
 
 from .baselines import make_drafter
@@ -149,12 +149,12 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
     _claims(res, smol or tiny, "smollm2" if smol else "tiny")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "per_prompt.json").write_text(json.dumps({"tiny": tiny, "smollm2": smol}, default=float) + "\n")
+    write_json(out_dir / "per_prompt.json", {"tiny": tiny, "smollm2": smol}, indent=None, default=float)
     res.figures.append("per_prompt.json")
     if smol:
-        (out_dir / "smollm2_accepted.json").write_text(json.dumps(
-            {"_source": f"esp-decode {DESCRIPTOR.version} reproduce --scale quick --seed {seed} (SmolLM2 test prompts)",
-             "drafters": smol["accepted"]}, indent=1) + "\n")
+        write_json(out_dir / "smollm2_accepted.json",
+                   {"_source": f"esp-decode {DESCRIPTOR.version} reproduce --scale quick --seed {seed} (SmolLM2 test prompts)",
+                    "drafters": smol["accepted"]}, indent=1)
         res.figures.append("smollm2_accepted.json")
     res.notes += [
         "Mean accepted length = (new tokens - 1) / (model calls - 1), prefill included in the calls; "

@@ -292,9 +292,9 @@ def main(argv: list[str] | None = None) -> int:
 
     hf_logging.set_verbosity_error()
     result = run_check(args.tiny, accepted, args.device, args.seed)
-    from icml26_shared.io import atomic_write_text
+    from icml26_shared.io import write_json
 
-    atomic_write_text(args.out, json.dumps(result, indent=1) + "\n")
+    write_json(args.out, result, indent=1)
     print(summary(result))
     return 0 if result["lossless_ok"] else 1
 

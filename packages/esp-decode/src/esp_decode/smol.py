@@ -18,13 +18,13 @@ regime's arms and references into the lossless flags.
 from __future__ import annotations
 
 import copy
-import json
 import sys
 
 import numpy as np
 import torch
 
 from icml26_shared.eval import compare
+from icml26_shared.io import dumps_json
 
 from .baselines import make_drafter
 from .config import ESPConfig, LADEConfig
@@ -168,8 +168,8 @@ def regime_arms(model, prompts, regime, tokens, eos, seed, esp_cfg, lade_cfg, ba
                 rows[a]["items"].append(float(np.mean(st["items"][1:])) if len(st["items"]) > 1 else 1.0)
             timing[a]["seconds"].append(t[a].median)
             timing[a]["tokens"].append(sum(len(n) for n in new))
-        print("esp-decode smollm2 " + json.dumps({"regime": regime, "batch": len(chunk), **{
-            a: [round(float(np.mean(rows[a]["mal"][lo:])), 4), round(t[a].median, 3)] for a in TIMED}}),
+        print("esp-decode smollm2 " + dumps_json({"regime": regime, "batch": len(chunk), **{
+            a: [round(float(np.mean(rows[a]["mal"][lo:])), 4), round(t[a].median, 3)] for a in TIMED}}, indent=None),
             file=sys.stderr, flush=True)
     return {"regime": regime, "rows": rows, "timing": timing, "probes": probes}
 

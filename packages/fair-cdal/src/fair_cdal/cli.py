@@ -105,7 +105,7 @@ def _cmd_predict(args) -> int:
 
 
 def _cmd_eval(args) -> int:
-    import json
+    from icml26_shared.io import print_json
 
     from .io import read_column
     from .metrics import evaluate
@@ -119,7 +119,7 @@ def _cmd_eval(args) -> int:
 
     scores = evaluate(y, pred, group_codes(g)[0])
     if args.json:
-        print(json.dumps(scores, indent=2))
+        print_json(scores, indent=2)
     else:
         for k, v in scores.items():
             print(f"{k:<20}{v:.4f}")

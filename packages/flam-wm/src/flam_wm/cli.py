@@ -18,6 +18,7 @@ from icml26_shared.cli import (
     positive_int,
     reproduce_from_args,
 )
+from icml26_shared.io import print_json
 
 
 def _cmd_gen(args: argparse.Namespace) -> int:
@@ -92,9 +93,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if acc is not None:
         acc.wait_for_everyone()
     if resumed and main:
-        from icml26_shared.io import atomic_write_text
+        from icml26_shared.io import write_json
 
-        atomic_write_text(args.out / "config.json", json.dumps(config, indent=2) + "\n")  # --steps may change
+        write_json(args.out / "config.json", config, indent=2)  # --steps may change
     from .train import CHECKPOINT, Interrupted, rollout_metrics, train
 
     if resumed and main and (args.out / CHECKPOINT).is_file():
@@ -194,7 +195,7 @@ def _cmd_bc(args: argparse.Namespace) -> int:
                 "true_action_success": true_action_bc(act, frames, ents, size, seed=args.seed, bc_steps=args.bc_steps),
                 "random_success": random_policy_success(ents, size, seed=args.seed)})
     if args.json:
-        print(json.dumps(out, indent=2))
+        print_json(out, indent=2)
     else:
         view = "all factors" if out["decoder_factor"] < 0 else f"factor {out['decoder_factor']}"
         print(f"pseudo-label BC ({out['labelled']} labelled transitions, decoder C {out['decoder_c']} and "
@@ -218,7 +219,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     h = m["horizon"]
     out = {"run": str(args.run), "data": str(args.data), "clips": int(video.shape[0]), **m}
     if args.json:
-        print(json.dumps(out, indent=2))
+        print_json(out, indent=2)
     else:
         print(f"{video.shape[0]} clips: PSNR 1-step {m['psnr_1']:.2f} dB, {h}-step {m[f'psnr_{h}']:.2f} dB "
               f"(copy frame 0: {m['copy_1']:.2f} / {m[f'copy_{h}']:.2f} dB)")
@@ -257,7 +258,7 @@ def _cmd_probe(args: argparse.Namespace) -> int:
            "accuracy_per_entity": per, "chance_per_entity": chance.tolist(),
            "best_probe": float(acc.max(0).mean()), "probe_c": c, "split": "test (last 15% of clips)"}
     if args.json:
-        print(json.dumps(out, indent=2))
+        print_json(out, indent=2)
     else:
         print(f"correspondence {score:.3f} (test clips; best probe {out['best_probe']:.3f}, probe C {c} from dev)")
         for j, (m, a) in enumerate(zip(match, per, strict=True)):

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from icml26_shared import UserError
+from icml26_shared.io import atomic_dir, write_json
 
 FRAME_EXT = (".png", ".jpg", ".jpeg")
 VIDEO_EXT = (".mp4", ".webm", ".mkv", ".mov", ".avi")
@@ -130,18 +131,12 @@ def write_dataset(video: np.ndarray, actions: np.ndarray | None, out: Path, meta
     out = Path(out)
     if out.exists():
         raise UserError(f"{out} already exists (choose a new --out)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with atomic_dir(out, exists_error="{path} already exists (choose a new --out)") as tmp:
         for i, clip in enumerate(video):
             np.save(tmp / f"clip_{i:05d}.npy", clip)
             if actions is not None:
                 np.save(tmp / f"clip_{i:05d}.actions.npy", actions[i])
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        write_json(tmp / "meta.json", meta, indent=2)
     return out
 
 
@@ -178,10 +173,12 @@ def open_run(out: Path, config: dict) -> bool:
             elif a != b:
                 raise UserError(f"{out} is a RUN of another config ({part} = {a!r}, asked {b!r}); choose a new --out")
         return True
+    # not atomic_dir: a RUN grows after this (checkpoints, weights, metrics), so a manifest of
+    # its first file would be wrong
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        write_json(tmp / "config.json", config, indent=2)
         os.replace(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -193,11 +190,12 @@ def finish_run(out: Path, model, config: dict, metrics: dict) -> None:
     """Write the final weights (``model.safetensors``) and ``metrics.json`` into a RUN, atomically."""
     from safetensors.torch import save
 
-    from icml26_shared.io import atomic_write_bytes, atomic_write_text
+    from icml26_shared.io import atomic_write_bytes, dumps_json
 
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    atomic_write_bytes(Path(out) / "model.safetensors", save(state, metadata={"config": json.dumps(config)}))
-    atomic_write_text(Path(out) / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    atomic_write_bytes(Path(out) / "model.safetensors",
+                       save(state, metadata={"config": dumps_json(config, indent=None)}))
+    write_json(Path(out) / "metrics.json", metrics, indent=2)
 
 
 def load_run(run: Path):

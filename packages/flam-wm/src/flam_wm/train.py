@@ -53,16 +53,16 @@ def save_checkpoint(path: Path, model: WorldModel, opt: torch.optim.Optimizer, s
     atomically."""
     from safetensors.torch import save
 
-    from icml26_shared.io import atomic_write_bytes
+    from icml26_shared.io import atomic_write_bytes, dumps_json
 
     tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     for i, st in opt.state_dict()["state"].items():
         for k, v in st.items():
             tensors[f"opt.{i}.{k}"] = torch.as_tensor(v).detach().cpu().contiguous()
     tensors["gen_state"] = gen.get_state()
-    meta = {"step": str(step), "rng": json.dumps(rng.bit_generator.state)}
+    meta = {"step": str(step), "rng": dumps_json(rng.bit_generator.state, indent=None)}
     if start is not None:
-        meta["start"] = json.dumps(start)
+        meta["start"] = dumps_json(start, indent=None)
     return atomic_write_bytes(path, save(tensors, metadata=meta))
 
 

@@ -4,7 +4,6 @@ Heavy imports (torch, pandas) live inside the commands, so ``--help`` stays fast
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 from icml26_shared import UserError, cli_entry
 from icml26_shared.cli import ArgumentParser as _Parser
 from icml26_shared.cli import add_reproduce_arguments, reproduce_from_args
+from icml26_shared.io import print_json
 
 METHOD_NAMES = ("gcib", "lightgcn", "lightgcn-merged", "mbgcn", "cml", "random-prune", "gcib-no-gib", "gcib-no-cl")
 
@@ -51,9 +51,13 @@ def _device(name: str) -> str:
 
 
 def _cmd_train(a: argparse.Namespace) -> int:
+    from icml26_shared.io import check_replaceable
+
     from .io import check_new_output
 
     check_new_output(a.out, a.force)
+    if a.force:
+        check_replaceable(a.out)  # --force replaces only a run folder, before any work
     from .baselines import method_config
     from .config import TrainConfig
     from .data import leave_one_out
@@ -103,7 +107,7 @@ def _cmd_eval(a: argparse.Namespace) -> int:
     if model.aux and model.cfg.mask != "ones":
         out["keep_rate"] = {b: float(v.mean()) for b, v in kept_mask(model, meta["mask_mode"]).items()}
     if a.json:
-        print(json.dumps(out))
+        print_json(out, indent=None)
     else:
         print(f"{out['method']} test ({a.protocol}, {out['users']} users): HR@{a.k} {out['hr']:.4f}  "
               f"NDCG@{a.k} {out['ndcg']:.4f}" + (f"  keep rate {out['keep_rate']}" if "keep_rate" in out else ""))
@@ -190,7 +194,7 @@ def _cmd_denoise(a: argparse.Namespace) -> int:
     labels = labels_for_split(split, read_noise_labels(a.noise_labels))
     rep = denoise_metrics(model, split, meta["mask_mode"], labels)
     if a.json:
-        print(json.dumps(rep))
+        print_json(rep, indent=None)
     else:
         for b, m in rep.items():
             print(f"{b}: AUROC {m['auroc']:.3f}  noise removed {m['noise_removed']:.1%}  real kept "

@@ -8,6 +8,7 @@ GCIB's test-time mask (expected or a threshold) and which baseline counts as the
 from __future__ import annotations
 
 import csv
+import io
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -17,6 +18,7 @@ import torch
 
 from icml26_shared import ClaimCheck, Results, UserError
 from icml26_shared.eval import paired_interval
+from icml26_shared.io import atomic_write_text
 from icml26_shared.runner import check_scale
 
 from .baselines import BASELINES, method_config
@@ -142,6 +144,9 @@ def _condition(res, name, data, eta, kind, base, seeds, ablations, methods=None,
             if m == "random-prune":
                 cfg = replace(cfg, random_keep=tuple(keep_rates))
             r = train(split, cfg)
+            res.add_curve(f"{name} eta={eta:g} {kind}", m, "valid HR@10",
+                          range(1, len(r.history) + 1), r.history, "dev", sd, budget=cfg.epochs,
+                          stopped_at=r.stopped_at)
             rec = dict(dataset=name, eta=eta, kind=kind, seed=sd, method=m, mask_mode=str(r.mask_mode),
                        best_epoch=r.best_epoch, seconds_per_epoch=r.seconds_per_epoch,
                        **{f"valid_{k}": v for k, v in r.valid.items()})
@@ -228,9 +233,8 @@ def _claims(res: Results, records: list[dict], ds: str, eta_max: float, kind: st
 
 def _write_csv(records: list[dict], path: Path) -> None:
     keys = list(dict.fromkeys(k for r in records for k in r))
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=keys)
-        w.writeheader()
-        w.writerows(records)
-    tmp.replace(path)
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=keys)
+    w.writeheader()
+    w.writerows(records)
+    atomic_write_text(path, buf.getvalue())

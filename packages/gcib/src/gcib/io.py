@@ -182,10 +182,9 @@ def read_cml_dir(path: Path | str, target: str = "buy") -> MultiBehaviorData:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    from icml26_shared.io import atomic_write_text as write
+
+    write(path, text, mkdir=False)
 
 
 def check_new_output(path: Path, force: bool) -> None:
@@ -230,12 +229,11 @@ def save_run(out: Path, model, split, result, force: bool = False) -> None:
     """A trained run folder: ``model.pt`` (state dict), ``config.json`` (options, chosen mask
     mode), ``split.npz`` (training graphs, noise flags, valid and test items), written into a
     temporary folder and renamed into place."""
-    import json
     from dataclasses import asdict
 
     import torch
 
-    from icml26_shared.io import atomic_dir
+    from icml26_shared.io import atomic_dir, write_json
 
     with atomic_dir(out, replace=force,
                     exists_error="{path} already exists (pass --force to replace it)") as tmp:
@@ -249,7 +247,7 @@ def save_run(out: Path, model, split, result, force: bool = False) -> None:
         meta = {"config": asdict(model.cfg), "mask_mode": result.mask_mode, "best_epoch": result.best_epoch,
                 "valid": result.valid, "behaviours": list(d.edges), "target": d.target,
                 "n_users": d.n_users, "n_items": d.n_items, "user_ids": d.user_ids, "item_ids": d.item_ids}
-        (tmp / "config.json").write_text(json.dumps(meta) + "\n")
+        write_json(tmp / "config.json", meta, indent=None)
 
 
 def load_run(path: Path, device: str | None = None):

@@ -13,6 +13,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from icml26_shared.train import EarlyStopping
+
 from . import core
 from .config import TrainConfig
 from .data import Split
@@ -116,6 +118,8 @@ class TrainResult:
     seconds_per_epoch: float
     valid: dict[str, float]
     history: list[float] = field(default_factory=list)
+    #: the epoch where early stopping fired (None: the whole budget ran)
+    stopped_at: float | None = None
 
 
 def _neg_sample(users: np.ndarray, pos_keys: np.ndarray, n_items: int, rng) -> np.ndarray:
@@ -186,7 +190,8 @@ def train(split: Split, cfg: TrainConfig, progress=None) -> TrainResult:
     tu, ti = split.train[d.target]
     pos_keys = np.sort(tu * d.n_items + ti)
     dev = torch.device(cfg.device)
-    best, best_state, best_epoch, history, t_train = -1.0, None, 0, [], 0.0
+    best_state, history, t_train = None, [], 0.0
+    stopper = EarlyStopping(patience=cfg.patience, mode="max")
     epoch = 0
     for epoch in range(1, cfg.epochs + 1):
         model.train()
@@ -204,15 +209,18 @@ def train(split: Split, cfg: TrainConfig, progress=None) -> TrainResult:
         history.append(hr)
         if progress:
             progress(epoch, hr)
-        if hr > best:
-            best, best_epoch, best_state = hr, epoch, copy.deepcopy(model.state_dict())
-        elif epoch - best_epoch >= cfg.patience:
+        stop = stopper.step(hr, at=epoch)
+        if stopper.improved:
+            best_state = copy.deepcopy(model.state_dict())
+        if stop:
             break
     model.load_state_dict(best_state)
+    best_epoch = int(stopper.best_at)
     modes = MASK_MODES if cfg.mask == "learned" else ("expected",)
     scored = [(evaluate(model, split, "valid", mask_mode=m), m) for m in modes]
     valid, mode = max(scored, key=lambda x: (x[0]["hr@10"], x[0]["ndcg@10"]))
-    return TrainResult(model, mode, best_epoch, epoch, t_train / max(epoch, 1), valid, history)
+    return TrainResult(model, mode, best_epoch, epoch, t_train / max(epoch, 1), valid, history,
+                       stopper.stopped_at)
 
 
 @torch.no_grad()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from icml26_shared.cli import (
     positive_int,
     reproduce_from_args,
 )
-from icml26_shared.io import atomic_write_text
+from icml26_shared.io import atomic_write_text, dumps_json, write_json
 
 NAME = "leo-craftax"
 ALGOS = ("leo", "pqn", "pqn_her", "ppo_gc", "dual_leo_pqn", "dual_leo_ppo")
@@ -147,8 +146,8 @@ def _cmd_eval(args) -> int:
     print(f"success over {env.goal_set.num_goals} goals (trained seed {meta['seed']}, "
           f"{steps} steps): {float(success.mean()):.4f}")
     if args.json:
-        atomic_write_text(args.json, json.dumps(dict(zip(env.goal_set.names, success.tolist(),
-                                                          strict=True))))
+        atomic_write_text(args.json, dumps_json(dict(zip(env.goal_set.names, success.tolist(),
+                                                          strict=True)), indent=None))
     return 0
 
 
@@ -161,7 +160,7 @@ def _cmd_export(args) -> int:
     if out.exists() and not args.force:
         raise UserError(f"{out} exists (use --force to overwrite)")
     rec = result_record(args.checkpoint, args.run_seed)
-    atomic_write_text(out, json.dumps(rec, indent=1) + "\n")
+    write_json(out, rec, indent=1)
     print(f"{out}: {rec['algo']} seed {rec['seed']}, success over {len(rec['goal_names'])} goals "
           f"{sum(rec['success_per_goal']) / len(rec['goal_names']):.4f}")
     return 0
@@ -188,7 +187,7 @@ def _cmd_compare(args) -> int:
             out[m] = {"label": run["describe"]["label"], "checkpoints": run["paths"],
                       "per_seed": fig["per_seed"][m], **fig[m]}
         out.update({k: fig[k] for k in ("diff_over_seeds", "diff_over_goals")})
-        atomic_write_text(args.json, json.dumps(out, indent=1))
+        atomic_write_text(args.json, dumps_json(out, indent=1))
     return 0
 
 
@@ -230,7 +229,7 @@ def _cmd_bench(args) -> int:
               f"{r['bytes_ceiling_her_all']:>9.1f}x {1e3 * r['her_all_factored_s']:>11.2f} "
               f"{r['speedup_her_all_factored']:>6.1f}x {r['flop_ceiling_her_all_factored']:>8.1f}x")
     if args.json:
-        atomic_write_text(args.json, json.dumps(rows, indent=1))
+        atomic_write_text(args.json, dumps_json(rows, indent=1))
     return 0
 
 

@@ -20,7 +20,7 @@ import jax
 import numpy as np
 
 from icml26_shared import UserError
-from icml26_shared.io import atomic_write_bytes
+from icml26_shared.io import atomic_write_bytes, dumps_json
 
 from .config import TrainConfig
 
@@ -53,8 +53,8 @@ def save_checkpoint(path: str | Path, cfg: TrainConfig, params: Any, goal_names:
         seeds = [int(extra.get("seed", 0))]
         params = jax.tree.map(lambda x: np.asarray(x)[None], params)
     seeds = [int(s) for s in seeds]
-    meta_json = json.dumps({"format": FORMAT, "config": cfg.to_dict(), "goal_names": list(goal_names),
-                            "seeds": seeds, "extra": extra})
+    meta_json = dumps_json({"format": FORMAT, "config": cfg.to_dict(), "goal_names": list(goal_names),
+                            "seeds": seeds, "extra": extra}, indent=None)
     blob = serialization.msgpack_serialize(jax.tree.map(np.asarray, params))
     data = serialization.msgpack_serialize(
         {"meta": meta_json, "params": blob, "sha256": _digest(meta_json, blob)})
@@ -228,9 +228,9 @@ def save_state(path: str | Path, cfg: TrainConfig, seeds: Sequence[int], state: 
     metrics so far; config, seeds, updates done, chunk and timings in the metadata."""
     from flax import serialization
 
-    meta_json = json.dumps({"format": STATE_FORMAT, "config": cfg.to_dict(),
+    meta_json = dumps_json({"format": STATE_FORMAT, "config": cfg.to_dict(),
                             "seeds": [int(s) for s in seeds], "updates": int(state["updates"]),
-                            "chunk": int(state["chunk"]), "timings": state["timings"]})
+                            "chunk": int(state["chunk"]), "timings": state["timings"]}, indent=None)
     leaves = jax.tree.leaves(state["carry"])
     blob = serialization.msgpack_serialize({
         "carry": {str(i): np.asarray(x) for i, x in enumerate(leaves)},
@@ -261,7 +261,7 @@ def load_state(path: str | Path, cfg: TrainConfig, seeds: Sequence[int], shapes:
         raise UserError(f"{path} is not a leo-craftax run state") from None
     if not intact:
         raise UserError(f"{path} is corrupt: its checksum does not match its contents")
-    want = json.loads(json.dumps(cfg.to_dict()))
+    want = json.loads(dumps_json(cfg.to_dict(), indent=None))  # the config as save_state wrote it
     diff = sorted(k for k in set(want) | set(meta["config"]) if want.get(k) != meta["config"].get(k))
     if diff:
         raise UserError(f"run state {path} was written by another config (differs in "

@@ -19,6 +19,7 @@ from icml26_shared.cli import (
     float_in,
     reproduce_from_args,
 )
+from icml26_shared.io import print_json
 
 from .config import (  # one list each (config is light)
     ANSWER_MODES,
@@ -101,7 +102,7 @@ def _check_items(adapter, items):
 
 def _emit(result: dict, as_json: bool, keys) -> None:
     if as_json:
-        print(json.dumps(result, indent=1))
+        print_json(result, indent=1)  # NaN (e.g. no valid answer) -> null
     else:
         for k in keys:
             if k in result:
@@ -162,7 +163,7 @@ def _cmd_steer(args) -> int:
         out["sweeps"][name] = [{k: r[k] for k in ("alpha", "vision_ratio", "single_accuracy",
                                                   "invalid_rate", "hook")} for r in rows]
     if args.json:
-        print(json.dumps(out, indent=1))
+        print_json(out, indent=1)
     else:
         for name, rows in out["sweeps"].items():
             for r in rows:

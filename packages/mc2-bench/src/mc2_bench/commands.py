@@ -104,7 +104,7 @@ def _read_vqa(path: Path, image_root: Path) -> list[dict]:
 def cmd_build(args, load_model) -> int:
     """VQA items -> MC2 conflicts kept only where the model alone answers each modality's answer
     (both option orders) [C] filter; the counterfactual writer is ``--generator`` [R]."""
-    from icml26_shared.io import atomic_write_text
+    from icml26_shared.io import atomic_write_text, dumps_json
 
     from .core import options
     from .io import build_conflicts, refuse_existing
@@ -126,6 +126,6 @@ def cmd_build(args, load_model) -> int:
     recs = [{"id": it.id, "image_id": by_id[it.id]["image_id"], "task": it.task, "question": it.question,
              "answer_vision": it.answer_vision, "answer_text": it.answer_text, "context": it.context}
             for it in kept]
-    atomic_write_text(args.out, json.dumps(recs, indent=1))
+    atomic_write_text(args.out, dumps_json(recs, indent=1))
     print(f"{len(kept)} of {len(vqa)} items kept (both single-modality checks passed) -> {args.out}")
     return 0

@@ -4,15 +4,13 @@ same format, per-item JSONL, and atomic writes (temp file, then rename)."""
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from icml26_shared import UserError
-from icml26_shared.io import atomic_write_text
+from icml26_shared.io import atomic_dir, atomic_write_text, dumps_json
 
 from .core import MC2Item
 from .toy import DIGITS
@@ -21,13 +19,16 @@ IMAGE_EXTS = (".jpg", ".jpeg", ".png")
 
 
 def write_jsonl(path, records: Iterable[dict]) -> Path:
-    return atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in records))
+    return atomic_write_text(path, "".join(dumps_json(r, indent=None) + "\n" for r in records))
+
+
+EXISTS = "{path} already exists (choose another path; nothing was overwritten)"
 
 
 def refuse_existing(*paths) -> None:
     for p in paths:
         if p is not None and Path(p).exists():
-            raise UserError(f"{p} already exists (choose another path; nothing was overwritten)")
+            raise UserError(EXISTS.format(path=p))
 
 
 def _image_path(image_id, image_root: Path) -> Path | None:
@@ -126,16 +127,14 @@ def write_digits_items(pairs, out_dir) -> Path:
 
     out_dir = Path(out_dir)
     refuse_existing(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=out_dir.name + ".", dir=out_dir.parent))
-    recs = []
-    for it, img in pairs:
-        Image.fromarray(np.clip(img / 16.0 * 255.0, 0, 255).astype(np.uint8)).save(tmp / it.image)
-        recs.append({"id": it.id, "image_id": Path(it.image).stem, "task": it.task,
-                     "question": it.question, "answer_vision": it.answer_vision,
-                     "answer_text": it.answer_text, "context": it.context})
-    (tmp / "items.json").write_text(json.dumps(recs, indent=1))
-    os.replace(tmp, out_dir)
+    with atomic_dir(out_dir, exists_error=EXISTS) as tmp:
+        recs = []
+        for it, img in pairs:
+            Image.fromarray(np.clip(img / 16.0 * 255.0, 0, 255).astype(np.uint8)).save(tmp / it.image)
+            recs.append({"id": it.id, "image_id": Path(it.image).stem, "task": it.task,
+                         "question": it.question, "answer_vision": it.answer_vision,
+                         "answer_text": it.answer_text, "context": it.context})
+        (tmp / "items.json").write_text(dumps_json(recs, indent=1))
     return out_dir / "items.json"
 
 

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from icml26_shared.io import dumps_json
+
 from .toy import DIGITS
 
 #: SmolLM2's own chat format, image first in the user turn, without the default system turn [R]
@@ -148,7 +150,7 @@ def build_smol_vlm(out, images: np.ndarray, labels: np.ndarray, cfg: SmolVLMConf
     proc.save_pretrained(tmp)
     stats = {"final_loss": float(loss.detach()), "train_nearest_name_accuracy": train_acc,
              "config": asdict(cfg), "seed": seed}
-    (tmp / "mc2_smol_vlm.json").write_text(json.dumps(stats, indent=1))
+    (tmp / "mc2_smol_vlm.json").write_text(dumps_json(stats, indent=1))
     try:
         tmp.rename(out)
     except OSError:  # another process finished first
@@ -167,9 +169,10 @@ def cached_smol_vlm(images, labels, cfg: SmolVLMConfig = SmolVLMConfig(), seed: 
 
 
 def copy_model(src: Path, out: Path) -> Path:
-    """Copy a model folder to ``out`` (temporary name, then rename)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
-    shutil.copytree(src, tmp, dirs_exist_ok=True)
-    tmp.rename(out)
+    """Copy a model folder to ``out`` (temporary name, then rename; ``atomic_dir``)."""
+    from icml26_shared.io import atomic_dir
+
+    with atomic_dir(out, exists_error="{path} already exists (choose another path; nothing was "
+                                      "overwritten)") as tmp:
+        shutil.copytree(src, tmp, dirs_exist_ok=True)
     return out

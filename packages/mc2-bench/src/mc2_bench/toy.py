@@ -283,16 +283,14 @@ def train_toy(cfg: ToyConfig, images: np.ndarray, labels: np.ndarray, seed: int 
 
 
 def save_toy(model: ToyVLM, path) -> None:
-    """A folder with toy.pt (state dict + config); written to a temp name, then renamed."""
-    import os
-    import tempfile
-    from pathlib import Path
+    """A folder with toy.pt (state dict + config); written to a temp name, then renamed
+    (``icml26_shared.io.atomic_dir``; an existing ``path`` is refused)."""
+    from icml26_shared.io import atomic_dir
 
-    path = Path(path)
-    tmp = Path(tempfile.mkdtemp(prefix=path.name + ".", dir=path.parent))
-    torch.save({"config": asdict(model.cfg), "state": model.state_dict(),
-                "vision_sources": sorted(getattr(model, "vision_sources", []))}, tmp / "toy.pt")
-    os.replace(tmp, path)
+    with atomic_dir(path, exists_error="{path} already exists (choose another path; nothing was "
+                                       "overwritten)") as tmp:
+        torch.save({"config": asdict(model.cfg), "state": model.state_dict(),
+                    "vision_sources": sorted(getattr(model, "vision_sources", []))}, tmp / "toy.pt")
 
 
 def load_toy(path) -> ToyVLM:

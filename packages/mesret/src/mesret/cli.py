@@ -4,7 +4,6 @@ user mistake is one ``mesret: error: ...`` line on stderr and exit code 2."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from icml26_shared.cli import (
     positive_int,
     reproduce_from_args,
 )
+from icml26_shared.io import print_json
 
 ALGO_NAMES = ("mesret", "smesret", "indep-cma", "indep-sepcma", "openai-es", "mfea", "mesret-norwe",
               "mesret-tau0")
@@ -74,7 +74,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                      f"{args.fe_per_task} --seeds {args.seeds} --backend {args.backend}")
     path = write_run_dir(args.out, res, force=args.force)
     if args.json:
-        print(json.dumps(res.to_dict(), indent=2))
+        print_json(res.to_dict(), indent=2)
     else:
         print(summary_table(res))
         print(f"results: {path}")

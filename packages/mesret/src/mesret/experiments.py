@@ -10,6 +10,7 @@ it is tuned. The policy suite uses fixed start states drawn from ``seed + 1000``
 from __future__ import annotations
 
 import csv
+import io
 import os
 import time
 from pathlib import Path
@@ -18,6 +19,7 @@ import numpy as np
 
 from icml26_shared import ClaimCheck, Results, UserError
 from icml26_shared.eval import paired_interval
+from icml26_shared.io import atomic_write_text
 from icml26_shared.runner import check_scale
 
 from .bench import add_rows, errors, geo_ratio, log_err, run_arms, win_loss
@@ -241,15 +243,14 @@ def _jax_speed(res: Results, jc: dict | None, seed: int) -> None:
 
 
 def _write_csv(path: Path, tasks, runs) -> None:
-    tmp = path.with_suffix(".tmp")
-    with tmp.open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["task", "algo", *[f"error_seed{i}" for i in range(len(next(iter(runs.values()))["best_f"]))]])
-        for a, r in runs.items():
-            e = errors(tasks, r["best_f"])
-            for t, task in enumerate(tasks):
-                w.writerow([task.label(t), a, *[f"{v:.6g}" for v in e[:, t]]])
-    tmp.replace(path)
+    buf = io.StringIO(newline="")
+    w = csv.writer(buf)
+    w.writerow(["task", "algo", *[f"error_seed{i}" for i in range(len(next(iter(runs.values()))["best_f"]))]])
+    for a, r in runs.items():
+        e = errors(tasks, r["best_f"])
+        for t, task in enumerate(tasks):
+            w.writerow([task.label(t), a, *[f"{v:.6g}" for v in e[:, t]]])
+    atomic_write_text(path, buf.getvalue())
 
 
 def _plots(out_dir: Path, mixed: dict, low: dict) -> list[str]:

@@ -4,12 +4,10 @@ atomically (a private temporary folder, renamed into place), and user suites ``F
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from icml26_shared import Results, UserError
+from icml26_shared.io import atomic_dir, check_replaceable
 
 
 def check_new_dir(out: Path, force: bool = False) -> None:
@@ -19,6 +17,7 @@ def check_new_dir(out: Path, force: bool = False) -> None:
         raise UserError(f"{out} already exists (pass --force to replace it, or choose another --out)")
     if out.exists() and not out.is_dir():
         raise UserError(f"{out} exists and is not a folder")
+    check_replaceable(out)  # --force replaces only a folder a run wrote, never a user's files
 
 
 def write_run_dir(out: Path, res: Results, extra: dict[str, str] | None = None, force: bool = False) -> Path:
@@ -26,18 +25,11 @@ def write_run_dir(out: Path, res: Results, extra: dict[str, str] | None = None, 
     rename it to ``out``: an error part-way leaves no partial folder behind."""
     out = Path(out)
     check_new_dir(out, force)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with atomic_dir(out, replace=force, exists_error="{path} already exists (pass --force to "
+                    "replace it, or choose another --out)") as tmp:
         res.to_json(tmp / "results.json")
         for name, text in (extra or {}).items():
             (tmp / name).write_text(text)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out / "results.json"
 
 

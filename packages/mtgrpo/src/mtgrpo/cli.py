@@ -18,7 +18,7 @@ from icml26_shared.cli import (
     positive_int,
     reproduce_from_args,
 )
-from icml26_shared.io import atomic_write_text
+from icml26_shared.io import add_to_manifest, check_replaceable, dumps_json, write_json
 
 METHOD_NAMES = ("grpo", "dapo", "sec", "sec_dapo", "mtgrpo", "iwu_only", "rps_only", "minimax",
                 "regularized")
@@ -83,6 +83,8 @@ def cmd_train(args) -> int:
     if not args.resume and not args.overwrite and out.is_dir() and any(out.iterdir()):
         what = "pass --resume to continue it or " if ckpt.exists() else ""
         raise UserError(f"--out {out} exists and is not empty: {what}pass --overwrite to replace it")
+    if args.resume or args.overwrite:  # the run is swapped in at the end: refuse before any work
+        check_replaceable(out)
     tasks = _tasks(args)
     from .trainer import MTGRPOTrainer
 
@@ -100,6 +102,8 @@ def cmd_train(args) -> int:
         if args.save_every and tr.step_idx % args.save_every == 0:
             out.mkdir(parents=True, exist_ok=True)
             tr.save(ckpt)
+            if tr.dist.rank == 0:  # the run's own file: the final swap may replace it
+                add_to_manifest(out, ckpt.name)
         if args.log_every and tr.step_idx % args.log_every == 0 and tr.dist.rank == 0:
             print(f"step {rec['step']:4d} acc {_fmt(rec['acc'])} z {_fmt(rec['z'])} "
                   f"share {_fmt(rec['share'])} rounds {rec['rounds']}", flush=True)
@@ -125,23 +129,14 @@ def _write_run(out: Path, tr, pol, tasks, acc: dict, cfg, replace: bool) -> None
         tr.save(tmp / "checkpoint.pt")
         save_policy(pol, tmp / "model")
         with open(tmp / "history.jsonl", "w") as f:
-            for h in tr.history:
-                f.write(json.dumps(_nan_to_null(h)) + "\n")
+            for h in tr.history:  # a task absent from a step has no accuracy: NaN, written null
+                f.write(dumps_json(h, indent=None) + "\n")
         summary = {"method": cfg.method, "tasks": [t.name for t in tasks], "held_out_acc": acc,
                    "worst_task_acc": min(acc.values()), "avg_acc": sum(acc.values()) / len(acc),
                    "final_z": list(map(float, tr.z)), "steps": tr.step_idx,
                    "config": cfg.to_dict()}
-        (tmp / "summary.json").write_text(json.dumps(_nan_to_null(summary), indent=2) + "\n")
+        write_json(tmp / "summary.json", summary, indent=2)
         _plots(tr.history, [t.name for t in tasks], tmp)
-
-
-def _nan_to_null(obj):
-    """JSON has no NaN (a task absent from a step has no accuracy): write null."""
-    if isinstance(obj, dict):
-        return {k: _nan_to_null(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_nan_to_null(v) for v in obj]
-    return None if isinstance(obj, float) and obj != obj else obj
 
 
 def _plots(history: list[dict], names: list[str], out: Path) -> None:
@@ -175,7 +170,7 @@ def cmd_eval(args) -> int:
     acc = tr.evaluate(n_prompts=args.eval_prompts, n_val=args.n_val)
     _print_acc(acc)
     if args.json:
-        atomic_write_text(args.json, json.dumps({"held_out_acc": acc}, indent=2) + "\n")
+        write_json(args.json, {"held_out_acc": acc}, indent=2)
     return 0
 
 

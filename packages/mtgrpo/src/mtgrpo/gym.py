@@ -19,7 +19,7 @@ from functools import cache
 from pathlib import Path
 
 from icml26_shared import UserError
-from icml26_shared.io import atomic_write_text
+from icml26_shared.io import atomic_write_text, dumps_json
 
 PAPER_TASKS = ("countdown", "zebra_puzzles", "arc_1d")
 INSTRUCTION = ("\n\nThink step by step, then give your final answer inside <answer> </answer> "
@@ -86,7 +86,7 @@ def write_reasoning_gym(task: str, n: int, seed: int, out: Path, n_test: int = 0
     rows = generate(task, n + n_dev + n_test, seed, options)
     for i, r in enumerate(rows):
         r["split"] = "train" if i < n else ("dev" if i < n + n_dev else "test")
-    atomic_write_text(out, "".join(json.dumps(r, default=_jsonable) + "\n" for r in rows))
+    atomic_write_text(out, "".join(dumps_json(r, indent=None, default=_jsonable) + "\n" for r in rows))
     return out
 
 

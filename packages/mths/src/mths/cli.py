@@ -3,11 +3,9 @@ Heavy imports live inside the commands; every user mistake is one line on stderr
 
 from __future__ import annotations
 
-import json
 import math
-import shutil
 import sys
-import tempfile
+from functools import partial
 from pathlib import Path
 
 from icml26_shared import UserError, cli_entry
@@ -18,6 +16,7 @@ from icml26_shared.cli import (
     positive_int,
     reproduce_from_args,
 )
+from icml26_shared.io import atomic_dir, check_replaceable, dumps_json, print_json, write_json
 
 TASK_NAMES = ("tsp", "cvrp", "fssp", "bpp")
 
@@ -28,31 +27,20 @@ def _task(text: str) -> str:
     return get_task(text).name
 
 
+_EXISTS = "--out {path} already exists (pass --resume to continue it, or choose another path)"
+
+
 def _fresh_out(out: Path, resume: bool = False) -> Path:
     if out.exists() and not resume:
-        raise UserError(f"--out {out} already exists (pass --resume to continue it, or choose another path)")
+        raise UserError(_EXISTS.format(path=out))
+    if resume:  # the run is swapped in at the end: refuse a folder no run wrote before any work
+        check_replaceable(out)
     return out
 
 
-class _Staging:
-    """Write into a temporary sibling folder; rename onto --out only when the command succeeded."""
-
-    def __init__(self, out: Path):
-        self.out = out
-
-    def __enter__(self) -> Path:
-        self.out.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = Path(tempfile.mkdtemp(dir=self.out.parent, prefix=f".{self.out.name}."))
-        return self.tmp
-
-    def __exit__(self, et, ev, tb):
-        if et is None:
-            if self.out.exists():
-                shutil.rmtree(self.out)
-            self.tmp.replace(self.out)
-        else:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-        return False
+#: write into a temporary sibling folder; rename onto --out only when the command succeeded,
+#: replacing an earlier run's folder (--resume) but never one holding files no run wrote
+_Staging = partial(atomic_dir, replace=True, exists_error=_EXISTS)
 
 
 def _llm(args, seed: int):
@@ -145,7 +133,7 @@ def cmd_eval(args) -> int:
                     task.write(inst, r["solution"], tmp)
     out = _summary(rows)
     if args.json:
-        print(json.dumps(out, indent=1, default=lambda x: None))
+        print_json(out, indent=1, default=lambda x: None)
     else:
         _print_rows(Path(args.program).name, rows)
         print(f"mean gap: {'n/a' if out['mean_gap'] is None else format(out['mean_gap'], '+.4%')}")
@@ -162,7 +150,7 @@ def cmd_baselines(args) -> int:
         if not args.json:
             _print_rows(name, rows)
     if args.json:
-        print(json.dumps(res, indent=1, default=lambda x: None))
+        print_json(res, indent=1, default=lambda x: None)
     else:
         for name, s in res.items():
             print(f"{name:<22} mean gap {'n/a' if s['mean_gap'] is None else format(s['mean_gap'], '+.4%')}")
@@ -188,12 +176,13 @@ def cmd_port(args) -> int:
     with _Staging(out) as tmp:
         if src:
             atomic_write(tmp / f"{args.task}.py", src)
-        atomic_write(tmp / "calls.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in llm.log))
-        atomic_write(tmp / "eval.json", json.dumps(_summary(rows), indent=1, default=lambda x: None) + "\n")
+        atomic_write(tmp / "calls.jsonl", "".join(dumps_json(r, indent=None, sort_keys=True) + "\n"
+                                                  for r in llm.log))
+        write_json(tmp / "eval.json", _summary(rows), indent=1, default=lambda x: None)
     s = _summary(rows)
     if args.json:
-        print(json.dumps({"program": None if src is None else str(out / f"{args.task}.py"), **s},
-                         indent=1, default=lambda x: None))
+        print_json({"program": None if src is None else str(out / f"{args.task}.py"), **s},
+                   indent=1, default=lambda x: None)
     else:
         print("no usable program in the reply (invalid)" if src is None else f"program: {out / (args.task + '.py')}")
         print(f"mean gap: {'n/a' if s['mean_gap'] is None else format(s['mean_gap'], '+.4%')}")

@@ -13,7 +13,7 @@ held-out (test) instances once.
 from __future__ import annotations
 
 import csv
-import json
+import io
 import math
 import os
 import time
@@ -25,7 +25,7 @@ import numpy as np
 
 from icml26_shared import ClaimCheck, Results, UserError
 from icml26_shared.eval import paired_interval
-from icml26_shared.io import atomic_write_text
+from icml26_shared.io import atomic_write_text, dumps_json
 from icml26_shared.runner import check_scale
 
 from . import baselines, grammar, lineage
@@ -233,7 +233,8 @@ def _smollm2(res, search, sc, train, out_dir: Path) -> None:
         failed += src is not None and not all(r["feasible"] for r in rows)
         log += llm.log
     invalid = no_program + failed
-    atomic_write_text(out_dir / "smollm2_calls.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in log))
+    atomic_write_text(out_dir / "smollm2_calls.jsonl",
+                      "".join(dumps_json(r, indent=None, sort_keys=True) + "\n" for r in log))
     res.figures.append("smollm2_calls.jsonl")
     res.add("smollm2", "hf:SmolLM2-135M-Instruct", "invalid_programs", invalid, calls=len(tasks),
             no_program=no_program, failed_or_infeasible=failed, tokens=client.generated_tokens,
@@ -248,18 +249,17 @@ def _smollm2(res, search, sc, train, out_dir: Path) -> None:
 
 def _write_csv(path: Path, gaps, classic, test, seeds) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    with tmp.open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["task", "method", "seed", "instance", "gap"])
-        for (m, t), per in gaps.items():
-            for s, g in zip(seeds, per):
-                for inst, x in zip(test[t], g):
-                    w.writerow([t, m, s, inst.name, f"{x:.6f}"])
-        for (t, m), g in classic.items():
+    buf = io.StringIO(newline="")
+    w = csv.writer(buf)
+    w.writerow(["task", "method", "seed", "instance", "gap"])
+    for (m, t), per in gaps.items():
+        for s, g in zip(seeds, per):
             for inst, x in zip(test[t], g):
-                w.writerow([t, m, "", inst.name, f"{x:.6f}"])
-    tmp.replace(path)
+                w.writerow([t, m, s, inst.name, f"{x:.6f}"])
+    for (t, m), g in classic.items():
+        for inst, x in zip(test[t], g):
+            w.writerow([t, m, "", inst.name, f"{x:.6f}"])
+    atomic_write_text(path, buf.getvalue())
 
 
 FULL_VARS = ("MTHS_TSPLIB", "MTHS_CVRPLIB", "MTHS_TAILLARD")

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from icml26_shared import UserError
+from icml26_shared.io import write_json
 
 from . import core
 from . import io as mio
@@ -122,7 +123,7 @@ def generate(task: str, n: int, count: int, seed: int, out: Path, kind: str = "u
             refs[name] = core.bpp_lower_bound(w, 150)
         else:
             raise UserError(f"unknown task {task!r} (tsp, cvrp, fssp, bpp)")
-    mio.atomic_write(out / "references.json", json.dumps(refs, indent=1, sort_keys=True) + "\n")
+    write_json(out / "references.json", refs, indent=1, sort_keys=True)
     return files
 
 
@@ -142,5 +143,5 @@ def improve_cvrp_references(folder: Path, time_limit: float = 2.0) -> dict[str, 
         if hgs < refs[inst.name]:
             changed[inst.name] = (refs[inst.name], hgs)
             refs[inst.name] = hgs
-    mio.atomic_write(folder / "references.json", json.dumps(refs, indent=1, sort_keys=True) + "\n")
+    write_json(folder / "references.json", refs, indent=1, sort_keys=True)
     return changed

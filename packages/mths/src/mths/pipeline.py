@@ -3,12 +3,13 @@ normalisation, one search run, held-out evaluation, porting, and the run folder'
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
+
+from icml26_shared.io import dumps_json, write_json
 
 from . import baselines, lineage
 from .config import SearchConfig
@@ -82,18 +83,19 @@ def save_run(out: Path, search: Search, llm: LoggedLLM, ev: Evaluator, meta: dic
     for t, src in search.best_programs().items():
         if src:
             atomic_write(out / "best" / f"{t}.py", src)
-    atomic_write(out / "calls.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in llm.log))
+    atomic_write(out / "calls.jsonl", "".join(dumps_json(r, indent=None, sort_keys=True) + "\n" for r in llm.log))
     rows = search.lineage()
-    atomic_write(out / "lineage.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+    # an invalid program's fitness is -inf: written null (strict JSON)
+    atomic_write(out / "lineage.jsonl", "".join(dumps_json(r, indent=None, sort_keys=True) + "\n" for r in rows))
     archive = {t: {"score": s, "individual": i} for t, (s, i) in search.archive.items()}
     graph = lineage.build(rows, archive, None if best is None else best.id)
-    atomic_write(out / "lineage.json", json.dumps(graph, indent=1, sort_keys=True) + "\n")
+    write_json(out / "lineage.json", graph, indent=1, sort_keys=True)
     atomic_write(out / "lineage.dot", lineage.to_dot(graph))
     summary = {**meta, "calls": llm.calls, "evaluations": ev.evaluations, "invalid": search.invalid,
                "archive": {t: {"score": s, "individual": i} for t, (s, i) in search.archive.items()},
                "transfer_elites": search.transfer_elites(),
                "best_individual": None if best is None else best.id}
-    atomic_write(out / "run.json", json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    write_json(out / "run.json", summary, indent=1, sort_keys=True)
 
 
 def run_meta(method, tasks, budget, limits: Limits, workers, seed, cfg: SearchConfig, llm: str, **extra) -> dict:

@@ -8,8 +8,15 @@ import math
 from pathlib import Path
 
 from icml26_shared import Results, UserError
+from icml26_shared.io import to_jsonable
 
 from .registry import DESCRIPTOR
+
+
+def _jsonl(text: str) -> list:
+    """The rows of a JSONL text as written now (``to_jsonable``: -inf/NaN as null), so that a run
+    recorded by an earlier version (which wrote -Infinity) compares equal to its replay."""
+    return [to_jsonable(json.loads(x)) for x in text.splitlines() if x.strip()]
 
 
 def _read_json(path: Path) -> dict:
@@ -52,10 +59,10 @@ def replay(run: Path, out: Path, staging) -> str:
     with staging(out) as tmp:
         save_run(tmp, search, llm, ev, meta)
         run_results(search, llm, ev, meta).to_json(tmp / "results.json")
-    old = (run / "lineage.jsonl").read_text()
-    new = (out / "lineage.jsonl").read_text()
+    old = _jsonl((run / "lineage.jsonl").read_text())
+    new = _jsonl((out / "lineage.jsonl").read_text())
     same = old == new and (run / "calls.jsonl").read_text() == (out / "calls.jsonl").read_text()
-    n = len(new.splitlines())
+    n = len(new)
     if not same:
         raise UserError(f"replay of {run} differs from the record (see {out}/lineage.jsonl)")
     return f"replayed {llm.calls} calls: {n} individuals, every program and score identical -> {out}"

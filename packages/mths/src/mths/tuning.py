@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import math
 from dataclasses import replace
 
 import numpy as np
+
+from icml26_shared.io import print_json
 
 from .config import SCALES, SearchConfig
 from .llm import GrammarLLM
@@ -55,7 +56,7 @@ def tune(seeds=(100, 101), workers: int = 2, scale: str = "quick", methods=("mth
             rows.append({"method": method, **{k: list(v) if isinstance(v, tuple) else v
                                                for k, v in zip(keys, vals)},
                          "train_criterion": float(np.mean(crit)), "per_seed": crit})
-            print(json.dumps(rows[-1]), flush=True)
+            print_json(rows[-1], indent=None, flush=True)
     return rows
 
 
@@ -68,9 +69,9 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     rows = tune(tuple(int(x) for x in a.seeds.split(",")), a.workers, methods=tuple(a.methods.split(",")))
     if a.out:
-        from icml26_shared.io import atomic_write_text
+        from icml26_shared.io import write_json
 
-        atomic_write_text(a.out, json.dumps(rows, indent=1) + "\n")
+        write_json(a.out, rows, indent=1)
     for m in sorted({r["method"] for r in rows}):
         best = max((r for r in rows if r["method"] == m), key=lambda r: r["train_criterion"])
         print(f"best {m}: {best}")

@@ -7,7 +7,6 @@ user mistake, argparse's included, ends with one line on stderr and exit code 2.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 from icml26_shared import UserError, cli_entry
 from icml26_shared.cli import ArgumentParser as _Parser
 from icml26_shared.cli import add_reproduce_arguments, float_in, positive_int, reproduce_from_args
+from icml26_shared.io import print_json
 
 METHOD_NAMES = ("mvprobe", "probex", "probex4", "statnn", "flat", "mlp", "first_order", "second_order",
                 "no_std")
@@ -22,7 +22,7 @@ METHOD_NAMES = ("mvprobe", "probex", "probex4", "statnn", "flat", "mlp", "first_
 
 def _print(obj, as_json: bool, lines) -> None:
     if as_json:
-        print(json.dumps(obj, indent=2))
+        print_json(obj, indent=2)
     else:
         for line in lines:
             print(line)

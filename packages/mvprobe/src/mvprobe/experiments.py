@@ -8,7 +8,6 @@ learner and StatNN's tree settings. Reported on test: every figure and claim.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import replace
@@ -19,6 +18,7 @@ import torch
 
 from icml26_shared import ClaimCheck, Results, UserError
 from icml26_shared.eval import paired_interval
+from icml26_shared.io import write_json
 from icml26_shared.runner import check_scale
 
 from .baselines import METHODS, StatNN, build
@@ -76,8 +76,8 @@ def _jungle(scale: str, out_dir: Path, seed: int) -> Results:
                             seeds, cfg["statnn"], res, experiment=f"jungle_{cfg['layer']}")
     _claims(res, table, seeds)
     _theory(res, data, probe, seeds[0], cfg["thm3_trials"], first)
-    (out_dir / "per_seed.json").write_text(json.dumps(
-        {m: {k: [float(x) for x in v] for k, v in d.items()} for m, d in table.items()}, indent=2) + "\n")
+    write_json(out_dir / "per_seed.json",
+               {m: {k: [float(x) for x in v] for k, v in d.items()} for m, d in table.items()}, indent=2)
     res.figures.append("per_seed.json")
     res.notes += [
         "Benchmark [R]: one Model Tree of digits MLPs 64→64→64→10; each child fine-tuned from the "

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from icml26_shared import UserError
+from icml26_shared.io import write_json
 
 from .io import WeightDataset, _natural, check_new_output, multi_hot, read_jsonl, read_layer
 
@@ -69,9 +70,7 @@ def build_index(data: str | Path, layer: str, out: str | Path, workers: int = 1,
             raise UserError(f"{work}: a partial cache of other data or another layer; remove it first")
     else:
         work.mkdir()
-        tmp = work / "meta.json.tmp"
-        tmp.write_text(json.dumps(meta, indent=1) + "\n")
-        os.replace(tmp, work / "meta.json")
+        write_json(work / "meta.json", meta, indent=1)
     shape = tuple(meta["shape"])
     wfile, dfile = work / "weights.f32", work / "done.u8"
     weights = np.memmap(wfile, dtype=np.float32, mode="r+" if wfile.exists() else "w+", shape=shape)

@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from icml26_shared import UserError
+from icml26_shared.io import atomic_dir, write_json
 
 PROBE_FORMAT = "mvprobe-probe"
 INDEX_NAME = "model.safetensors.index.json"
@@ -219,10 +217,13 @@ def multi_hot(raw: Sequence[Sequence[str]], names: Sequence[str]) -> np.ndarray:
 
 # --- trained probes -------------------------------------------------------------------------------
 
+EXISTS = "{path} already exists (choose a new output path)"
+
+
 def check_new_output(out: str | Path) -> Path:
     out = Path(out)
     if out.exists():
-        raise UserError(f"{out} already exists (choose a new output path)")
+        raise UserError(EXISTS.format(path=out))
     if not out.absolute().parent.is_dir():
         raise UserError(f"parent folder of {out} does not exist")
     return out
@@ -237,8 +238,7 @@ def save_probe(out: str | Path, learner, meta: dict) -> Path:
     from safetensors.torch import save_file
 
     out = check_new_output(out)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.absolute().parent))
-    try:
+    with atomic_dir(out, exists_error=EXISTS) as tmp:
         if hasattr(learner, "module"):
             state = {f"module.{k}": v.contiguous() for k, v in learner.module.state_dict().items()}
             if learner.mean is not None:
@@ -246,11 +246,7 @@ def save_probe(out: str | Path, learner, meta: dict) -> Path:
             save_file({k: v.to(torch.float32) for k, v in state.items()}, str(tmp / "weights.safetensors"))
         else:
             (tmp / "statnn.pkl").write_bytes(pickle.dumps({"models": learner.models, "chosen": learner.chosen}))
-        (tmp / "probe.json").write_text(json.dumps({"format": PROBE_FORMAT, **meta}, indent=2) + "\n")
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        write_json(tmp / "probe.json", {"format": PROBE_FORMAT, **meta}, indent=2)
     return out
 
 

@@ -168,29 +168,21 @@ def write_zoo(cfg: ZooConfig, out) -> dict:
     """``zoo build``: children as ``children/child_NNNN.safetensors`` plus ``train.jsonl``,
     ``val.jsonl`` and ``test.jsonl`` (``{"path", "labels"}``, class names "0".."9"), written into
     a temporary folder and renamed into place."""
-    import json
-    import os
-    import shutil
-    import tempfile
-    from pathlib import Path
-
     from safetensors.torch import save_file
 
-    from .io import check_new_output
+    from icml26_shared.io import atomic_dir, dumps_json
+
+    from .io import EXISTS, check_new_output
 
     out = check_new_output(out)
     zoo = make_model_zoo(cfg)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.absolute().parent))
-    try:
+    with atomic_dir(out, exists_error=EXISTS) as tmp:
         (tmp / "children").mkdir()
         for i in range(cfg.n_models):
             save_file(child_state_dict(zoo, i), str(tmp / "children" / f"child_{i:04d}.safetensors"))
         for part, idx in zoo.split.items():
-            lines = [json.dumps({"path": f"children/child_{i:04d}.safetensors",
-                                 "labels": [str(c) for c in np.flatnonzero(zoo.labels[i])]}) for i in idx]
+            lines = [dumps_json({"path": f"children/child_{i:04d}.safetensors",
+                                 "labels": [str(c) for c in np.flatnonzero(zoo.labels[i])]}, indent=None)
+                     for i in idx]
             (tmp / f"{part}.jsonl").write_text("\n".join(lines) + "\n")
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return {"models": cfg.n_models, **{p: len(ix) for p, ix in zoo.split.items()}}

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from icml26_shared import UserError, cli_entry
 from icml26_shared.cli import ArgumentParser as _Parser
 from icml26_shared.cli import add_reproduce_arguments, float_in, positive_int, reproduce_from_args
+from icml26_shared.io import print_json
 
 # the arms of nbcg.baselines.ARMS (kept here so --help imports no torch; a test pins the equality)
 METHODS = ("nbcg", "nbcg-asl", "bce", "resample", "focal", "cb", "asl", "db", "random-nash", "causal-uniform", "nash-mtl")
@@ -47,9 +47,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_data(args: argparse.Namespace) -> int:
-    import json as _json
-
-    from icml26_shared.io import atomic_write_bytes, atomic_write_text
+    from icml26_shared.io import atomic_write_bytes, atomic_write_text, write_json
 
     from . import pyapi
     from .io import refuse_existing
@@ -61,7 +59,7 @@ def _cmd_data(args: argparse.Namespace) -> int:
     recs, meta, notices = pyapi.build()
     raw = pyapi.records_jsonl(recs)
     atomic_write_text(side[1], notices, mkdir=False)
-    atomic_write_text(side[0], _json.dumps(meta, indent=1) + "\n", mkdir=False)
+    write_json(side[0], meta, indent=1, mkdir=False)
     atomic_write_bytes(out, pyapi.gzip_bytes(raw) if out.suffix == ".gz" else raw, mkdir=False)
     print(f"wrote {meta['n_documents']} documents, {meta['n_labels']} labels (sha256 {meta['sha256'][:12]}) "
           f"-> {out}, {side[0].name}, {side[1].name}")
@@ -178,7 +176,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     out = multilabel_scores(Yg, P, S, counts, k=args.k, rare_fraction=args.rare_fraction)
     out["unseen_gold_labels"] = len(unseen)
     if args.json:
-        print(json.dumps(out))
+        print_json(out, indent=None)
     else:
         for key, v in out.items():
             print(f"{key:<20}{v:.4f}" if isinstance(v, float) else f"{key:<20}{v}")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import os
 from pathlib import Path
 
@@ -126,4 +125,6 @@ class Featurizer:
         return f
 
     def save(self, path: Path) -> None:
-        Path(path).write_text(json.dumps(self.state()))
+        from icml26_shared.io import atomic_write_text, dumps_json
+
+        atomic_write_text(path, dumps_json(self.state(), indent=None), mkdir=False)

@@ -89,7 +89,7 @@ def refuse_existing(path: str | Path) -> Path:
 
 def write_jsonl(path: str | Path, records: list[dict]) -> Path:
     """Write atomically (``icml26_shared.io.atomic_write_text``); refuses to overwrite."""
-    from icml26_shared.io import atomic_write_text
+    from icml26_shared.io import atomic_write_text, dumps_json
 
     path = refuse_existing(path)
-    return atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in records), mkdir=False)
+    return atomic_write_text(path, "".join(dumps_json(r, indent=None) + "\n" for r in records), mkdir=False)

@@ -9,14 +9,14 @@ as a Hugging Face folder ``encoder/`` with ``model.pt`` holding the head.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from icml26_shared import UserError
+from icml26_shared.io import atomic_dir, dumps_json
+
+_EXISTS = "{path} already exists; choose another --out (nothing was written)"
 
 FORMAT = 1
 
@@ -135,11 +135,10 @@ def save(bundle: dict, out: Path) -> Path:
 
     out = Path(out)
     if out.exists():
-        raise UserError(f"{out} already exists; choose another --out (nothing was written)")
+        raise UserError(_EXISTS.format(path=out))
     if not out.parent.is_dir():
         raise UserError(f"{out.parent}: no such folder")
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
-    try:
+    with atomic_dir(out, exists_error=_EXISTS) as tmp:
         model = bundle["model"]
         if bundle.get("tokenizer") is not None:      # a fine-tuned encoder: HF folder + head
             from .finetune import quiet
@@ -150,12 +149,8 @@ def save(bundle: dict, out: Path) -> Path:
             torch.save(model.head.state_dict(), tmp / "model.pt")
         else:
             torch.save(model.state_dict(), tmp / "model.pt")
-            (tmp / "features.json").write_text(json.dumps(bundle["features"]))
-        (tmp / "meta.json").write_text(json.dumps(bundle["meta"]))
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+            (tmp / "features.json").write_text(dumps_json(bundle["features"], indent=None))
+        (tmp / "meta.json").write_text(dumps_json(bundle["meta"], indent=None))
     return out
 
 
@@ -227,7 +222,7 @@ def dag_export(meta: dict, kind: str) -> str:
     labels, A, D = meta["labels"], np.asarray(meta["adjacency"]), np.asarray(meta["dag"], bool)
     edges = [[labels[i], labels[j], round(float(A[i, j]), 6)] for i, j in np.argwhere(D)]
     if kind == "json":
-        return json.dumps({"labels": labels, "edges": edges})
+        return dumps_json({"labels": labels, "edges": edges}, indent=None)
     lines = ["digraph nbcg {"] + [f"  {json.dumps(x)};" for x in labels]
     lines += [f"  {json.dumps(p)} -> {json.dumps(c)} [label=\"{w:.3f}\"];" for p, c, w in edges]
     return "\n".join(lines + ["}"])
@@ -275,16 +270,11 @@ def make_split(records: list[dict], kind: str, seed: int) -> tuple[dict[str, lis
 def save_split(parts: dict[str, list[dict]], info: dict, out: Path) -> Path:
     out = Path(out)
     if out.exists():
-        raise UserError(f"{out} already exists; choose another --out (nothing was written)")
+        raise UserError(_EXISTS.format(path=out))
     if not out.parent.is_dir():
         raise UserError(f"{out.parent}: no such folder")
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
-    try:
+    with atomic_dir(out, exists_error=_EXISTS) as tmp:
         for k, recs in parts.items():
-            (tmp / f"{k}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
-        (tmp / "split.json").write_text(json.dumps(info, indent=1))
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+            (tmp / f"{k}.jsonl").write_text("".join(dumps_json(r, indent=None) + "\n" for r in recs))
+        (tmp / "split.json").write_text(dumps_json(info, indent=1))
     return out

@@ -27,6 +27,7 @@ from collections import Counter
 from pathlib import Path
 
 from icml26_shared import UserError
+from icml26_shared.io import dumps_json
 
 SOURCES = ("numpy", "scipy", "sklearn", "pandas")
 DISTS = {"numpy": "numpy", "scipy": "scipy", "sklearn": "scikit-learn", "pandas": "pandas"}
@@ -202,7 +203,7 @@ def build() -> tuple[list[dict], dict, str]:
 
 
 def records_jsonl(records: list[dict]) -> bytes:
-    return "".join(json.dumps(r, sort_keys=True) + "\n" for r in records).encode("utf-8")
+    return "".join(dumps_json(r, indent=None, sort_keys=True) + "\n" for r in records).encode("utf-8")
 
 
 def records_hash(records: list[dict]) -> str:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
 
 from icml26_shared import UserError, cli_entry
 from icml26_shared.cli import add_reproduce_arguments, finite_float, reproduce_from_args
+from icml26_shared.io import print_json
 
 OFT_METHODS = ("orthomerge", "avg", "ta", "ties", "dare", "tsv")
 
@@ -117,7 +117,7 @@ def _cmd_diagnose(args: argparse.Namespace) -> int:
     else:
         rows = diagnose(Tensors.open(path), base)
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print_json(rows, indent=2)
         return 0
     cols = [c for c in ("hyperspherical_energy", "base_hyperspherical_energy", "spectral_norm",
                         "base_spectral_norm", "orthogonality_error", "residual_fraction") if rows and c in rows[0]]

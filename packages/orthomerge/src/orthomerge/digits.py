@@ -8,7 +8,6 @@ The body is evaluated functionally from a state dict (``l1.weight``, ``l1.bias``
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +15,8 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from icml26_shared.io import dumps_json
 
 from . import core
 
@@ -136,7 +137,7 @@ def train_oft_expert(base, split, task, steps, seed, block, out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     save_file({f"base_model.model.{t}.oft_R.weight": v.detach().contiguous() for t, v in vecs.items()},
               str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
-    (out / "adapter_config.json").write_text(json.dumps(oft_config(block), indent=2))
+    (out / "adapter_config.json").write_text(dumps_json(oft_config(block), indent=2))
     return out
 
 

@@ -6,7 +6,6 @@ Every strength (λ, TIES/DARE density, residual scale) is chosen per method on t
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import numpy as np
 
 from icml26_shared import ClaimCheck, Results
 from icml26_shared.eval import paired_interval
+from icml26_shared.io import dumps_json
 from icml26_shared.runner import check_scale
 
 from .registry import CLAIMS, DESCRIPTOR
@@ -68,7 +68,7 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
         torch.set_num_threads(threads)
     res.add("digits", "all", "benchmark_seconds", time.perf_counter() - t0, unit="s")
     _report(res, runs, seeds, cfg, gaps)
-    (out_dir / "runs.json").write_text(json.dumps(
+    (out_dir / "runs.json").write_text(dumps_json(
         [{k: v for k, v in r.items() if k != "dirs"} for r in runs], indent=1, default=float))
     res.figures += _plot(runs, out_dir)
     res.notes += [

@@ -10,14 +10,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from icml26_shared import UserError
+from icml26_shared.io import atomic_dir as shared_atomic_dir
+from icml26_shared.io import check_replaceable, write_json
 
 ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
 PREFIX = "base_model.model."
@@ -192,6 +192,7 @@ def prepare_out(out: str | Path, force: bool) -> Path:
         raise UserError(f"output {out} already exists (pass --force to replace it)")
     if out.exists() and not out.is_dir():
         raise UserError(f"output {out} exists and is not a directory")
+    check_replaceable(out)  # --force replaces only a folder a run wrote, never a user's files
     parent = out.absolute().parent
     if not parent.is_dir():
         raise UserError(f"parent folder of --out {out} does not exist")
@@ -200,21 +201,11 @@ def prepare_out(out: str | Path, force: bool) -> Path:
     return out
 
 
-@contextmanager
 def atomic_dir(out: Path, force: bool = False):
-    """Yield a temporary sibling folder; on success it replaces ``out``, on error it is removed."""
-    out = Path(out)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.absolute().parent))
-    try:
-        yield tmp
-        if out.exists():
-            if not force:
-                raise UserError(f"output {out} appeared while merging (pass --force to replace it)")
-            shutil.rmtree(out)
-        tmp.rename(out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    """Yield a temporary sibling folder; on success it replaces ``out``, on error it is removed
+    (``icml26_shared.io.atomic_dir``: ``force`` replaces only a folder a run wrote)."""
+    return shared_atomic_dir(Path(out).absolute(), replace=force, exists_error="output {path} "
+                             "appeared while merging (pass --force to replace it)")
 
 
 def write_adapter(out: Path, config: dict[str, Any], tensors: dict[str, torch.Tensor],
@@ -224,7 +215,7 @@ def write_adapter(out: Path, config: dict[str, Any], tensors: dict[str, torch.Te
     with atomic_dir(out, force) as tmp:
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp / ADAPTER_WEIGHTS),
                   metadata={"format": "pt"})
-        (tmp / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2, default=str) + "\n")
+        write_json(tmp / ADAPTER_CONFIG, config, indent=2, default=str)
     return out
 
 
@@ -241,7 +232,7 @@ def write_checkpoint(out: Path, tensors: dict[str, torch.Tensor], base_dir: Path
             save_file({n: tensors[n].contiguous() for n in names}, str(tmp / fname), metadata={"format": "pt"})
         if split.is_sharded:
             index = {"metadata": split.metadata, "weight_map": split.tensor_to_filename}
-            (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+            write_json(tmp / "model.safetensors.index.json", index, indent=2)
         if base_dir is not None and Path(base_dir).is_dir():
             for name in HF_FILES:
                 if (Path(base_dir) / name).is_file():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
@@ -32,9 +31,9 @@ def _check_out(path: Path | None, force: bool) -> None:
 def _write_json(path: Path | None, data) -> None:
     if path is None:
         return
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    tmp.replace(path)
+    from icml26_shared.io import write_json
+
+    write_json(path, data, indent=2, mkdir=False)
     print(f"wrote {path}")
 
 
