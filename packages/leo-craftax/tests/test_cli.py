@@ -30,6 +30,22 @@ def _err(capsys, argv):
     (["eval", "missing.msgpack"], "does not exist"),
     (["train", "--resume"], "nothing to resume"),
     (["train", "--checkpoint-every", "7"], "must divide the 195 updates"),
+    (["train", "--steps", "10"], "--steps 10 is below one update: at least 1,024 (--num-steps 16"),
+    (["train", "--steps", "1000", "--num-envs", "8", "--num-steps", "128"], "at least 1,024"),
+    (["train", "--lr", "nan"], "--lr: must be a finite number"),
+    (["train", "--lr", "0"], "must be a finite number > 0"),
+    (["train", "--max-grad-norm", "-1"], "must be a finite number > 0"),
+    (["train", "--gamma", "0"], "must be a number in (0, 1]"),
+    (["train", "--gamma", "inf"], "must be a number in (0, 1]"),
+    (["train", "--eps-start", "1.5"], "must be a number in [0, 1]"),
+    (["train", "--eps-decay", "0"], "must be a number in (0, 1]"),
+    (["train", "--epochs", "0"], "positive integer"),
+    (["train", "--num-steps", "-2"], "positive integer"),
+    (["train", "--minibatch-size", "300"], "not a multiple of the minibatch size 300"),
+    (["train", "--algo", "ppo_gc", "--minibatch-size", "3000"], "minibatch size 3000"),
+    (["train", "--algo", "pqn_her", "--her-granularity", "episode"], "unknown HER granularity"),
+    (["train", "--her-random-proportion", "nan"], "must be a number in [0, 1]"),
+    (["train", "--her-relabelled-goals", "0"], "positive integer"),
 ])
 def test_bad_input_exits_2(capsys, tmp_path, argv, text):
     if argv[0] == "train":
@@ -77,6 +93,50 @@ def test_numbers_accept_scientific_notation():
     cfg = _config(args)
     assert cfg.total_timesteps == 1_000_000 and cfg.norm == "layernorm"
     assert _config(build_parser().parse_args(["train", "--env", "craftax"])).norm == "batchrenorm"
+
+
+def test_training_knobs_reach_the_config():
+    from leo_craftax.cli import _config, build_parser
+
+    knobs = ["--lr", "1e-4", "--minibatch-size", "2048", "--num-steps", "2", "--epochs", "1",
+             "--gamma", "0.995", "--eps-start", "0.3", "--eps-finish", "0.02", "--eps-decay", "0.5",
+             "--no-anneal-lr", "--max-grad-norm", "10", "--num-envs", "1024"]
+    want = {"lr": 1e-4, "minibatch_size": 2048, "num_steps": 2, "num_epochs": 1, "gamma": 0.995,
+            "eps_start": 0.3, "eps_finish": 0.02, "eps_decay": 0.5, "anneal_lr": False,
+            "max_grad_norm": 10.0, "num_envs": 1024}
+    for env in ("gridworld", "craftax-classic"):
+        cfg = _config(build_parser().parse_args(["train", "--env", env, "--algo", "pqn", *knobs]))
+        assert {f: getattr(cfg, f) for f in want} == want, env
+    # unset: the algorithm's defaults
+    base = _config(build_parser().parse_args(["train", "--env", "craftax-classic"]))
+    assert (base.lr, base.minibatch_size, base.num_steps, base.anneal_lr) == (2e-4, 512, 32, True)
+    # PPO's minibatch and discount for the PPO actors; a Dual LEO (PPO) run's LEO teacher too
+    ppo = _config(build_parser().parse_args(["train", "--algo", "ppo_gc", "--minibatch-size",
+                                             "512", "--gamma", "0.9"]))
+    assert (ppo.ppo_minibatch_size, ppo.ppo_gamma) == (512, 0.9)
+    dual = _config(build_parser().parse_args(["train", "--algo", "dual_leo_ppo", "--gamma", "0.9"]))
+    assert (dual.gamma, dual.ppo_gamma) == (0.9, 0.9)
+    # PQN + HER: the README command's defaults on Craftax [C], and its HER knobs
+    her = _config(build_parser().parse_args(["train", "--env", "craftax-classic", "--algo",
+                                             "pqn_her"]))
+    assert (her.minibatch_size, her.lr, her.num_steps, her.gamma, her.her_rows) == (
+        2048, 1e-4, 2, 0.995, 3)
+    her = _config(build_parser().parse_args([
+        "train", "--env", "craftax-classic", "--algo", "pqn_her", "--her-relabelled-goals", "4",
+        "--her-random-proportion", "0.75", "--her-granularity", "trajectory"]))
+    assert (her.her_relabelled_goals, her.her_random_proportion, her.her_granularity,
+            her.her_split) == (4, 0.75, "trajectory", (3, 1))
+
+
+def test_config_refuses_a_run_below_one_update():
+    from leo_craftax.config import TrainConfig
+
+    from icml26_shared import UserError
+
+    with pytest.raises(UserError, match="below one update: at least num_steps x num_envs = 32,768"):
+        TrainConfig(total_timesteps=1000).validate()
+    with pytest.raises(UserError, match="lr must be a finite number"):
+        TrainConfig(lr=float("nan")).validate()
 
 
 def test_goals_lists_names(capsys):

@@ -4,7 +4,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from leo_craftax.baselines import relabel
 from leo_craftax.core import (
     LEONetwork,
     all_goals_td_targets,
@@ -136,12 +135,3 @@ def test_goals_are_sampled_only_among_seen_goals():
     goals, any_goals = both(jax.random.PRNGKey(0), seen)
     assert set(np.unique(goals).tolist()) == {3, 17, 41}
     assert len(np.unique(any_goals)) > 40
-
-
-def test_positive_relabelling_picks_achieved_goals():
-    achieved = np.zeros((200, 10), bool)
-    achieved[:100, 7] = True
-    goal = np.zeros(200, np.int32)
-    new = jax.jit(lambda r: relabel(r, goal, achieved, "positive", 1.0),
-                  compiler_options=FAST)(jax.random.PRNGKey(0))
-    assert np.all(new[:100] == 7) and np.all(new[100:] == 0)  # no achieved goal: keep

@@ -80,6 +80,16 @@ def test_a_cli_train_writes_nothing_to_stderr(capfd, tmp_path, smoke_run):
     assert main(argv) == 0
     got = capfd.readouterr()
     assert got.err == "" and "checkpoint (seeds 0, 1)" in got.out and out.is_file()
+    # the resolved configuration, printed and stored in the checkpoint
+    import json
+
+    from leo_craftax.config import TrainConfig
+    from leo_craftax.io import load_checkpoint
+
+    line = next(s for s in got.out.splitlines() if s.startswith("configuration ("))
+    assert "(24 updates of 1,024 env steps" in line
+    printed = TrainConfig.from_dict(json.loads(line.split("checkpoint): ", 1)[1]))
+    assert printed == load_checkpoint(out)[0] == smoke_config("leo")
     assert "time: compile 0.0 s" in got.out  # the shared programs: the test compiles nothing
 
 

@@ -93,3 +93,13 @@ def test_resumed_run_equals_the_uninterrupted_one(smoke_run, tmp_path):
     first = run["states"][0]["carry"][0]["params"]["head"]["dense"]["kernel"]
     assert not np.array_equal(first, run["params"]["params"]["head"]["dense"]["kernel"])
     assert out["timings"]["train_cpu_s"] >= start["timings"]["train_cpu_s"]  # summed over sessions
+
+
+def test_leo_beats_its_commanded_goal_only_ablation(smoke_run):
+    """The mechanism isolated on the seeded 5x5 smoke: LEO and ``leo_commanded`` (the same
+    network, head, targets and loop, the loss on the commanded goal only) trained alike; LEO's
+    final success over all goals is higher on average and on no seed lower (measured with 0.3.8:
+    0.438 / 0.219 vs 0.406 / 0.156 — a margin of 1 and 2 of 32 episodes, so this is a thin
+    check; test_all_goals.py is the one that isolates the update)."""
+    leo, cmd = (smoke_run(a)["success"].mean(-1)[:, -1] for a in ("leo", "leo_commanded"))
+    assert leo.mean() > cmd.mean() and np.all(leo >= cmd), (leo, cmd)

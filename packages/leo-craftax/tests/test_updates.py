@@ -27,7 +27,7 @@ def _fit(algo: str, key, k: int, a: int, d: int):
     cfg = smoke_config(algo, layers=1)  # one torso layer: the same update, 2/3 of the compile
     spec = build_algo(cfg, k, a)
     tx = make_optimizer(cfg, spec.minibatch_size)
-    r = jax.random.split(key, 6)
+    r = jax.random.split(key, 7)
     obs = jax.random.normal(r[0], (T + 1, E, d))
     goal = jnp.broadcast_to(jnp.arange(E) % k, (T, E))
     params = spec.init(r[1], obs[0, :1])
@@ -35,9 +35,15 @@ def _fit(algo: str, key, k: int, a: int, d: int):
     traj = {"obs": obs[:T], "next_obs": obs[1:], "action": action.reshape(T, E), "goal": goal,
             "done": jax.random.bernoulli(r[3], 0.1, (T, E)),
             "achieved": jax.random.bernoulli(r[4], 2.0 / k, (T, E, k)),
+            "achieved_s": jax.random.bernoulli(r[6], 2.0 / k, (T, E, k)),
             **jax.tree.map(lambda x: x.reshape(T, E, *x.shape[1:]), extras)}
     data = {**traj, **spec.prepare(params, traj, r[5])}
-    flat = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:])[: spec.minibatch_size], data)
+    flat = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), data)
+    if spec.rows > 1:  # PQN + HER: a row per (transition, goal column), as the loop lays them
+        i = jnp.arange(T * E * spec.rows)
+        flat = {key: x[i // spec.rows, i % spec.rows] if key in spec.row_keys else x[i // spec.rows]
+                for key, x in flat.items()}
+    flat = jax.tree.map(lambda x: x[: spec.minibatch_size], flat)
 
     def sgd(c, _):
         p, o, loss, _ = sgd_step(spec, tx, *c, flat)

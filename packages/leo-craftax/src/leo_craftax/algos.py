@@ -49,6 +49,14 @@ class AlgoSpec:
     # optional: greedy actions for observations grouped by goal, (variables, obs [K, R, D]) ->
     # [K, R] (row group k commands goal k) — evaluation's layout; LEO reads one head slice per goal
     greedy_grouped: Callable[[Any, jax.Array], jax.Array] | None = None
+    # rows of the loss per transition (PQN + HER: the commanded goal plus N appended goals);
+    # ``prepare``'s outputs named in ``row_keys`` carry them as a last axis ``[T, E, rows]``,
+    # and the loop draws its minibatches over the T·E·rows rows (pqn.py's layout [C])
+    rows: int = 1
+    row_keys: tuple[str, ...] = ()
+    # what ``prepare`` needs beyond the rollout: "achieved_s" (the goals achieved at s, [T, E, K]);
+    # the loop also hands it "seen" (the goals seen so far, [K]), not kept in the batch
+    needs: tuple[str, ...] = ()
 
 
 _BUILDERS: dict[str, Callable[[TrainConfig, int, int], AlgoSpec]] = {}
@@ -118,21 +126,39 @@ class LEOParts:
         return leo_loss(q_all, mb["action"], y), q_all, stats
 
 
-@register("leo")
-def build_leo(cfg: TrainConfig, k: int, a: int) -> AlgoSpec:
+def _build_leo(cfg: TrainConfig, k: int, a: int, commanded_only: bool) -> AlgoSpec:
     leo = LEOParts(cfg, k, a)
 
     def policy(rng, v, obs, goal, eps):
         return eps_greedy(rng, leo.q(v, obs, goal), eps), {}
 
     def loss(v, mb):
-        value, _, stats = leo.loss(v, mb, mb["y_all"])
+        if commanded_only:  # the commanded goal's column: its Q-values and its target
+            q_all, stats = apply_train(leo.net, v, mb["obs"])
+            y_cmd = jnp.take_along_axis(mb["y_all"], mb["goal"][:, None], -1)[:, 0]
+            value = td_loss(_pick(q_all, mb["goal"]), mb["action"], y_cmd)
+        else:
+            value, _, stats = leo.loss(v, mb, mb["y_all"])
         return value, ({"leo_loss": value}, stats)
 
     return AlgoSpec(
-        "leo", leo.init, policy, lambda v, obs, goal: jnp.argmax(leo.q(v, obs, goal), -1),
+        "leo_commanded" if commanded_only else "leo", leo.init, policy,
+        lambda v, obs, goal: jnp.argmax(leo.q(v, obs, goal), -1),
         lambda v, traj, rng: {"y_all": leo.targets(v, traj)}, loss, cfg.minibatch_size,
         leo.greedy_grouped)
+
+
+@register("leo")
+def build_leo(cfg: TrainConfig, k: int, a: int) -> AlgoSpec:
+    return _build_leo(cfg, k, a, commanded_only=False)
+
+
+@register("leo_commanded")
+def build_leo_commanded(cfg: TrainConfig, k: int, a: int) -> AlgoSpec:
+    """LEO with its mechanism removed [R]: the same network, all-goals head, targets, acting
+    and loop, the loss on the commanded goal's column only (each transition teaches one goal,
+    as goal-conditioned PQN without HER). LEO − leo_commanded isolates learning every goal."""
+    return _build_leo(cfg, k, a, commanded_only=True)
 
 
 @register("dual_leo_pqn")

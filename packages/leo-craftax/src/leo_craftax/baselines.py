@@ -1,5 +1,6 @@
 """The baselines of the paper behind LEO's interface [C: purejaxgcrl pqn.py, ppo.py]:
-PQN on the commanded goal, PQN + HER (random / positive / mixed / all-goals relabelling) and
+PQN on the commanded goal, PQN + HER (the commanded goal plus N appended goals per transition:
+random / positive / mixed; or all-goals relabelling, the speed benchmark's HER-all) and
 goal-conditioned PPO."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import jax.numpy as jnp
 
 from .algos import AlgoSpec, gc_q_network, register
 from .config import TrainConfig, image_shape
-from .core import Encoder, Torso, eps_greedy, goal_td_target, td_loss
+from .core import Encoder, Torso, eps_greedy, goal_td_target, sample_goals, td_loss
 from .norm import apply_eval, apply_train, init_vars
 
 
@@ -19,26 +20,30 @@ def _take(x, idx):
     return jnp.take_along_axis(x, idx[..., None], -1)[..., 0]
 
 
-def relabel(rng, goal, achieved_next, mode, ratio):
-    """HER goals for ``goal [N]`` given ``achieved_next [N, K]`` [C modes, R ratio]:
-    ``random`` — a uniform goal; ``positive`` — a goal achieved in s' (kept when none is);
-    ``mixed`` — either, half and half; each applied to a ``ratio`` fraction of the transitions."""
-    n, k = achieved_next.shape
-    r_sel, r_rand, r_pos, r_mix = jax.random.split(rng, 4)
-    rand = jax.random.randint(r_rand, (n,), 0, k)
-    logits = jnp.where(achieved_next, 0.0, -jnp.inf)
-    any_ach = achieved_next.any(-1)
-    pos = jnp.where(any_ach, jax.random.categorical(r_pos, jnp.where(any_ach[:, None], logits, 0.0)),
-                    goal)
-    if mode == "random":
-        new = rand
-    elif mode == "positive":
-        new = pos
-    elif mode == "mixed":
-        new = jnp.where(jax.random.uniform(r_mix, (n,)) < 0.5, rand, pos)
-    else:
-        raise ValueError(mode)
-    return jnp.where(jax.random.uniform(r_sel, (n,)) < ratio, new, goal)
+def her_goals(rng, goal, achieved_s, seen, n_random: int, n_positive: int,
+              granularity: str = "transition", only_seen: bool = True):
+    """PQN + HER's goals as pqn.py appends them [C]: ``goal [T, E]`` (the commanded goals),
+    ``achieved_s [T, E, K]`` (the goals achieved at s), ``seen [K]`` (the goals seen so far)
+    -> ``[T, E, 1 + n_random + n_positive]``: column 0 the commanded goal, then ``n_random``
+    goals drawn uniformly among the seen goals (all goals when none is seen or ``only_seen`` is
+    off), then ``n_positive`` goals drawn uniformly among those achieved at s (the commanded goal
+    where none is [R]). ``granularity="trajectory"``: every step of an environment's rollout gets
+    the appended goals drawn for its last step [C]."""
+    t, e, k = achieved_s.shape
+    r_rand, r_pos = jax.random.split(rng)
+    cols = [goal[..., None]]
+    if n_random:
+        cols.append(sample_goals(r_rand, seen, t * e * n_random, only_seen).reshape(t, e, n_random))
+    if n_positive:
+        logits = jnp.where(achieved_s, 0.0, -jnp.inf)
+        any_ach = achieved_s.any(-1, keepdims=True)
+        pos = jax.random.categorical(r_pos, jnp.where(any_ach, logits, 0.0)[..., None, :],
+                                     shape=(t, e, n_positive))
+        cols.append(jnp.where(any_ach, pos, goal[..., None]).astype(goal.dtype))
+    goals = jnp.concatenate(cols, -1)
+    if granularity == "trajectory":
+        goals = goals.at[..., 1:].set(jnp.broadcast_to(goals[-1:, :, 1:], goals[..., 1:].shape))
+    return goals
 
 
 def _chunk_size(k: int, chunk: int) -> int:
@@ -124,13 +129,20 @@ def _build_pqn(cfg: TrainConfig, k: int, a: int, mode: str) -> AlgoSpec:
             q_next = q_all(v, nxt)[0].reshape(t, e, k, a)
             y = goal_td_target(traj["achieved"], traj["done"][..., None], q_next, cfg.gamma)
             return {"y_all": y}
-        goal = traj["goal"]
-        if mode != "none":
-            flat = relabel(rng, goal.reshape(-1), traj["achieved"].reshape(t * e, k), mode,
-                           cfg.her_ratio)
-            goal = flat.reshape(t, e)
-        y = goal_td_target(_take(traj["achieved"], goal), traj["done"], q(v, traj["next_obs"], goal),
-                           cfg.gamma)
+        if mode == "none":
+            goal = traj["goal"]
+            y = goal_td_target(_take(traj["achieved"], goal), traj["done"],
+                               q(v, traj["next_obs"], goal), cfg.gamma)
+            return {"g": goal, "y": y}
+        # the commanded goal plus N appended goals per transition: [T, E, 1 + N]
+        seen = traj.get("seen", jnp.ones(k, bool))
+        goal = her_goals(rng, traj["goal"], traj["achieved_s"], seen, *cfg.her_split,
+                         cfg.her_granularity, cfg.only_seen_goals)
+        r = goal.shape[-1]
+        nxt = jnp.broadcast_to(traj["next_obs"][:, :, None], (t, e, r, traj["next_obs"].shape[-1]))
+        q_next = q(v, nxt.reshape(t * e * r, -1), goal.reshape(-1)).reshape(t, e, r, a)
+        hit = jnp.take_along_axis(traj["achieved"], goal, -1)  # each row's goal achieved at s'
+        y = goal_td_target(hit, traj["done"][..., None], q_next, cfg.gamma)
         return {"g": goal, "y": y}
 
     def loss(v, mb):
@@ -144,10 +156,13 @@ def _build_pqn(cfg: TrainConfig, k: int, a: int, mode: str) -> AlgoSpec:
             value = td_loss(qv, mb["action"], mb["y"])
         return value, ({"td_loss": value}, stats)
 
+    rows = cfg.her_rows if mode != "none" else 1
     return AlgoSpec(
         "pqn" if mode == "none" else f"pqn_her_{mode}", init,
         lambda rng, v, o, g, eps: (eps_greedy(rng, q(v, o, g), eps), {}),
-        lambda v, o, g: jnp.argmax(q(v, o, g), -1), prepare, loss, cfg.minibatch_size)
+        lambda v, o, g: jnp.argmax(q(v, o, g), -1), prepare, loss, cfg.minibatch_size,
+        rows=rows, row_keys=("g", "y") if rows > 1 else (),
+        needs=("achieved_s",) if rows > 1 else ())
 
 
 @register("pqn")

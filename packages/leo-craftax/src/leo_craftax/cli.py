@@ -10,13 +10,15 @@ from icml26_shared import UserError, cli_entry
 from icml26_shared.cli import (
     ArgumentParser,
     add_reproduce_arguments,
+    float_in,
+    positive_float,
     positive_int,
     reproduce_from_args,
 )
 from icml26_shared.io import atomic_write_text, dumps_json, write_json
 
 NAME = "leo-craftax"
-ALGOS = ("leo", "pqn", "pqn_her", "ppo_gc", "dual_leo_pqn", "dual_leo_ppo")
+ALGOS = ("leo", "leo_commanded", "pqn", "pqn_her", "ppo_gc", "dual_leo_pqn", "dual_leo_ppo")
 ENVS = ("gridworld", "craftax-classic", "craftax")
 NORMS = ("batchrenorm", "layernorm", "none")
 COMPILING = ("train", "eval", "bench", "reproduce")  # commands whose stderr XLA may litter (quiet.py)
@@ -33,18 +35,42 @@ def _check(name: str, value: str, choices: tuple[str, ...]) -> str:
     return value
 
 
+# the training knobs: (flag's attribute, config field); ``--minibatch-size`` and ``--gamma``
+# reach the fields of the algorithm's own learner (``_learner_fields``)
+KNOBS = (("num_envs", "num_envs"), ("eval_repeats", "test_repeats"),
+         ("interim_repeats", "interim_repeats"), ("reset_ratio", "reset_ratio"), ("width", "width"),
+         ("layers", "layers"), ("lr", "lr"), ("num_steps", "num_steps"), ("epochs", "num_epochs"),
+         ("eps_start", "eps_start"), ("eps_finish", "eps_finish"), ("eps_decay", "eps_decay"),
+         ("max_grad_norm", "max_grad_norm"), ("her_relabelled_goals", "her_relabelled_goals"),
+         ("her_random_proportion", "her_random_proportion"),
+         ("her_granularity", "her_granularity"))
+PPO_ALGOS = ("ppo_gc", "dual_leo_ppo")
+
+
+def _learner_fields(algo: str) -> dict[str, tuple[str, ...]]:
+    """Which config fields ``--minibatch-size`` and ``--gamma`` set for ``algo``: PPO's minibatch
+    for the PPO actors; the discount of every learner in the run (PPO's, and the Q-learners':
+    LEO, PQN, PQN + HER and the Dual LEO teachers)."""
+    return {"minibatch_size": ("ppo_minibatch_size",) if algo in PPO_ALGOS else ("minibatch_size",),
+            "gamma": {"ppo_gc": ("ppo_gamma",), "dual_leo_ppo": ("gamma", "ppo_gamma")}.get(
+                algo, ("gamma",))}
+
+
 def _config(args):
-    from .config import EnvConfig, TrainConfig, gridworld_cpu
+    from .config import craftax_config, gridworld_cpu
 
     _check("algo", args.algo, ALGOS)
     _check("env", args.env, ENVS)
     kw = {"total_timesteps": args.steps, "num_evals": args.evals, "her_mode": args.her_mode,
           "distill_goals": args.distill_goals, "norm": args.norm}
-    for flag, field in (("num_envs", "num_envs"), ("eval_repeats", "test_repeats"),
-                        ("interim_repeats", "interim_repeats"),
-                        ("reset_ratio", "reset_ratio"), ("width", "width"), ("layers", "layers")):
+    for flag, field in KNOBS:
         if getattr(args, flag) is not None:
             kw[field] = getattr(args, flag)
+    for flag, fields in _learner_fields(args.algo).items():
+        if getattr(args, flag) is not None:
+            kw.update(dict.fromkeys(fields, getattr(args, flag)))
+    if args.no_anneal_lr:
+        kw["anneal_lr"] = False
     if args.test_steps is not None:
         kw["test_steps"] = args.test_steps
     if args.devices > 1:
@@ -52,8 +78,14 @@ def _config(args):
     if args.env == "gridworld":
         if args.obs != "symbolic":
             raise UserError("pixel observations exist for craftax-classic and craftax only")
-        return gridworld_cpu(args.algo, env_size=args.size, **kw).validate()
-    return TrainConfig(algo=args.algo, env=EnvConfig(args.env, obs=args.obs), **kw).validate()
+        cfg = gridworld_cpu(args.algo, env_size=args.size, **kw)
+    else:
+        cfg = craftax_config(args.algo, env_name=args.env, env_obs=args.obs, **kw)
+    batch = cfg.num_steps * cfg.num_envs
+    if cfg.total_timesteps < batch:
+        raise UserError(f"--steps {cfg.total_timesteps:,} is below one update: at least "
+                        f"{batch:,} (--num-steps {cfg.num_steps} x --num-envs {cfg.num_envs})")
+    return cfg.validate()
 
 
 def _cmd_train(args) -> int:
@@ -82,6 +114,8 @@ def _cmd_train(args) -> int:
                             f"not {args.checkpoint_every}")
         print(f"resuming {state_path}: {start['updates']} of {cfg.num_updates} updates done",
               flush=True)
+    print(f"configuration ({cfg.num_updates:,} updates of {cfg.num_steps * cfg.num_envs:,} env "
+          f"steps; stored in the checkpoint): {dumps_json(cfg.to_dict(), indent=None)}", flush=True)
     env = env_from_config(cfg)
     k = env.goal_set.num_goals
     per_point, per_segment = cfg.eval_cost(k, env.max_steps)
@@ -240,7 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train one algorithm (several seeds at once) and checkpoint it")
     t.add_argument("--algo", default="leo", help=f"one of {', '.join(ALGOS)}")
     t.add_argument("--env", default="gridworld", help=f"one of {', '.join(ENVS)}")
-    t.add_argument("--steps", type=positive_int, default="2e5", help="environment steps per seed (default %(default)s)")
+    t.add_argument("--steps", type=positive_int, default="2e5", help="environment steps per seed (default %(default)s; at least one update: --num-steps x --num-envs)")
     t.add_argument("--seeds", type=positive_int, default="1", help="number of seeds, trained with vmap; every "
                    "seed's parameters are saved")
     t.add_argument("--seed", type=int, default=0)
@@ -248,7 +282,33 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--num-envs", type=positive_int, default=None, help="parallel environments")
     t.add_argument("--devices", type=positive_int, default="1",
                    help="split the environments over this many devices (jax.sharding)")
-    t.add_argument("--her-mode", default="mixed", help="pqn_her: random|positive|mixed|all")
+    t.add_argument("--her-mode", default="mixed", help="pqn_her: random|positive|mixed (appended "
+                   "goals) or all (every goal; the speed benchmark's HER-all)")
+    # the training knobs (default: the algorithm's; ``train`` prints the resolved configuration)
+    t.add_argument("--lr", type=positive_float, default=None, help="learning rate (RAdam)")
+    t.add_argument("--minibatch-size", type=positive_int, default=None, help="transitions per "
+                   "gradient step; must divide --num-steps x --num-envs (PPO's for ppo_gc and "
+                   "dual_leo_ppo)")
+    t.add_argument("--num-steps", type=positive_int, default=None, help="rollout length per "
+                   "update")
+    t.add_argument("--epochs", type=positive_int, default=None, help="passes over each rollout")
+    t.add_argument("--gamma", type=float_in(0, 1, low_open=True), default=None,
+                   help="discount of every learner in the run (PPO's too)")
+    t.add_argument("--eps-start", type=float_in(0, 1), default=None, help="ε-greedy start")
+    t.add_argument("--eps-finish", type=float_in(0, 1), default=None, help="ε-greedy end")
+    t.add_argument("--eps-decay", type=float_in(0, 1, low_open=True), default=None,
+                   help="fraction of the updates over which ε decays linearly")
+    t.add_argument("--no-anneal-lr", action="store_true", help="a constant learning rate "
+                   "(default: annealed linearly to ~0)")
+    t.add_argument("--max-grad-norm", type=positive_float, default=None, help="global-norm "
+                   "gradient clipping")
+    t.add_argument("--her-relabelled-goals", type=positive_int, default=None, help="pqn_her: "
+                   "goals appended to each transition's commanded goal (default 2)")
+    t.add_argument("--her-random-proportion", type=float_in(0, 1), default=None, help="pqn_her "
+                   "mixed: share of the appended goals drawn among the goals seen so far, "
+                   "rounded as numpy does (the rest: achieved at s; default 0.5)")
+    t.add_argument("--her-granularity", default=None, help="pqn_her: transition (default) or "
+                   "trajectory (every step gets the rollout's last-step goals)")
     t.add_argument("--evals", type=positive_int, default="1", help="evaluation points during training (plus one "
                    "before)")
     t.add_argument("--test-steps", type=_test_steps, default=None, help="steps per evaluation episode, or 'full' "

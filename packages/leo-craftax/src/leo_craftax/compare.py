@@ -26,8 +26,11 @@ def describe(cfg: dict) -> dict:
     """The fields of a checkpoint's config (``TrainConfig.to_dict()``) ``check_comparable`` reads,
     plus the method's label."""
     label = cfg["algo"]
+    from .config import LEGACY_REPLACE
+
     if cfg["algo"] == "pqn_her":
-        label += f" ({cfg['her_mode']})"
+        legacy = cfg.get("her_granularity") == LEGACY_REPLACE  # a 0.3 run: half the goals replaced
+        label += f" ({cfg['her_mode']}{', 0.3 replace-half' if legacy else ''})"
     elif cfg["algo"].startswith("dual_leo"):
         label += f" ({cfg['distill_goals']})"
     from .config import TrainConfig

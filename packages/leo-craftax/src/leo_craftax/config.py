@@ -8,12 +8,16 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from icml26_shared import UserError
 
 NORMS = ("batchrenorm", "layernorm", "none")
 OBS = ("symbolic", "pixels")
-ALGOS = ("leo", "pqn", "pqn_her", "ppo_gc", "dual_leo_pqn", "dual_leo_ppo")
+ALGOS = ("leo", "leo_commanded", "pqn", "pqn_her", "ppo_gc", "dual_leo_pqn", "dual_leo_ppo")
 HER_MODES = ("none", "random", "positive", "mixed", "all")
+HER_GRANULARITIES = ("transition", "trajectory")
+LEGACY_REPLACE = "replace (0.3)"  # a record of a 0.3 PQN + HER run: a fraction of goals replaced
 DISTILL_GOALS = ("commanded", "commanded+random")
 
 
@@ -39,7 +43,7 @@ class TrainConfig:
     lr: float = 2e-4                   # [C] --lr 2e-4 (RAdam)
     anneal_lr: bool = True             # [C] linear to ~0 over training
     max_grad_norm: float = 1.0         # [C] --max_grad_norm 1.0
-    gamma: float = 0.99                # [C] --gamma 0.99 (PQN / LEO)
+    gamma: float = 0.99                # [C] leo.py --gamma 0.99 (PQN's: ALGO_DEFAULTS)
     eps_start: float = 0.2             # [C] --eps_start 0.2
     eps_finish: float = 0.01           # [C] --eps_finish 0.01
     eps_decay: float = 0.2             # [C] --eps_decay 0.2 (fraction of updates)
@@ -53,8 +57,15 @@ class TrainConfig:
     sigmoid: bool = True               # [C] --network_sigmoid_value (values in [0, 1])
     goal_embed: int = 64               # [R] goal embedding width of goal-conditioned networks
     only_seen_goals: bool = True       # [C] --only_sample_from_seen_goals
-    her_mode: str = "mixed"            # [C] pqn.py --her_mode none|random|positive|mixed|all
-    her_ratio: float = 0.5             # [R] fraction of transitions relabelled (random/positive/mixed)
+    her_mode: str = "mixed"            # [C] the README's PQN + HER command: --her_mode mixed
+    # PQN + HER as pqn.py does it: every transition keeps its commanded goal and is appended
+    # ``her_relabelled_goals`` more, round(N·p) drawn among the goals seen so far and the rest
+    # achieved at s ("random": all N drawn, "positive": all N achieved at s); "all" (the
+    # speed benchmark's HER-all) relabels with every goal instead
+    her_relabelled_goals: int = 2      # [C] pqn.py --her_num_relabelled_goals 2
+    her_random_proportion: float = 0.5  # [C] pqn.py --her_mixed_goal_random_proportion 0.5
+    her_granularity: str = "transition"  # [C] pqn.py --her_relabel_granularity transition |
+                                       #     trajectory (every step gets the last step's goals)
     distill_coef: float = 0.1          # [C] dual_leo_*: weight of CE(actor, argmax Q_LEO)
     distill_goals: str = "commanded"   # [C] commanded goal; "commanded+random" adds a uniform goal [R]
     her_all_chunk: int = 0             # [R] HER-all: goals per chunk (0 = all K at once)
@@ -85,6 +96,27 @@ class TrainConfig:
         return max(1, self.total_timesteps // (self.num_steps * self.num_envs))
 
     @property
+    def her_rows(self) -> int:
+        """Rows of the loss per transition: PQN + HER's commanded goal plus its appended goals
+        (pqn.py's ``num_her_goals_total``); 1 for everything else (HER-all included)."""
+        if self.algo == "pqn_her" and self.her_mode in ("random", "positive", "mixed"):
+            return 1 + self.her_relabelled_goals
+        return 1
+
+    @property
+    def her_split(self) -> tuple[int, int]:
+        """``(random, positive)`` appended goals per transition: pqn.py's
+        ``int(np.round(N · p))`` drawn among seen goals and the rest achieved at s for ``mixed``
+        [C] (N = 2, p = 0.75 gives 2 and 0); all N of one kind for ``random`` / ``positive``."""
+        n = self.her_relabelled_goals
+        if self.her_mode == "random":
+            return n, 0
+        if self.her_mode == "positive":
+            return 0, n
+        r = int(np.round(n * self.her_random_proportion))
+        return r, n - r
+
+    @property
     def norm_opts(self) -> tuple:
         """BatchRenorm's fields as the networks take them (hashable)."""
         return (("momentum", self.brn_momentum), ("warmup_steps", self.brn_warmup))
@@ -99,7 +131,32 @@ class TrainConfig:
             raise UserError(f"unknown algo {self.algo!r} (choose one of {', '.join(ALGOS)})")
         if self.her_mode not in HER_MODES:
             raise UserError(f"unknown HER mode {self.her_mode!r} (choose one of {', '.join(HER_MODES)})")
+        if self.her_granularity == LEGACY_REPLACE:
+            raise UserError("this config records a 0.3 PQN + HER run (a fraction of the commanded "
+                            "goals replaced): it can be read and evaluated, not trained again")
+        if self.her_granularity not in HER_GRANULARITIES:
+            raise UserError(f"unknown HER granularity {self.her_granularity!r} (choose one of "
+                            f"{', '.join(HER_GRANULARITIES)})")
+        if self.her_relabelled_goals < 1:
+            raise UserError(f"her_relabelled_goals must be >= 1 (got {self.her_relabelled_goals})")
+        if not (math.isfinite(self.her_random_proportion) and 0 <= self.her_random_proportion <= 1):
+            raise UserError(f"her_random_proportion must be a finite number in [0, 1] (got "
+                            f"{self.her_random_proportion})")
+        for name, low, high, open_low in (("lr", 0, math.inf, True), ("gamma", 0, 1, True),
+                                          ("ppo_gamma", 0, 1, True), ("eps_start", 0, 1, False),
+                                          ("eps_finish", 0, 1, False), ("eps_decay", 0, 1, True),
+                                          ("max_grad_norm", 0, math.inf, True)):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and (v > low if open_low else v >= low) and v <= high):
+                span = f"{'(' if open_low else '['}{low:g}, {high:g}]"
+                raise UserError(f"{name} must be a finite number in {span} (got {v})")
+        for name in ("num_envs", "num_steps", "num_epochs", "minibatch_size", "ppo_minibatch_size"):
+            if getattr(self, name) < 1:
+                raise UserError(f"{name} must be >= 1 (got {getattr(self, name)})")
         batch = self.num_steps * self.num_envs
+        if self.total_timesteps < batch:
+            raise UserError(f"total_timesteps {self.total_timesteps:,} is below one update: at "
+                            f"least num_steps x num_envs = {batch:,} env steps")
         mb = self.ppo_minibatch_size if self.algo in ("ppo_gc", "dual_leo_ppo") else self.minibatch_size
         if batch % mb:
             raise UserError(f"num_steps*num_envs = {batch} is not a multiple of the minibatch size {mb}")
@@ -163,11 +220,35 @@ class TrainConfig:
         d = dict(d)
         if "norm_input" in d:  # 0.2 checkpoints: LayerNorm on the input, or nothing
             d["norm"] = "layernorm" if d.pop("norm_input") else "none"
+        if "her_ratio" in d:  # up to 0.3.7: PQN + HER replaced a fraction of the goals
+            d.pop("her_ratio")
+            if d.get("algo") == "pqn_her" and d.get("her_mode") != "all":
+                d["her_granularity"] = LEGACY_REPLACE
         env = EnvConfig(**d.pop("env", {}))
         try:
             return cls(env=env, **d)
         except TypeError as exc:
             raise UserError(f"not a leo-craftax config: {exc}") from None
+
+
+# Each algorithm at its own script's defaults on Craftax, over the TrainConfig defaults (leo.py's):
+ALGO_DEFAULTS = {
+    # [C] pqn.py's argument defaults (the PQN rows: --her_mode none)
+    "pqn": {"num_steps": 2, "minibatch_size": 256, "lr": 2e-4, "gamma": 0.995, "num_epochs": 1,
+            "eps_decay": 0.5},
+    # [C] the authors' README command: pqn.py --her_mode mixed --minibatch_size 2048 --lr 0.0001,
+    # every other setting at pqn.py's defaults (1024 envs, 2-step rollouts, γ 0.995, 1 epoch,
+    # ε 0.2 -> 0.01 over 50% of the updates, 2 appended goals, random proportion 0.5)
+    "pqn_her": {"num_steps": 2, "minibatch_size": 2048, "lr": 1e-4, "gamma": 0.995,
+                "num_epochs": 1, "eps_decay": 0.5, "her_mode": "mixed"},
+}
+
+
+def craftax_config(algo: str = "leo", **kw) -> TrainConfig:
+    """A Craftax run of ``algo`` at its authors' script defaults (``ALGO_DEFAULTS`` over the
+    ``TrainConfig`` defaults), ``kw`` on top (``env_*`` keys reach ``EnvConfig``)."""
+    kw.setdefault("env_name", "craftax-classic")
+    return TrainConfig(algo=algo).replace(**{**ALGO_DEFAULTS.get(algo, {}), **kw})
 
 
 # Craftax pixel observations (height, width, RGB), as ``craftax`` 1.6 renders them for the agent

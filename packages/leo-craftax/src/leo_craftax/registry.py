@@ -26,7 +26,7 @@ DESCRIPTOR = MethodDescriptor(
     scales={
         "smoke": "5x5 gridworld, LEO vs PQN, 2 seeds, 24 updates; speed at K=8; compiled "
                  "unoptimised (seconds)",
-        "quick": "speed at K=16..1024 (cpu preset); 10x10 gridworld (73 goals), LEO / PQN / PQN+HER / Dual LEO x2, "
+        "quick": "speed at K=16..1024 (cpu preset); 10x10 gridworld (73 goals), LEO / LEO on the commanded goal only / PQN / PQN+HER / Dual LEO, "
                  "3 seeds, 205k steps; Craftax-Classic pipeline smoke (minutes on 2 CPU cores)",
         "full": "GPU recipe: six methods on Craftax-Classic and Craftax, 1e9 steps, 3 seeds; needs a CUDA build of JAX and a GPU, refused at once without",
     },

@@ -40,8 +40,10 @@ def env_from_config(cfg: TrainConfig) -> Any:
                     max_steps=e.max_steps, obs=e.obs)
 
 
-def make_optimizer(cfg: TrainConfig, minibatch_size: int) -> optax.GradientTransformation:
-    n_mb = cfg.num_steps * cfg.num_envs // minibatch_size
+def make_optimizer(cfg: TrainConfig, minibatch_size: int, rows: int = 1) -> optax.GradientTransformation:
+    """Global-norm clipping and RAdam, the learning rate annealed linearly to ~0 over every
+    gradient step of the run (``rows`` loss rows per transition: PQN + HER's) [C]."""
+    n_mb = cfg.num_steps * cfg.num_envs * rows // minibatch_size
     lr = (optax.linear_schedule(cfg.lr, 1e-20, cfg.num_updates * n_mb * cfg.num_epochs)
           if cfg.anneal_lr else cfg.lr)
     return optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.radam(lr))
@@ -105,6 +107,11 @@ class TrainParts(NamedTuple):
     evaluate: Callable
     final_calls: int = 1
     update: Callable | None = None  # one update, ``(carry, None) -> (carry, metrics)``
+    # the update's two halves (``update`` = ``learn`` after ``collect``):
+    # ``collect(carry) -> (carry, batch [T·E, ...] with the prepared targets, epoch key)``;
+    # ``learn(variables, opt_state, batch, key) -> (variables, opt_state, loss, aux)``
+    collect: Callable | None = None
+    learn: Callable | None = None
 
 
 def extra_eval_keys(rng, n: int):
@@ -136,8 +143,9 @@ def train_parts(cfg: TrainConfig, env: Any = None, mesh: Any = None) -> TrainPar
     k, a = gs.num_goals, env.num_actions
     spec = build_algo(cfg, k, a)
     e, t, u = cfg.num_envs, cfg.num_steps, cfg.num_updates
-    n_mb = t * e // spec.minibatch_size
-    tx = make_optimizer(cfg, spec.minibatch_size)
+    rows = spec.rows
+    n_mb = t * e * rows // spec.minibatch_size
+    tx = make_optimizer(cfg, spec.minibatch_size, rows)
     test_steps = cfg.eval_steps(env.max_steps)
 
     def shard(tree, axis=0):
@@ -152,7 +160,9 @@ def train_parts(cfg: TrainConfig, env: Any = None, mesh: Any = None) -> TrainPar
     env_step = partial(optimistic_reset_step, env, reset_ratio=cfg.reset_ratio)
     achieved = jax.vmap(gs.achieved)
 
-    def update(carry, _):
+    def collect(carry):
+        """Roll out ``num_steps`` x ``num_envs`` transitions with the acting parameters and
+        ``prepare`` their targets: ``(carry after the rollout, batch [T·E, ...], epoch key)``."""
         params, opt_state, obs, env_state, goal, seen, n_upd, rng = carry
         eps = epsilon(n_upd, u, cfg.eps_start, cfg.eps_finish, cfg.eps_decay)
 
@@ -167,27 +177,48 @@ def train_parts(cfg: TrainConfig, env: Any = None, mesh: Any = None) -> TrainPar
             new_goal = sample_goals(r_goal, seen, e, cfg.only_seen_goals)
             tr = {"obs": obs, "action": action, "next_obs": nxt, "done": done, "achieved": ach,
                   "goal": goal, **extras}
+            if "achieved_s" in spec.needs:
+                tr["achieved_s"] = achieved(obs)
             goal = jnp.where(done | hit, new_goal, goal)
             return (shard(obs_act), shard(env_state), shard(goal), seen, rng), tr
 
         (obs, env_state, goal, seen, rng), traj = jax.lax.scan(
             step, (obs, env_state, goal, seen, rng), None, t)
         rng, r_prep, r_epochs = jax.random.split(rng, 3)
-        data = {**traj, **spec.prepare(params, traj, r_prep)}
+        prep = spec.prepare(params, {**traj, "seen": seen}, r_prep)
+        data = {**{key: x for key, x in traj.items() if key not in spec.needs}, **prep}
         flat = jax.tree.map(lambda x: x.reshape(t * e, *x.shape[2:]), data)
+        return (params, opt_state, obs, env_state, goal, seen, n_upd, rng), flat, r_epochs
 
+    def learn(params, opt_state, flat, r_epochs):
+        """``num_epochs`` passes of shuffled minibatch SGD over one batch (over its T·E·rows
+        loss rows: PQN + HER's appended goals are rows of their own [C]): ``(params, opt_state,
+        loss [epochs, minibatches], aux)``."""
         def epoch(c, r):
             def sgd(c, mb):
                 p, o, loss, aux = sgd_step(spec, tx, *c, shard(mb))
                 return (p, o), (loss, aux)
 
-            perm = jax.random.permutation(r, t * e)
-            mbs = jax.tree.map(lambda x: x[perm].reshape(n_mb, -1, *x.shape[1:]), flat)
+            perm = jax.random.permutation(r, t * e * rows)
+            if rows == 1:
+                mbs = jax.tree.map(lambda x: x[perm].reshape(n_mb, -1, *x.shape[1:]), flat)
+            else:  # row i: transition i // rows, its goal column i % rows
+                tr, col = perm // rows, perm % rows
+                mbs = {key: (x[tr, col] if key in spec.row_keys else x[tr]) for key, x in
+                       flat.items()}
+                mbs = jax.tree.map(lambda x: x.reshape(n_mb, -1, *x.shape[1:]), mbs)
             return jax.lax.scan(sgd, c, mbs)
 
         (params, opt_state), (loss, aux) = jax.lax.scan(
             epoch, (params, opt_state), jax.random.split(r_epochs, cfg.num_epochs))
-        hit_rate = jnp.take_along_axis(traj["achieved"], traj["goal"][..., None], -1).mean()
+        return params, opt_state, loss, aux
+
+    def update(carry, _):
+        carry, flat, r_epochs = collect(carry)
+        _, _, obs, env_state, goal, seen, n_upd, rng = carry
+        params, opt_state, loss, aux = learn(carry[0], carry[1], flat, r_epochs)
+        hit_rate = jnp.take_along_axis(flat["achieved"], flat["goal"][..., None], -1).mean()
+        eps = epsilon(n_upd, u, cfg.eps_start, cfg.eps_finish, cfg.eps_decay)
         metrics = {"loss": loss.mean(), "eps": eps, "goals_seen": seen.sum(),
                    "commanded_hit_rate": hit_rate, **jax.tree.map(jnp.mean, aux)}
         return (params, opt_state, obs, env_state, goal, seen, n_upd + 1, rng), metrics
@@ -208,7 +239,8 @@ def train_parts(cfg: TrainConfig, env: Any = None, mesh: Any = None) -> TrainPar
     def evaluate_(params, rng):
         return evaluate(spec, params, env, rng, cfg.eval_chunk, test_steps, cfg.eval_reset_batch)
 
-    return TrainParts(init, segment, evaluate_, cfg.test_repeats // cfg.eval_chunk, update)
+    return TrainParts(init, segment, evaluate_, cfg.test_repeats // cfg.eval_chunk, update,
+                      collect, learn)
 
 
 def make_train(cfg: TrainConfig, env: Any = None, mesh: Any = None):
