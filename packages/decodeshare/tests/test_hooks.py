@@ -61,6 +61,33 @@ def test_alpha_zero_is_bit_exact_and_alpha_one_removes_the_subspace(tiny, batch)
     assert not np.allclose(removed, clean, atol=1e-4)  # the removal is not a no-op
 
 
+def test_each_decode_pass_loses_exactly_its_shared_component(tiny):
+    """Hooks around the intervention see the layer's output before and after it: at alpha a decode
+    pass becomes h - alpha Q Q^T h (the part orthogonal to Q untouched), the prefill stays h."""
+    model, tok = tiny
+    layer = get_layer(model, 1)
+    Q = Q4()
+    before, after = [], []
+
+    def grab(store):
+        return lambda m, a, out: store.append((out[0] if isinstance(out, tuple) else out).detach().clone())
+
+    ids = tok(["Question: 2+2"], return_tensors="pt")
+    pre = layer.register_forward_hook(grab(before))  # registered first: runs before the intervention
+    try:
+        with DecodeOnlyIntervention(model, 1, Q, 0.7):
+            post = layer.register_forward_hook(grab(after))
+            model.generate(**ids, max_new_tokens=4, min_new_tokens=4, do_sample=False, pad_token_id=0)
+            post.remove()
+    finally:
+        pre.remove()
+    assert len(before) == len(after) == 4 and before[0].shape[1] > 1
+    torch.testing.assert_close(after[0], before[0], rtol=0, atol=0)  # the prefill: untouched
+    for h, out in zip(before[1:], after[1:], strict=True):
+        torch.testing.assert_close(out, h - 0.7 * (h @ Q) @ Q.T, rtol=1e-5, atol=1e-5)
+        assert (h @ Q).abs().max() > 1e-3  # there was a shared component to remove
+
+
 def test_prefill_is_never_modified(tiny, batch):
     model, tok = tiny
     item = batch.items[0]

@@ -61,17 +61,18 @@ def test_bad_options(tmp_path, capsys, model_dir):
     _user_error(capsys, [*base, "--topk", "8,x"], "8,4,2,2")
     _user_error(capsys, ["bench", "--model", str(model_dir), "--prompt-file", str(pf), "--drafters", "ar,eagle"],
                 "unknown drafter 'eagle'")
-    _user_error(capsys, [*base[:2], str(tmp_path), *base[3:]], "not a local Hugging Face model folder")
+    _user_error(capsys, [*base[:2], str(tmp_path), *base[3:]], "has no config.json")
     existing = tmp_path / "exists.jsonl"
     existing.write_text("keep me\n")
     _user_error(capsys, [*base, "--out", str(existing)], "already exists")
     assert existing.read_text() == "keep me\n"
 
 
-def test_model_without_4d_mask_support(tmp_path, capsys):
-    from transformers import GPT2Config
+def test_model_without_4d_mask_support(tmp_path, capsys, model_dir):
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-    GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=20).save_pretrained(tmp_path)
+    GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=20)).save_pretrained(tmp_path)
+    PreTrainedTokenizerFast.from_pretrained(model_dir).save_pretrained(tmp_path)
     pf = tmp_path / "p.txt"
     pf.write_text("hello\n")
     _user_error(capsys, ["generate", "--model", str(tmp_path), "--prompt-file", str(pf)], "4-D")
@@ -143,3 +144,40 @@ def test_full_scale_refuses_at_once_naming_its_needs(tmp_path, monkeypatch):
         monkeypatch.delenv(var, raising=False)
     with pytest.raises(UserError, match="ESP_DECODE_LLAMA3"):
         reproduce("full", tmp_path, 0)
+
+
+@pytest.fixture
+def broken(tmp_path, model_dir):
+    import shutil
+
+    return shutil.copytree(model_dir, tmp_path / "model")
+
+
+@pytest.mark.parametrize("cmd", ["generate", "bench"])
+def test_truncated_safetensors(broken, tmp_path, capsys, cmd):
+    f = broken / "model.safetensors"
+    f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+    pf = tmp_path / "p.txt"
+    pf.write_text("abc\n")
+    _user_error(capsys, [cmd, "--model", str(broken), "--prompt-file", str(pf)],
+                "model.safetensors is truncated or corrupt")
+
+
+def test_unknown_model_type(broken, tmp_path, capsys):
+    config = json.loads((broken / "config.json").read_text())
+    config["model_type"] = "nonexistent-arch"
+    (broken / "config.json").write_text(json.dumps(config))
+    pf = tmp_path / "p.txt"
+    pf.write_text("abc\n")
+    _user_error(capsys, ["generate", "--model", str(broken), "--prompt-file", str(pf)],
+                "'nonexistent-arch'")
+
+
+def test_folder_loads_through_the_core_in_the_asked_dtype(model_dir):
+    import torch
+    from esp_decode.io import load_model
+
+    model, tok = load_model(str(model_dir), "bfloat16", "cpu")
+    p = next(model.parameters())
+    assert p.dtype == torch.bfloat16 and p.device.type == "cpu" and not model.training
+    assert model.config._attn_implementation == "sdpa" and tok("ab")["input_ids"] == [2, 3]

@@ -20,7 +20,7 @@ class TestContract(ContractTests):
     (["bench", "--block-size", "48"], "--block-size must be a power of two"),
     (["bench", "--lengths", "64", "--heads", "3", "--kv-heads", "2", "--repeats", "1"],
      "must be a multiple of --kv-heads"),
-    (["eval", "--model", "/nonexistent/model"], "not a Hugging Face model folder"),
+    (["eval", "--model", "/nonexistent/model"], "/nonexistent/model does not exist"),
     (["bench", "--kv-heads", "0"], "--kv-heads must be >= 1"),
     (["bench", "--density", "nan"], "--density must lie in (0, 1]"),
     (["eval", "--model", "smollm2", "--dtype", "fp8"], "invalid choice"),
@@ -53,11 +53,12 @@ def test_bench_writes_rows(tmp_path, capsys):
     assert "unisparse" in capsys.readouterr().out
 
 
-def test_model_folder_without_tokenizer_is_one_line(tmp_path, capsys):
-    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
-    assert main(["eval", "--model", str(tmp_path)]) == 2
+def test_model_folder_without_tokenizer_is_one_line(model_copy, capsys):
+    (model_copy / "tokenizer.json").unlink()
+    (model_copy / "tokenizer_config.json").unlink()
+    assert main(["eval", "--model", str(model_copy)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "no tokenizer files" in err[0]
+    assert len(err) == 1 and "has no tokenizer" in err[0]
 
 
 def test_corrupt_model_folder_is_one_line(tmp_path, capsys):

@@ -69,11 +69,10 @@ def test_bad_pairs_are_refused(bad):
         unisparse.estimate_block_mask(q, k, block_size=BS, density=0.25, granularities=bad)
 
 
-def test_full_runs_the_needle_study(monkeypatch, tmp_path):
+def test_full_runs_the_needle_study(monkeypatch, tmp_path, tiny_dir):
     from unisparse import gpu_bench, needle
 
-    (tmp_path / "config.json").write_text("{}")
-    monkeypatch.setenv("UNISPARSE_MODEL", str(tmp_path))
+    monkeypatch.setenv("UNISPARSE_MODEL", str(tiny_dir))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     calls = {}
 
@@ -90,6 +89,6 @@ def test_full_runs_the_needle_study(monkeypatch, tmp_path):
     monkeypatch.setattr(gpu_bench, "run", lambda *a, **k: shapes)
     monkeypatch.setattr(gpu_bench, "write_csv", lambda rows, path: path)
     res = gpu_bench.full_recipe(tmp_path, 0)
-    assert calls["spec"] == str(tmp_path) and calls["device"] == "cuda" and calls["workers"] == 1
+    assert calls["spec"] == str(tiny_dir) and calls["device"] == "cuda" and calls["workers"] == 1
     assert calls["length"] == 4096 and calls["n_docs"] == 24
     assert {r.method for r in res.rows if r.experiment == "end_to_end"} == {"dense", "unisparse"}

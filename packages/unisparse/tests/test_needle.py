@@ -92,7 +92,7 @@ def test_summary_statistics():
     (["needle", "--density", "1"], "--density must lie in (0, 1)"),
     (["needle", "--length", "64"], "at least 4 blocks"),
     (["needle", "--workers", "0"], "--workers must lie in [1, 16]"),
-    (["needle", "--model", "/nonexistent/model"], "not a Hugging Face model folder"),
+    (["needle", "--model", "/nonexistent/model"], "/nonexistent/model does not exist"),
     (["needle", "--docs", "0"], "--docs must lie in [1, 10000]"),
     (["needle", "--haystack", "lorem"], "invalid choice: 'lorem'"),
     (["sensitivity", "--density", "nan"], "--density must lie in (0, 1)"),

@@ -100,33 +100,20 @@ def tiny_model(kind: str = "llama", seed: int = 0, layers: int = 2, hidden: int 
 
 
 def load_model(spec: str, dtype: str = "float32", device_map: str | None = None):
-    """``(model, tokenizer)`` from a local folder, ``smollm2`` or ``tiny-llama`` / ``tiny-qwen2``."""
-    import torch
-
+    """``(model, tokenizer)`` from a local folder (through the core's ``load_pretrained``: the
+    folder is checked first, every failure is one ``UserError`` line, nothing is downloaded),
+    ``smollm2`` or ``tiny-llama`` / ``tiny-qwen2``; on the CPU unless ``device_map`` says where."""
     if spec in ("tiny-llama", "tiny-qwen2"):
         return tiny_model(spec.split("-")[1])
+    from icml26_shared.hf import load_pretrained
+
     if spec == "smollm2":
         from icml26_shared.data import smollm2_hf_dir
 
-        path = smollm2_hf_dir()
-    else:
-        path = Path(spec)
-        if not (path / "config.json").is_file():
-            raise UserError(f"{spec}: not a Hugging Face model folder (no config.json); give a local "
-                            "path, smollm2, tiny-llama or tiny-qwen2")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype),
-                                                     device_map=device_map)
-        tok = AutoTokenizer.from_pretrained(path)
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{spec}: cannot load the model ({str(exc).splitlines()[0]})") from None
+        spec = smollm2_hf_dir()
+    model, tok = load_pretrained(spec, dtype=dtype, device="cpu", device_map=device_map)
     tok.padding_side = "left"
-    return model.eval(), tok
+    return model, tok
 
 
 # --- atomic output ---------------------------------------------------------------------------

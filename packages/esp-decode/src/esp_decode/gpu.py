@@ -75,6 +75,10 @@ def check_needs() -> tuple[dict[str, Path], object]:
     if missing:
         raise UserError("the full scale needs " + ", ".join(missing) + f" (optional: {EAGLE_VAR}, an EAGLE-1/2 "
                         "head for Llama-3-8B-Instruct, the upper reference)")
+    from icml26_shared.hf import check_model_dir
+
+    for var in ("ESP_DECODE_LLAMA3", "ESP_DECODE_QWEN3"):  # a broken folder: one line, before hours of work
+        check_model_dir(paths[var])
     return paths, head
 
 
@@ -215,10 +219,11 @@ def full_recipe(out_dir: Path, seed: int, device: str = "cuda", dtype: str = "bf
     paths, eagle = check_needs()
     import numpy as np
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()   # no "Loading weights" bars in the reproduction's log
+    from icml26_shared.hf import load_pretrained
+
+    hf_logging.disable_progress_bar()   # no "Loading weights" bars in the reproduction's log (SmolLM2 too)
 
     from .experiments import _claims
     from .registry import DESCRIPTOR
@@ -229,9 +234,7 @@ def full_recipe(out_dir: Path, seed: int, device: str = "cuda", dtype: str = "bf
     prompts = specbench_prompts(paths["ESP_DECODE_SPECBENCH"])
     stages = {"smollm2": smol["data"]}
     for var in ("ESP_DECODE_LLAMA3", "ESP_DECODE_QWEN3"):
-        tok = AutoTokenizer.from_pretrained(paths[var], local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(paths[var], dtype=getattr(torch, dtype),
-                                                     attn_implementation="sdpa", local_files_only=True).to(device).eval()
+        model, tok = load_pretrained(paths[var], dtype=dtype, device=device, attn_implementation="sdpa")
         ids = [list(tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
                                             tokenize=True, return_dict=False)) for _, p in prompts]
         label = var.removeprefix("ESP_DECODE_").lower()

@@ -40,49 +40,31 @@ def read_prompts(path: str | Path) -> list[tuple[str, str]]:
 
 
 def load_model(spec: str, dtype: str = "float32", device: str | None = None):
-    """``(model, tokenizer)`` from a local HF folder, or SmolLM2-135M-Instruct for ``smollm2``, in
-    ``dtype`` on ``device`` (default: CUDA when present)."""
-    import logging
-    import warnings
+    """``(model, tokenizer)`` from a local HF folder (through the core's ``load_pretrained``: the
+    folder is checked first, every failure is one ``UserError`` line, nothing is downloaded), or
+    SmolLM2-135M-Instruct for ``smollm2``, in ``dtype`` on ``device`` (default: CUDA when
+    present); a model tree decoding cannot drive (``check_model``) is refused."""
+    from .decode import check_model
+
+    if spec != "smollm2":
+        from types import SimpleNamespace
+
+        from icml26_shared.hf import check_model_dir, load_pretrained
+
+        config = json.loads((check_model_dir(spec) / "config.json").read_text(encoding="utf-8"))
+        check_model(SimpleNamespace(config=SimpleNamespace(model_type=config["model_type"])))  # before the weights load
+        model, tok = load_pretrained(spec, dtype=dtype, device=device or "auto", attn_implementation="sdpa")
+        check_model(model)
+        return model, tok
+    import contextlib
+    import io
 
     import torch
 
-    from .decode import check_model
+    from icml26_shared.data import load_smollm2
 
-    if spec == "smollm2":
-        import contextlib
-        import io
-
-        from icml26_shared.data import load_smollm2
-
-        with contextlib.redirect_stderr(io.StringIO()):   # the one-time GGUF conversion's progress bar
-            model, tok = load_smollm2(dtype)
-    else:
-        path = Path(spec)
-        if not (path / "config.json").is_file():
-            raise UserError(f"{spec}: not a local Hugging Face model folder (no config.json), nor 'smollm2'")
-        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.set_verbosity_error()
-        try:
-            config = AutoConfig.from_pretrained(path, local_files_only=True)
-        except (OSError, ValueError) as exc:
-            raise UserError(f"{spec}: cannot read config.json ({str(exc).splitlines()[0]})") from None
-        if getattr(config, "model_type", None) is None:
-            raise UserError(f"{spec}: config.json has no model_type")
-        from types import SimpleNamespace
-
-        check_model(SimpleNamespace(config=config))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            logging.getLogger("transformers").setLevel(logging.ERROR)
-            try:
-                model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype),
-                                                             attn_implementation="sdpa", local_files_only=True)
-                tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
-            except (OSError, ValueError) as exc:
-                raise UserError(f"{spec}: cannot load the model ({str(exc).splitlines()[0]})") from None
+    with contextlib.redirect_stderr(io.StringIO()):   # the one-time GGUF conversion's progress bar
+        model, tok = load_smollm2(dtype)
     check_model(model)
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"

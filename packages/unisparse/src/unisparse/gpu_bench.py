@@ -81,9 +81,12 @@ def full_recipe(out_dir: Path, seed: int):
                         "Triton / FlexAttention vs SDPA at 32k-128k tokens) and needs a CUDA "
                         "device; none is visible here")
     model_dir = os.environ.get("UNISPARSE_MODEL")
-    if not model_dir or not (Path(model_dir) / "config.json").is_file():
+    if not model_dir:
         raise UserError("the full scale needs UNISPARSE_MODEL=<local Hugging Face causal-LM folder "
-                        f"with config.json and tokenizer files>; got {model_dir!r}")
+                        "with config.json, weights and tokenizer files>; it is not set")
+    from icml26_shared.hf import check_model_dir
+
+    check_model_dir(model_dir)  # the core's folder check: one line naming what is missing
     from .experiments import _claims_needle
     from .needle import needle_study
 

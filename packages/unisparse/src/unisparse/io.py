@@ -13,7 +13,6 @@ padded batches, short prompts — runs the model's dense SDPA path unchanged.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from icml26_shared import UserError
@@ -153,42 +152,20 @@ def patch_state(model) -> PatchState | None:
     return getattr(model, "_unisparse_state", None)
 
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
-
-
 def load_model(spec: str, dtype: str = "fp32"):
-    """(model, tokenizer) from a local Hugging Face folder or ``"smollm2"``; a folder without
-    config.json or tokenizer files, or one that fails to load, is a ``UserError``."""
-    import torch
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()   # no "Loading weights" bars or library log lines on stderr
-    hf_logging.disable_progress_bar()
-    torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    """(model, tokenizer) on the CPU from a local Hugging Face folder (through the core's
+    ``load_pretrained``: the folder is checked first, every failure is one ``UserError`` line,
+    nothing is downloaded) or ``"smollm2"``."""
     if spec == "smollm2":
+        import torch
+        from transformers.utils import logging as hf_logging
+
         from icml26_shared.data import load_smollm2
 
+        hf_logging.set_verbosity_error()  # no "Loading weights" bars or library log lines on stderr
+        hf_logging.disable_progress_bar()
         model, tok = load_smollm2()
-        return model.to(torch_dtype).eval(), tok
-    path = Path(spec)
-    if not (path / "config.json").is_file():
-        raise UserError(f"--model {spec}: not a Hugging Face model folder (no config.json); "
-                        "use a local folder or 'smollm2'")
-    if not any((path / f).is_file() for f in TOKENIZER_FILES):
-        raise UserError(f"--model {spec}: no tokenizer files ({', '.join(TOKENIZER_FILES)})")
-    import logging
-    import warnings
+        return model.to({"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]).eval(), tok
+    from icml26_shared.hf import load_pretrained
 
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    logging.getLogger("transformers").setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype,
-                                                         local_files_only=True)
-    except (OSError, ValueError, KeyError, RuntimeError) as exc:
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"--model {spec}: cannot load ({msg})") from None
-    return model.eval(), tok
+    return load_pretrained(spec, dtype=dtype, device="cpu")
