@@ -143,3 +143,18 @@ def test_resume_replays_the_log_then_continues(tmp_path, tsp_dir):
     assert main(base + ["--budget-calls", "6", "--resume"]) == 0
     again = (run / "calls.jsonl").read_text().splitlines()
     assert len(again) == 6 and again[:4] == first
+
+
+@pytest.mark.parametrize("bad", ["0", "NaN", "-5", "Infinity", "true"])
+def test_a_reference_that_is_not_a_finite_positive_cost_is_one_line_naming_file_and_key(capsys, tmp_path, tsp_dir, bad):
+    refs = tmp_path / "refs.json"
+    refs.write_text('{"a0": 250.0, "a1": ' + bad + "}")
+    prog = tmp_path / "p.py"
+    prog.write_text("class TSPSolver: pass\n")
+    for argv in (["eval", str(prog), "--task", "tsp", "--instances", str(tsp_dir), "--references", str(refs)],
+                 ["baselines", "--task", "tsp", "--instances", str(tsp_dir), "--references", str(refs)]):
+        err = _err(capsys, argv)
+        assert str(refs) in err and "'a1'" in err
+    (tsp_dir / "references.json").write_text('{"a0": ' + bad + "}")  # the folder's own file too
+    err = _err(capsys, ["baselines", "--task", "tsp", "--instances", str(tsp_dir)])
+    assert str(tsp_dir / "references.json") in err and "'a0'" in err

@@ -33,7 +33,7 @@ def test_sandbox_kills_an_endless_loop_and_marks_a_raising_program_invalid(make_
     assert row["status"] == "error" and "boom" in row["error"]
     net = HEAD + "    def solve(self):\n        import socket; socket.socket()\n"
     (row,) = evaluate("tsp", net, [inst], LIM)
-    assert row["status"] == "error" and "network" in row["error"]
+    assert row["status"] == "error" and "sandbox" in row["error"]
     ev = Evaluator({"tsp": [inst]}, Limits(0.1, 1, wall_factor=1.0, wall_extra=0.5))
     assert ev.scores({"tsp": loop}) == {"tsp": -math.inf}
     ok = HEAD + "    def solve(self):\n        return list(range(8))\n"
@@ -181,3 +181,76 @@ def test_lineage_summary_counts_transfer_elites_and_transfer_ancestors():
     g2 = build(rows, {"tsp": {"score": -0.1, "individual": 0}, "cvrp": {"score": -0.1, "individual": 1}}, 1)
     assert lineage_summary(g2)["elites_from_transfer"] == 1
     assert 'style=dashed' in to_dot(g) and to_dot(g).count("->") == 4
+
+
+TRANSFER_GENES = ("accept", "temp", "strength", "improve", "credit", "pool", "init", "polish", "restart_after")
+
+
+def test_transfer_between_configs_differing_on_every_gene_moves_donor_genes():
+    """A recipient and a donor that differ on every gene: every child differs from its recipient and
+    carries at least one donor gene (transfer as a no-op, ``return dict(cfg)``, fails here)."""
+    import numpy as np
+
+    mh_r = {k: v[0] for k, v in G.MH_SPACE.items()}
+    mh_d = {k: v[1] for k, v in G.MH_SPACE.items()}  # a different value on every gene
+    rng = np.random.default_rng(0)
+    rec = G.instantiate("tsp", mh_r, rng)
+    donor = G.instantiate("fssp", mh_d, rng)
+    assert all(rec[g] != donor[g] for g in TRANSFER_GENES)
+    for seed in range(20):
+        child = G.transfer("tsp", rec, "fssp", donor, np.random.default_rng(seed))
+        assert child != rec
+        assert any(child[g] == donor[g] for g in TRANSFER_GENES)
+
+
+def test_in_the_real_loop_no_transfer_child_equals_its_recipient(train1):
+    """The loop with p_transfer = 1, one individual A, and the fssp archive elite a constructed
+    donor D whose metaheuristic differs from A's on every gene: every transfer into tsp (from D)
+    differs from its recipient and carries a donor gene."""
+    import numpy as np
+    from mths.llm import LoggedLLM
+    from mths.search import Individual
+
+    rng = np.random.default_rng(0)
+    mh_a = {k: v[0] for k, v in G.MH_SPACE.items()}
+    mh_d = {k: v[1] for k, v in G.MH_SPACE.items()}
+    ev = Evaluator(train1, LIM)
+    progs_a = {t: G.render_program(t, G.instantiate(t, mh_a, rng), "A") for t in train1}
+    progs_d = {t: G.render_program(t, G.instantiate(t, mh_d, rng), "D") for t in train1}
+    s = Search(list(train1), LoggedLLM(GrammarLLM(0), 16), ev, SearchConfig(pop=1, p_transfer=1.0), NORM, 0, "mths")
+    a = Individual(0, G.render_mh(mh_a), progs_a, ev.scores(progs_a), lineage={"op": "init"})
+    d = Individual(1, G.render_mh(mh_d), progs_d, {"tsp": -math.inf, "fssp": 1.0}, lineage={"op": "init"})
+    a.fitness, d.fitness = 0.0, -math.inf
+    s.history += [a, d]
+    s.population.append(a)
+    s.archive.update({"tsp": (a.scores["tsp"], 0), "fssp": (1.0, 1)})  # D stays fssp's elite
+    s.run()
+    moved = 0
+    for i in s.history:
+        if i.lineage["op"] != "transfer" or not i.programs.get(i.lineage["task"]):
+            continue
+        t, dt = i.lineage["task"], i.lineage["donor"]
+        child = G.parse_configs(i.programs[t])[0]
+        recipient = G.parse_configs(s.history[i.lineage["parents"][0]].programs[t])[0]
+        donor = G.parse_configs(s.history[i.lineage["parents"][1]].programs[dt])[0]
+        differ = [g for g in TRANSFER_GENES if donor[g] != recipient[g]]
+        if differ:  # (a donor equal on every gene has nothing to give)
+            moved += 1
+            assert child != recipient, i.id
+            assert any(child[g] == donor[g] for g in differ), i.id
+    assert moved >= 2
+
+
+def test_a_new_metaheuristic_is_what_its_programs_follow(train1):
+    """Upper level: the programs of a crossover / mutation child are instantiated from the child's
+    new metaheuristic (not its parent's): every metaheuristic gene reaches every task's CONFIG."""
+    s, _, _ = _run(train1, "mths", budget=30, cfg=SearchConfig(pop=2, p_transfer=0.0))
+    upper = [i for i in s.history if i.lineage["op"] in ("crossover", "mutation") and i.metaheuristic]
+    assert upper and any(i.lineage["op"] == "mutation" for i in upper)
+    for i in upper:
+        genome = G.parse_genomes(i.metaheuristic)[0]
+        for t, prog in i.programs.items():
+            if prog is None:
+                continue
+            cfg = G.parse_configs(prog)[0]
+            assert {k: cfg[k] for k in G.MH_SPACE if k in cfg} == {k: genome[k] for k in G.MH_SPACE if k in cfg}, (i.id, t)

@@ -1,6 +1,12 @@
 """MTHS: Multi-Task Hierarchical Search for automated heuristic design."""
 
-from importlib.metadata import version
-
-__version__ = version("mths")
 __all__ = ["__version__"]
+
+
+def __getattr__(name: str):
+    # lazy: importlib.metadata costs ~60 ms, paid by every sandbox worker that imports mths.components
+    if name == "__version__":
+        from importlib.metadata import version
+
+        return version("mths")
+    raise AttributeError(f"module 'mths' has no attribute {name!r}")

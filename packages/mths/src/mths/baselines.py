@@ -139,5 +139,12 @@ def ortools_solve(task: str, inst: dict, time_limit: float):
 
 
 def programs(task: str, include_ortools: bool = True) -> dict[str, str]:
-    return {k: fn() for k, fn in BASELINES.get(task, {}).items()
-            if include_ortools or not k.startswith("ortools")}
+    """The task's classic programs; for a plugin task, its own ``Task.baseline`` as "baseline"."""
+    out = {k: fn() for k, fn in BASELINES.get(task, {}).items() if include_ortools or not k.startswith("ortools")}
+    if not out:
+        from .tasks import get_task
+
+        t = get_task(task)
+        if t.baseline is not None:
+            out["baseline"] = t.baseline()
+    return out

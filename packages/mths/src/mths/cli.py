@@ -12,13 +12,13 @@ from icml26_shared import UserError, cli_entry
 from icml26_shared.cli import (
     ArgumentParser,
     add_reproduce_arguments,
+    nonneg_float,
+    nonneg_int,
     positive_float,
     positive_int,
     reproduce_from_args,
 )
 from icml26_shared.io import atomic_dir, check_replaceable, dumps_json, print_json, write_json
-
-TASK_NAMES = ("tsp", "cvrp", "fssp", "bpp")
 
 
 def _task(text: str) -> str:
@@ -43,11 +43,20 @@ def _fresh_out(out: Path, resume: bool = False) -> Path:
 _Staging = partial(atomic_dir, replace=True, exists_error=_EXISTS)
 
 
+def _sandbox(args) -> str:
+    """The sandbox level (resolved in ``main`` before any work), printed once on stderr at first use."""
+    if not getattr(args, "_level_shown", False):
+        args._level_shown = True
+        print(f"mths: sandbox level {args._level}", file=sys.stderr)
+    return args._level
+
+
 def _llm(args, seed: int):
     from .llm import make_llm
 
     return make_llm(args.llm, seed=seed, model=args.model, base_url=args.base_url, api_key_env=args.api_key_env,
-                    replay_log=args.model if args.llm == "replay" else None)
+                    replay_log=args.model if args.llm == "replay" else None, temperature=args.temperature,
+                    max_tokens=args.max_tokens, max_retries=args.max_retries)
 
 
 def _train_instances(args, tasks):
@@ -70,6 +79,10 @@ def cmd_run(args) -> int:
     tasks = [_task(t) for t in args.tasks.split(",") if t]
     if not tasks:
         raise UserError("--tasks must name at least one task")
+    if args.llm == "grammar":
+        from .grammar import require_components
+
+        require_components(tasks)
     out = _fresh_out(args.out, args.resume)
     if args.budget_calls <= 0:
         raise UserError("--budget-calls must be a positive integer")
@@ -78,14 +91,18 @@ def cmd_run(args) -> int:
         client = ReplayLLM(read_log(out / "calls.jsonl"), then=client)
     train = _train_instances(args, tasks)
     cfg = SearchConfig(pop=args.pop, eoh_pop=args.pop)
-    lim = Limits(args.time_limit, args.steps)
+    lim = Limits(args.time_limit, args.steps, sandbox=_sandbox(args))
     search, llm, ev = run_search(args.method, tasks, train, client, args.budget_calls, lim, args.workers,
                                  args.seed, cfg)
     with _Staging(out) as tmp:
         meta = run_meta(args.method, tasks, args.budget_calls, lim, args.workers, args.seed, cfg, args.llm,
-                        instances=None if args.instances is None else str(args.instances))
+                        instances=None if args.instances is None else str(args.instances),
+                        complete=search.stopped is None, stopped=search.stopped, endpoint_failures=llm.failures)
         save_run(tmp, search, llm, ev, meta)
         run_results(search, llm, ev, meta).to_json(tmp / "results.json")
+    if search.stopped is not None:
+        raise UserError(f"the run stopped after {llm.calls} calls: {search.stopped}; the incomplete run is in "
+                        f"{out} (--resume continues it)")
     print(f"{args.method}: {llm.calls} calls, {ev.evaluations} evaluations, {search.invalid} invalid; "
           + ", ".join(f"{t} best train gap {-s:.4f}" for t, (s, _) in search.archive.items()))
     print(f"run written to {out}")
@@ -98,7 +115,8 @@ def _eval_rows(task, src, args):
     from .tasks import get_task, load_instances
 
     insts = load_instances(get_task(task), args.instances, args.references, {"rounding": args.rounding})
-    return insts, evaluate(task, src, insts, Limits(args.time_limit, args.steps), args.workers)
+    return insts, evaluate(task, src, insts, Limits(args.time_limit, args.steps, sandbox=_sandbox(args)),
+                           args.workers)
 
 
 def _summary(rows) -> dict:
@@ -131,7 +149,7 @@ def cmd_eval(args) -> int:
             for inst, r in zip(insts, rows):
                 if r["feasible"]:
                     task.write(inst, r["solution"], tmp)
-    out = _summary(rows)
+    out = {"sandbox": _sandbox(args), **_summary(rows)}
     if args.json:
         print_json(out, indent=1, default=lambda x: None)
     else:
@@ -150,7 +168,7 @@ def cmd_baselines(args) -> int:
         if not args.json:
             _print_rows(name, rows)
     if args.json:
-        print_json(res, indent=1, default=lambda x: None)
+        print_json({"sandbox": _sandbox(args), **res}, indent=1, default=lambda x: None)
     else:
         for name, s in res.items():
             print(f"{name:<22} mean gap {'n/a' if s['mean_gap'] is None else format(s['mean_gap'], '+.4%')}")
@@ -170,9 +188,13 @@ def cmd_port(args) -> int:
     if "ALGORITHM" not in mh:
         raise UserError(f"{args.metaheuristic}: not a metaheuristic (no 'ALGORITHM' line)")
     out = _fresh_out(args.out)
+    if args.llm == "grammar":
+        from .grammar import require_components
+
+        require_components([args.task])
     insts = load_instances(get_task(args.task), args.instances, args.references, {"rounding": args.rounding})
-    src, rows, llm = port(mh, args.task, _llm(args, args.seed), insts, Limits(args.time_limit, args.steps),
-                          args.workers, args.seed)
+    src, rows, llm = port(mh, args.task, _llm(args, args.seed), insts,
+                          Limits(args.time_limit, args.steps, sandbox=_sandbox(args)), args.workers, args.seed)
     with _Staging(out) as tmp:
         if src:
             atomic_write(tmp / f"{args.task}.py", src)
@@ -181,7 +203,7 @@ def cmd_port(args) -> int:
         write_json(tmp / "eval.json", _summary(rows), indent=1, default=lambda x: None)
     s = _summary(rows)
     if args.json:
-        print_json({"program": None if src is None else str(out / f"{args.task}.py"), **s},
+        print_json({"program": None if src is None else str(out / f"{args.task}.py"), "sandbox": _sandbox(args), **s},
                    indent=1, default=lambda x: None)
     else:
         print("no usable program in the reply (invalid)" if src is None else f"program: {out / (args.task + '.py')}")
@@ -220,6 +242,18 @@ def _common(p, instances_required: bool = True) -> None:
     p.add_argument("--steps", type=positive_int, default=30, help="main-loop steps per instance")
     p.add_argument("--workers", type=positive_int, default=1)
     p.add_argument("--rounding", choices=("nint", "exact"), default="nint", help="CVRPLIB distances")
+    _sandbox_arg(p)
+    _plugin_arg(p)
+
+
+def _plugin_arg(p) -> None:
+    p.add_argument("--plugin", action="append", default=[], metavar="FILE.py|MODULE",
+                   help="load a task plugin (repeatable; it calls mths.tasks.register)")
+
+
+def _sandbox_arg(p) -> None:
+    p.add_argument("--sandbox", choices=("auto", "bwrap", "unshare", "process"), default="auto",
+                   help="isolation of LLM-written programs (auto: the strongest available here)")
 
 
 def _llm_args(p) -> None:
@@ -227,6 +261,11 @@ def _llm_args(p) -> None:
     p.add_argument("--base-url", default=None)
     p.add_argument("--model", default=None, help="model name (openai), folder or 'smollm2' (hf), calls.jsonl (replay)")
     p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="variable holding the API key")
+    p.add_argument("--temperature", type=nonneg_float, default=None,
+                   help="sampling temperature (openai default 1.0; hf default 0 = greedy)")
+    p.add_argument("--max-tokens", type=positive_int, default=None, help="reply length cap (hf default 384)")
+    p.add_argument("--max-retries", type=nonneg_int, default=3,
+                   help="retries with backoff on 429 / 5xx / timeouts before the run stops")
     p.add_argument("--seed", type=int, default=0)
 
 
@@ -243,6 +282,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--time-limit", type=positive_float, default=0.2)
     p.add_argument("--steps", type=positive_int, default=12)
     p.add_argument("--workers", type=positive_int, default=1)
+    _sandbox_arg(p)
+    _plugin_arg(p)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--resume", action="store_true")
     p.set_defaults(fn=cmd_run)
@@ -288,9 +329,28 @@ def build_parser() -> ArgumentParser:
     return parser
 
 
+def _load_plugins(argv: list[str]) -> None:
+    """Tasks from the ``mths.tasks`` entry points and ``--plugin`` exist before ``--task`` is parsed."""
+    import argparse
+
+    from .tasks import load_entry_points, load_plugin
+
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--plugin", action="append", default=[])
+    known, _ = pre.parse_known_args(argv)
+    load_entry_points()
+    for spec in known.plugin:
+        load_plugin(spec)
+
+
 @cli_entry("mths")
 def main(argv: list[str] | None = None) -> int:
+    _load_plugins(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    if getattr(args, "sandbox", None) is not None:  # a level not available here: one line, exit 2
+        from .sandbox import resolve_level
+
+        args._level = resolve_level(args.sandbox)
     return args.fn(args)
 
 

@@ -28,7 +28,7 @@ def tsplib_distances(coords: np.ndarray, kind: str) -> np.ndarray:
         if kind == "EUC_2D":
             return _nint(np.sqrt(sq))
         if kind == "CEIL_2D":
-            return np.ceil(np.sqrt(sq) - 1e-12 * 0)
+            return np.ceil(np.sqrt(sq))
         if kind == "EXACT":
             return np.sqrt(sq)
         r = np.sqrt(sq / 10.0)

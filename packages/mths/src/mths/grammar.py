@@ -15,10 +15,12 @@ import re
 
 import numpy as np
 
+from icml26_shared import UserError
+
 from .components import bpp, cvrp, fssp, tsp
+from .tasks import get_task
 
 PROBLEMS = {"tsp": tsp.TSP, "cvrp": cvrp.CVRP, "fssp": fssp.FSSP, "bpp": bpp.BPP}
-SOLVER = {"tsp": "TSPSolver", "cvrp": "CVRPSolver", "fssp": "FSSPSolver", "bpp": "BPPSolver"}
 
 MH_SPACE: dict[str, tuple] = {
     "init": ("greedy", "randomized", "multi_start"),
@@ -115,7 +117,10 @@ def transfer(task: str, cfg: dict, donor_task: str, donor: dict, rng) -> dict:
     """Transplant task-agnostic components of another task's elite (via the analogue table)."""
     out = dict(cfg)
     genes = ["accept", "temp", "strength", "improve", "credit", "pool", "init", "polish", "restart_after"]
-    take = [g for g in genes if g in donor and rng.random() < 0.6] or ["accept"]
+    differ = [g for g in genes if g in donor and donor[g] != out.get(g)]  # a gene both share moves nothing
+    take = [g for g in differ if rng.random() < 0.6]
+    if differ and not take:
+        take = [differ[int(rng.integers(len(differ)))]]
     for g in take:
         out[g] = donor[g]
     P = PROBLEMS[task]
@@ -227,18 +232,22 @@ def render_program(task: str, cfg: dict, title: str) -> str:
     return (f'"""{title} — {task.upper()} solver built from the mths component library."""\n\n'
             "from mths.components import solve\n\n"
             f"CONFIG = {dict(sorted(cfg.items()))!r}\n\n\n"
-            f"class {SOLVER[task]}:\n"
+            f"class {get_task(task).solver_class}:\n"
             "    def __init__(self, time_limit=10.0, steps=100, seed=0, **instance):\n"
             "        self.instance = instance\n"
             "        self.time_limit, self.steps, self.seed = time_limit, steps, seed\n\n"
             "    def solve(self):\n"
-            f"        data = {{k: self.instance[k] for k in {_fields(task)!r} if k in self.instance}}\n"
+            f"        data = {{k: self.instance[k] for k in {get_task(task).fields!r} if k in self.instance}}\n"
             f"        return solve({task!r}, data, CONFIG, self.time_limit, self.steps, self.seed)\n")
 
 
-def _fields(task: str) -> tuple[str, ...]:
-    return {"tsp": ("distance_matrix",), "cvrp": ("distance_matrix", "demands", "vehicle_capacity", "coordinates"),
-            "fssp": ("processing_times",), "bpp": ("weights", "capacity")}[task]
+def require_components(tasks) -> None:
+    """The grammar operator writes programs from the component library: a task without
+    components (a plugin task) needs a real LLM."""
+    for t in tasks:
+        if t not in PROBLEMS:
+            raise UserError(f"task {t!r} has no components for the offline grammar operator: "
+                            "use --llm openai|hf|replay")
 
 
 GENOME_RE = re.compile(r"^GENOME:\s*(\{.*\})\s*$", re.M)

@@ -269,6 +269,9 @@ def read_references(path: str | Path) -> dict[str, float]:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise UserError(f"cannot read references {path}: {exc}") from None
-    if not isinstance(data, dict) or not all(isinstance(v, (int, float)) for v in data.values()):
+    if not isinstance(data, dict):
         raise UserError(f"{path}: references must be a JSON object stem -> cost")
+    for k, v in data.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise UserError(f"{path}: reference {k!r} is {v!r}; references must be finite costs > 0")
     return {str(k): float(v) for k, v in data.items()}

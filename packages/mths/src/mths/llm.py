@@ -24,6 +24,30 @@ class BudgetExhausted(Exception):
     """Raised instead of making a call beyond the budget."""
 
 
+class EndpointError(Exception):
+    """The LLM endpoint failed after its retries (auth, not found, unreachable, 429/5xx/timeouts
+    that outlasted ``--max-retries``): the run stops, its call log is written, ``--resume``
+    continues it. Never budgeted."""
+
+
+def _endpoint_problem(exc, base_url: str | None, model: str, api_key_env: str) -> str:
+    """One line for an openai exception."""
+    import openai
+
+    where = base_url or "the OpenAI API"
+    if isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError)):
+        return f"{where} refused the key in {api_key_env} (HTTP {exc.status_code})"
+    if isinstance(exc, openai.NotFoundError):
+        return f"{where}: model {model!r} or the URL was not found (HTTP 404)"
+    if isinstance(exc, openai.APITimeoutError):
+        return f"{where} timed out (after the retries of --max-retries)"
+    if isinstance(exc, openai.APIConnectionError):
+        return f"cannot connect to {where} ({type(exc.__cause__ or exc).__name__})"
+    if isinstance(exc, openai.APIStatusError):
+        return f"{where} answered HTTP {exc.status_code} (after the retries of --max-retries)"
+    return f"{where}: {type(exc).__name__}: {str(exc)[:200]}"
+
+
 def sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -72,7 +96,7 @@ def parse_program(reply: str, task: str) -> str | None:
     """The program in a reply, or None when the reply holds no usable program."""
     m = re.search(r"```(?:python)?\n(.*?)```", reply, re.S)
     src = m.group(1) if m else reply
-    if f"class {G.SOLVER[task]}" not in src:
+    if f"class {get_task(task).solver_class}" not in src:
         return None
     try:
         compile(src, "<reply>", "exec")
@@ -104,6 +128,8 @@ class GrammarLLM:
         op = re.search(r"^OPERATOR: (\S+)", prompt, re.M).group(1)
         m = re.search(r"^TASK: (\S+)", prompt, re.M)
         task = m.group(1) if m else None
+        if task is not None:
+            G.require_components([task])
         mhs, cfgs = G.parse_genomes(prompt), G.parse_configs(prompt)
         mh_or_random = mhs[0] if mhs else G.random_mh(rng)
         if op == "init_mh":
@@ -134,26 +160,47 @@ class GrammarLLM:
 
 class OpenAILLM:
     """Any OpenAI-compatible chat endpoint; the key is read from the variable ``api_key_env``
-    and is never written anywhere."""
+    and is never written anywhere. 429, 5xx, timeouts and dropped connections are retried by the
+    openai client with exponential backoff (``max_retries``); what outlasts them, and 401 / 403 /
+    404, raises :class:`EndpointError` (the run stops; nothing is budgeted)."""
 
     def __init__(self, model: str, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
-                 temperature: float = 1.0, timeout: float = 120.0):
+                 temperature: float = 1.0, timeout: float = 120.0, max_tokens: int | None = None,
+                 max_retries: int = 3):
         key = os.environ.get(api_key_env)
         if not key:
             raise UserError(f"the API key variable {api_key_env} is not set (--api-key-env names it)")
         import openai
 
         self.name = f"openai:{model}"
-        self.model, self.temperature = model, temperature
-        self.client = openai.OpenAI(base_url=base_url, api_key=key, timeout=timeout, max_retries=1)
+        self.model, self.temperature, self.max_tokens = model, temperature, max_tokens
+        self.base_url, self.api_key_env = base_url, api_key_env
+        self.client = openai.OpenAI(base_url=base_url, api_key=key, timeout=timeout, max_retries=max_retries)
+
+    def _create(self, prompt: str, max_tokens: int | None, client=None):
+        import openai
+
+        kw = {} if max_tokens is None else {"max_tokens": max_tokens}
+        try:
+            return (client or self.client).chat.completions.create(
+                model=self.model, temperature=self.temperature,
+                messages=[{"role": "user", "content": prompt}], **kw)
+        except openai.APIError as exc:
+            raise EndpointError(_endpoint_problem(exc, self.base_url, self.model, self.api_key_env)) from None
+
+    def check(self, timeout: float = 15.0) -> None:
+        """A minimal request before the run (one token, at most one retry): a refused key, an
+        unknown model or URL, or no server is one line (UserError, exit 2) before anything is
+        written."""
+        try:
+            self._create("Reply with OK.", 1, self.client.with_options(
+                timeout=timeout, max_retries=min(self.client.max_retries, 1)))
+        except EndpointError as exc:
+            raise UserError(f"LLM endpoint check failed: {exc}") from None
 
     def complete(self, prompt: str) -> str:
-        try:
-            r = self.client.chat.completions.create(model=self.model, temperature=self.temperature,
-                                                    messages=[{"role": "user", "content": prompt}])
-            return r.choices[0].message.content or ""
-        except Exception as exc:  # an unreachable endpoint is an invalid reply, the run goes on
-            return f"(no reply: {type(exc).__name__})"
+        r = self._create(prompt, self.max_tokens)
+        return (r.choices[0].message.content or "") if r.choices else ""
 
 
 class HFLLM:
@@ -166,7 +213,7 @@ class HFLLM:
     generation stops as soon as the reply's code block is closed (``StopAtFence``)."""
 
     def __init__(self, model: str, max_new_tokens: int = 384, device: str | None = None,
-                 threads: int | None = None):
+                 threads: int | None = None, temperature: float = 0.0):
         import torch
         import transformers
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -192,14 +239,19 @@ class HFLLM:
         self.model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype).to(self.device)
         self.model.eval()
         self.name = f"hf:{Path(path).name}"
-        self.max_new_tokens = max_new_tokens
+        self.max_new_tokens, self.temperature = max_new_tokens, temperature
         self.generated_tokens = 0
+        # a base model without a chat template gets the plain prompt (decided once, at load)
+        self.chat = bool(getattr(self.tok, "chat_template", None))
 
     def complete(self, prompt: str) -> str:
         from transformers import StoppingCriteria, StoppingCriteriaList
 
-        msgs = [{"role": "user", "content": prompt}]
-        enc = self.tok.apply_chat_template(msgs, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+        if self.chat:
+            enc = self.tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                               return_tensors="pt", return_dict=True)
+        else:
+            enc = self.tok(prompt, return_tensors="pt")
         enc = {k: v.to(self.device) for k, v in enc.items()}
         start, tok, torch = enc["input_ids"].shape[1], self.tok, self.torch
 
@@ -210,7 +262,9 @@ class HFLLM:
                 return torch.full((ids.shape[0],), done, dtype=torch.bool, device=ids.device)
 
         with self.torch.inference_mode():
-            out = self.model.generate(**enc, max_new_tokens=self.max_new_tokens, do_sample=False,
+            sample = {"do_sample": True, "temperature": self.temperature} if self.temperature > 0 else \
+                {"do_sample": False}
+            out = self.model.generate(**enc, max_new_tokens=self.max_new_tokens, **sample,
                                       use_cache=True, pad_token_id=self.tok.eos_token_id,
                                       stopping_criteria=StoppingCriteriaList([StopAtFence()]))
         self.generated_tokens += int(out.shape[1] - start)
@@ -255,6 +309,7 @@ class LoggedLLM:
             raise UserError("--budget-calls must be a positive integer")
         self.client, self.budget, self.calls, self.log = client, int(budget), 0, []
         self.seconds = 0.0
+        self.failures: list[dict] = []  # transport failures: logged, never budgeted
 
     @property
     def left(self) -> int:
@@ -264,7 +319,11 @@ class LoggedLLM:
         if self.calls >= self.budget:
             raise BudgetExhausted
         t0 = time.perf_counter()
-        reply = self.client.complete(prompt)
+        try:
+            reply = self.client.complete(prompt)
+        except EndpointError as exc:
+            self.failures.append({"after_call": self.calls, "operator": operator, "task": task, "error": str(exc)})
+            raise
         self.seconds += time.perf_counter() - t0
         self.calls += 1
         self.log.append({"call": self.calls, "operator": operator, "task": task, "model": self.client.name,
@@ -273,15 +332,22 @@ class LoggedLLM:
 
 
 def make_llm(kind: str, *, seed: int = 0, model: str | None = None, base_url: str | None = None,
-             api_key_env: str = "OPENAI_API_KEY", replay_log: str | Path | None = None):
+             api_key_env: str = "OPENAI_API_KEY", replay_log: str | Path | None = None,
+             temperature: float | None = None, max_tokens: int | None = None, max_retries: int = 3,
+             check: bool = True):
     if kind == "grammar":
         return GrammarLLM(seed)
     if kind == "openai":
         if not model:
             raise UserError("--llm openai needs --model NAME")
-        return OpenAILLM(model, base_url, api_key_env)
+        llm = OpenAILLM(model, base_url, api_key_env, 1.0 if temperature is None else temperature,
+                        max_tokens=max_tokens, max_retries=max_retries)
+        if check:
+            llm.check()
+        return llm
     if kind == "hf":
-        return HFLLM(model or "smollm2")
+        return HFLLM(model or "smollm2", 384 if max_tokens is None else max_tokens,
+                     temperature=0.0 if temperature is None else temperature)
     if kind == "replay":
         if not replay_log:
             raise UserError("--llm replay needs --model PATH/TO/calls.jsonl")

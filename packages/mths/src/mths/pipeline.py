@@ -9,18 +9,18 @@ from pathlib import Path
 
 import numpy as np
 
+from icml26_shared import UserError
 from icml26_shared.io import dumps_json, write_json
 
-from . import baselines, lineage
+from . import grammar as G
+from . import lineage
 from .config import SearchConfig
 from .io import atomic_write
-from .llm import BudgetExhausted, LoggedLLM, build_prompt, parse_program
+from .llm import BudgetExhausted, EndpointError, LoggedLLM, build_prompt, parse_program
 from .sandbox import Limits, run_jobs
 from .search import Evaluator, Search
 from .tasks import Instance, get_task
 
-#: the classic heuristic whose training score normalises each task in the aggregate fitness [R]
-NORM_BASELINE = {"tsp": "nn+2opt+oropt", "cvrp": "savings+ls", "fssp": "neh", "bpp": "ffd"}
 METHODS = ("mths", "mths-notransfer", "eoh")
 
 
@@ -38,7 +38,10 @@ def mean_gap(rows: list[dict]) -> float:
 def norm_scores(tasks, train: dict[str, list[Instance]], limits: Limits, workers: int) -> dict[str, float]:
     out = {}
     for t in tasks:
-        src = baselines.programs(t)[NORM_BASELINE[t]]
+        task = get_task(t)
+        if task.baseline is None:
+            raise UserError(f"task {t!r} has no normalising baseline (Task.baseline); pass norm= to run_search")
+        src = task.baseline()
         out[t] = -mean_gap(evaluate(t, src, train[t], limits, workers))
     return out
 
@@ -50,6 +53,8 @@ def run_search(method: str, tasks: list[str], train: dict[str, list[Instance]], 
         from icml26_shared import UserError
 
         raise UserError(f"unknown --method {method!r} ({', '.join(METHODS)})")
+    if getattr(client, "name", None) == "grammar":  # before any evaluation: one line
+        G.require_components(tasks)
     cfg = cfg or SearchConfig()
     norm = norm if norm is not None else norm_scores(tasks, train, limits, workers)
     llm = LoggedLLM(client, budget)
@@ -62,11 +67,15 @@ def run_search(method: str, tasks: list[str], train: dict[str, list[Instance]], 
 def port(mh: str, task: str, client, instances: list[Instance], limits: Limits, workers: int,
          seed: int = 0) -> tuple[str | None, list[dict], LoggedLLM]:
     """Give a metaheuristic and a new task's description + interface to the LLM (one call)."""
+    if getattr(client, "name", None) == "grammar":
+        G.require_components([task])
     llm = LoggedLLM(client, 1)
     try:
         src = parse_program(llm(build_prompt("instantiate", task, mhs=(mh,)), "instantiate", task), task)
     except BudgetExhausted:  # pragma: no cover - budget is 1
         src = None
+    except EndpointError as exc:  # nothing was written yet: one line, exit 2
+        raise UserError(f"the LLM call failed: {exc}") from None
     rows = evaluate(task, src, instances, limits, workers, seed) if src else [
         {"instance": i.name, "feasible": False, "cost": math.inf, "reference": i.reference, "gap": math.inf}
         for i in instances]
@@ -100,6 +109,7 @@ def save_run(out: Path, search: Search, llm: LoggedLLM, ev: Evaluator, meta: dic
 
 def run_meta(method, tasks, budget, limits: Limits, workers, seed, cfg: SearchConfig, llm: str, **extra) -> dict:
     return {"method": method, "tasks": list(tasks), "budget_calls": budget, "limits": asdict(limits),
+            "sandbox": limits.sandbox,
             "workers": workers, "seed": seed, "search": asdict(cfg), "llm": llm, **extra}
 
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from . import core
 from .config import SearchConfig
-from .llm import BudgetExhausted, LoggedLLM, build_prompt, parse_mh, parse_program
+from .llm import BudgetExhausted, EndpointError, LoggedLLM, build_prompt, parse_mh, parse_program
 from .sandbox import Limits, run_jobs
 from .tasks import Instance, get_task
 
@@ -65,6 +65,7 @@ class Search:
         self.history: list[Individual] = []
         self.archive: dict[str, tuple[float, int]] = {}
         self.invalid = 0
+        self.stopped: str | None = None  # why the run stopped before its budget (endpoint failure)
 
     # ---------------------------------------------------------------- shared machinery
     def _ask_program(self, op: str, task: str, **kw) -> str | None:
@@ -114,6 +115,8 @@ class Search:
                 self._run_mths(self.cfg.p_transfer if self.method == "mths" else 0.0)
         except BudgetExhausted:
             pass  # the run stops exactly at its call budget; a half-built individual is dropped
+        except EndpointError as exc:  # the endpoint failed past its retries: stop, keep what was done
+            self.stopped = str(exc)
 
     def _instantiate_all(self, mh: str | None, parent: Individual | None) -> dict[str, str | None]:
         progs = {}
@@ -197,6 +200,10 @@ class Search:
                     pool[:] = self._select(pool, self.cfg.eoh_pop)
             except BudgetExhausted:
                 pass
+            except EndpointError:
+                self.population += pool
+                self.llm.budget = total
+                raise
             self.population += pool
         self.llm.budget = total
         raise BudgetExhausted

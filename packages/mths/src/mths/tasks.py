@@ -5,6 +5,7 @@ and solution writer. TSP, CVRP, flow shop (makespan) and BPP are built in; a new
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,14 +37,87 @@ class Task:
     cost: Callable[[Instance, Any], float]
     write: Callable[[Instance, Any, Path], Path]
     extra: dict[str, Any] = field(default_factory=dict)
+    fields: tuple[str, ...] = ()          # the instance fields a solver receives (the grammar reads them)
+    #: the source of the program whose training score normalises this task in the aggregate fitness
+    baseline: Callable[[], str] | None = None
 
 
 TASKS: dict[str, Task] = {}
+BUILTIN = ("tsp", "cvrp", "fssp", "bpp")
 
 
 def register(task: Task) -> Task:
-    TASKS[task.name] = task
+    """Add a task (a plugin's entry point). Checked here, so that a broken plugin is one line."""
+    name = getattr(task, "name", None)
+    if not isinstance(task, Task):
+        raise UserError(f"register() takes an mths.tasks.Task, not {type(task).__name__}")
+    problems = []
+    if not (isinstance(name, str) and re.fullmatch(r"[a-z][a-z0-9_]*", name)):
+        problems.append("name must be lower-case letters, digits and _")
+    if not (isinstance(task.solver_class, str) and task.solver_class.isidentifier()):
+        problems.append("solver_class must be a Python class name")
+    elif f"class {task.solver_class}" not in (task.interface or ""):
+        problems.append(f"interface must show 'class {task.solver_class}'")
+    if not (isinstance(task.suffixes, tuple) and task.suffixes
+            and all(isinstance(x, str) and x.startswith(".") for x in task.suffixes)):
+        problems.append("suffixes must be a tuple of file suffixes such as ('.wct',)")
+    for k in ("read", "check", "cost", "write"):
+        if not callable(getattr(task, k)):
+            problems.append(f"{k} must be callable")
+    if task.baseline is not None and not callable(task.baseline):
+        problems.append("baseline must be None or a function returning program source")
+    if not (isinstance(task.fields, tuple) and all(isinstance(x, str) for x in task.fields)):
+        problems.append("fields must be a tuple of instance field names")
+    if problems:
+        raise UserError(f"task {name!r}: " + "; ".join(problems))
+    if name in BUILTIN and name in TASKS:
+        raise UserError(f"task {name!r} is built in; choose another name")
+    TASKS[name] = task
     return task
+
+
+def load_plugin(spec: str) -> None:
+    """``--plugin FILE.py`` (executed as a module) or ``--plugin MODULE`` (imported); either calls
+    :func:`register`."""
+    import importlib
+    import importlib.util
+    import sys
+
+    try:
+        if spec.endswith(".py") or Path(spec).is_file():
+            path = Path(spec)
+            if not path.is_file():
+                raise UserError(f"--plugin {spec}: no such file")
+            mod_name = f"mths_plugin_{re.sub(r'[^0-9a-zA-Z_]', '_', path.stem)}"
+            mspec = importlib.util.spec_from_file_location(mod_name, path)
+            mod = importlib.util.module_from_spec(mspec)
+            sys.modules[mod_name] = mod
+            mspec.loader.exec_module(mod)
+        else:
+            importlib.import_module(spec)
+    except UserError:
+        raise
+    except Exception as exc:  # a broken plugin is one line, not a traceback
+        raise UserError(f"--plugin {spec}: {type(exc).__name__}: {exc}") from None
+
+
+def load_entry_points() -> None:
+    """Tasks installed by other packages under the entry-point group ``mths.tasks``: each names
+    a Task, or a function (or module) that registers its tasks."""
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group="mths.tasks"):
+        try:
+            obj = ep.load()
+            if isinstance(obj, Task):
+                if TASKS.get(obj.name) is not obj:
+                    register(obj)
+            elif callable(obj):
+                obj()
+        except UserError:
+            raise
+        except Exception as exc:
+            raise UserError(f"entry point mths.tasks:{ep.name}: {type(exc).__name__}: {exc}") from None
 
 
 def get_task(name: str) -> Task:
@@ -89,6 +163,14 @@ def evaluate_solution(task: Task, inst: Instance, sol: Any) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- TSP
 
+def _builtin_baseline(task: str, name: str) -> Callable[[], str]:
+    def src() -> str:
+        from . import baselines
+
+        return baselines.programs(task)[name]
+    return src
+
+
 def _tsp_read(path: Path, opt: dict) -> list[Instance]:
     d = mio.read_tsp(path)
     inst = Instance(path.stem, {"coordinates": d["coordinates"], "distance_matrix": d["distance_matrix"]})
@@ -109,6 +191,7 @@ register(Task(
     lambda i, s: core.check_tour(s, len(i.data["distance_matrix"])),
     lambda i, s: core.tour_length(s, i.data["distance_matrix"]),
     lambda i, s, out: mio.write_tour(out / f"{i.name}.tour", i.name, s),
+    fields=("distance_matrix",), baseline=_builtin_baseline("tsp", "nn+2opt+oropt"),
 ))
 
 
@@ -137,6 +220,8 @@ register(Task(
     lambda i, s: core.check_routes(s, i.data["demands"], i.data["vehicle_capacity"]),
     lambda i, s: core.cvrp_cost(s, i.data["distance_matrix"]),
     lambda i, s, out: mio.write_sol(out / f"{i.name}.sol", s, core.cvrp_cost(s, i.data["distance_matrix"])),
+    fields=("distance_matrix", "demands", "vehicle_capacity", "coordinates"),
+    baseline=_builtin_baseline("cvrp", "savings+ls"),
 ))
 
 
@@ -165,6 +250,7 @@ register(Task(
     lambda i, s: core.check_order(s, i.data["num_jobs"]),
     lambda i, s: core.makespan(s, i.data["processing_times"]),
     _write_order,
+    fields=("processing_times",), baseline=_builtin_baseline("fssp", "neh"),
 ))
 
 
@@ -190,4 +276,5 @@ register(Task(
     lambda i, s: core.check_bins(s, i.data["weights"], i.data["capacity"]),
     lambda i, s: core.bins_used(s),
     _write_bins,
+    fields=("weights", "capacity"), baseline=_builtin_baseline("bpp", "ffd"),
 ))
