@@ -152,3 +152,12 @@ def test_a_broken_entry_point_does_not_hide_the_others(broken_package, demo_pack
     failed = json.loads((tmp_path / "r" / broken_package / "results.json").read_text())
     assert ok["status"] == "ok"
     assert failed["status"] == "failed" and "missing dependency zzz" in failed["error"]
+
+
+def test_record_refuses_before_running_when_it_has_nowhere_to_write(demo_package, tmp_path, capsys):
+    out = tmp_path / "run"
+    # the demo package is not a source checkout (as for a wheel): nothing runs, nothing is written
+    assert main(["reproduce", demo_package, "--scale", "quick", "--record", "--out", str(out)]) == 2
+    assert "installed from a wheel" in capsys.readouterr().err and not out.exists()
+    assert main(["reproduce", demo_package, "--scale", "smoke", "--record", "--out", str(out)]) == 2
+    assert "--scale quick" in capsys.readouterr().err

@@ -281,10 +281,17 @@ def package_root(desc: MethodDescriptor) -> Path | None:
 def record_path(desc: MethodDescriptor) -> Path:
     """Where ``reproduce --record`` writes the package's quick summary; a ``UserError`` when the
     package is not a source checkout (a wheel has nowhere to commit it)."""
+    import tomllib
+
     root = package_root(desc)
     if root is None:
         raise UserError(f"--record writes into {desc.name}'s source checkout "
                         f"(packages/{desc.name}/{RECORD}); {desc.name} is installed from a wheel")
+    source = tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
+    if source != desc.version:
+        raise UserError(f"--record: {desc.name}'s source says version {source} but the installed "
+                        f"metadata says {desc.version}; run `uv sync` first, so the record names "
+                        "the code it measured")
     return root / RECORD
 
 
