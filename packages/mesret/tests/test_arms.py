@@ -5,8 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from mesret import ALGOS, SemanticLayout, TaskSpec, optimize
+from mesret.baselines import factorial_ranks, mfea_offspring, poly_mutation, sbx_children
 from mesret.policy import ENVS, policy_suite
 from mesret.suites import wcci20
+
+from icml26_shared import UserError
 
 
 class Counted:
@@ -23,12 +26,13 @@ def test_budget_and_counting(algo):
     base = wcci20(4, (4, 6), "low", seed=9)
     tasks = [TaskSpec(t.dim, Counted(t.fn), t.lower, t.upper, t.f_opt, t.name) for t in base]
     fe = 250
-    r = optimize(tasks, algo, fe_per_task=fe, seed=0)
+    extra = {"mfea": dict(pop_per_task=10)}.get(algo, {})  # N = 100 cannot pay Initialization_MF here
+    r = optimize(tasks, algo, fe_per_task=fe, seed=0, **extra)
     counted = np.array([t.fn.n for t in tasks])
     np.testing.assert_array_equal(r.fe_used, counted)
     total, T = int(r.fe_used.sum()), len(tasks)
     assert total <= fe * T
-    gen = {"mfea": 20 * T, "openai-es": 9 + 1}.get(algo, 8)  # one generation of the arm (λ = 8 at D = 6)
+    gen = {"mfea": 10 * T, "openai-es": 9 + 1}.get(algo, 8)  # one generation of the arm (λ = 8 at D = 6)
     if algo in ("indep-cma", "indep-sepcma", "openai-es", "mesret-norwe"):
         assert np.all(r.fe_used <= fe) and np.all(r.fe_used > fe - gen)  # even split, per task
     else:
@@ -69,3 +73,44 @@ def test_policy_tasks_score_returns():
     f = tasks[0].fn(X)
     assert f.shape == (2,) and np.all(-f >= 1) and np.all(-f <= 20)  # CartPole: +1 per step alive
     assert np.all(tasks[1].fn(np.zeros((2, tasks[1].dim))) > 0)  # Pendulum returns are negative costs
+
+
+def test_mfea_operators_follow_mtops_formulas():
+    p1, p2 = np.array([0.2, 0.4, 0.6]), np.array([0.8, 0.1, 0.5])
+    u = np.array([0.3, 0.9, 0.5])
+    c1, c2 = sbx_children(p1, p2, 2.0, u, np.array([False, True, False]), np.array([False, False, True]))
+    cf = np.array([(0.6) ** (1 / 3), -((0.2) ** (-1 / 3)), 1.0])  # spread, sign flipped, kept
+    np.testing.assert_allclose(c1, 0.5 * ((1 + cf) * p1 + (1 - cf) * p2))
+    np.testing.assert_allclose(c2, 0.5 * ((1 + cf) * p2 + (1 - cf) * p1))
+    assert c1[2] == p1[2] and c2[2] == p2[2]  # the 0.5 no-swap variable keeps each parent's value
+    np.testing.assert_allclose(c1 + c2, p1 + p2)  # SBX keeps the parents' mean
+    x = np.array([0.2, 0.7, 0.5])
+    y = poly_mutation(x, 5.0, np.array([True, True, False]), np.array([0.25, 0.75, 0.1]))
+    np.testing.assert_allclose(y, [0.2 + (0.5 ** (1 / 6) - 1) * 0.2, 0.7 + (1 - 0.5 ** (1 / 6)) * 0.3, 0.5])
+
+
+def test_mfea_rmp0_never_crosses_tasks_and_crossover_does_not_mutate():
+    rng = np.random.default_rng(0)
+    pop, skill = rng.random((40, 5)), np.repeat(np.arange(4), 10)
+    kids, kskill, (a, b, crossed) = mfea_offspring(pop, skill, 0.0, 2.0, 5.0, rng)
+    np.testing.assert_array_equal(crossed, skill[a] == skill[b])  # rmp 0: only same-task pairs mate
+    assert (~crossed).any()
+    np.testing.assert_array_equal(kskill[0::2][~crossed], skill[a][~crossed])  # mutants keep their task
+    assert np.all((kskill[0::2] == skill[a]) | (kskill[0::2] == skill[b]))
+    assert np.all(kskill[0::2][crossed] == skill[a][crossed])  # same task on both sides: no child crosses
+    _, _, (_, _, crossed1) = mfea_offspring(pop, skill, 1.0, 2.0, 5.0, rng)
+    assert crossed1.all()  # rmp 1: every pair mates
+    same = np.zeros((2, 5))
+    kids, _, _ = mfea_offspring(same + 0.5, np.zeros(2, dtype=int), 0.0, 2.0, 5.0, rng)
+    np.testing.assert_allclose(kids, 0.5, rtol=1e-15)  # identical parents: SBX children equal them, no mutation
+
+
+def test_mfea_initialisation_charges_every_task_and_uses_factorial_ranks():
+    tasks = [TaskSpec(2, Counted(lambda X, c=c: np.sum((X - c) ** 2, axis=1))) for c in (0.1, 0.9)]
+    r = optimize(tasks, "mfea", fe_per_task=60, seed=0, pop_per_task=10)
+    np.testing.assert_array_equal(r.fe_used, [t.fn.n for t in tasks])
+    assert r.fe_used.sum() >= 2 * 20  # Initialization_MF: all 20 individuals on both tasks
+    with pytest.raises(UserError, match="Initialization_MF"):
+        optimize(tasks, "mfea", fe_per_task=50, seed=0)  # N = 100 per task needs 100·(T+1) per task
+    R = factorial_ranks(np.array([[1.0, 5.0], [2.0, 0.0], [3.0, 1.0]]))
+    np.testing.assert_array_equal(R, [[1, 3], [2, 1], [3, 2]])

@@ -28,7 +28,8 @@ def test_bench_writes_results(tmp_path, capsys):
 
 
 def test_workers_do_not_change_results(tmp_path):
-    args = ["bench", "--tasks", "2", "--dims", "3", "--algos", "mesret", "--fe-per-task", "80", "--seeds", "2"]
+    args = ["bench", "--tasks", "2", "--dims", "3", "--algos", "mesret,mfea", "--fe-per-task", "80", "--seeds", "2",
+            "--popsize", "8"]
     assert main([*args, "--out", str(tmp_path / "a")]) == 0
     assert main([*args, "--workers", "2", "--out", str(tmp_path / "b")]) == 0
     a, b = (json.loads((tmp_path / x / "results.json").read_text())["rows"] for x in "ab")
@@ -44,6 +45,8 @@ def bad_bounds():
     return [TaskSpec(2, lambda X: X.sum(1), lower=1.0, upper=1.0)]
 def good():
     return [TaskSpec(2, lambda X: np.sum(np.asarray(X) ** 2, 1), name="np-sphere")]
+def all_nan():
+    return [TaskSpec(2, lambda X: X.sum(1), name="ok"), TaskSpec(3, lambda X: np.full(len(X), np.nan), name="blank")]
 """
 
 
@@ -55,6 +58,9 @@ def good():
     (["bench", "--suite", "{f}:good", "--fe-per-task", "3"], "one generation per task"),
     (["bench", "--suite", "{f}:good", "--backend", "jax"], "np-sphere"),
     (["bench", "--suite", "{f}:nofunc"], "no function"),
+    (["bench", "--tasks", "3", "--dims", "4", "--algos", "mfea", "--fe-per-task", "300"], "Initialization_MF"),
+    (["bench", "--suite", "{f}:all_nan", "--algos", "mesret,indep-cma,mfea,openai-es"], "blank: fn returned no finite"),
+    (["bench", "--suite", "{f}:all_nan", "--algos", "mfea", "--seeds", "2", "--workers", "2"], "blank: fn returned"),
     (["bench", "--suite", "missing.py:good"], "does not exist"),
     (["bench", "--fe-per-task", "nan"], "--fe-per-task"),
     (["bench", "--tasks", "-3"], "--tasks"),
@@ -95,3 +101,10 @@ def test_full_scale_says_what_it_needs(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("MESRET_FULL", raising=False)
     assert main(["reproduce", "--scale", "full", "--out", str(tmp_path / "r")]) == 2
     _one_line_error(capsys, "MESRET_FULL=1")
+
+
+def test_smoke_claims_say_what_smoke_ran(tmp_path):
+    from mesret.experiments import reproduce
+
+    res = reproduce("smoke", tmp_path / "s")
+    assert res.claims and all("smoke ran wcci20 T=4" in c.note for c in res.claims)

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import core
 from .config import MESRETConfig, default_popsize
-from .tasks import TaskSpec, check_tasks, evaluate, to_real
+from .tasks import TaskSpec, check_first_generation, check_tasks, evaluate, to_real
 
 
 def task_rng(seed: int, t: int) -> np.random.Generator:
@@ -93,6 +93,7 @@ class MESRET:
         self.survived = np.zeros(self.T)
         self.transferred = np.zeros(self.T)
         self.generations = np.zeros(self.T, dtype=np.int64)
+        self.nonfinite = np.zeros(self.T, dtype=np.int64)  # NaN/inf objective values seen per task
         self._init_all(self.N)
 
     # --- state ----------------------------------------------------------------------------------
@@ -144,6 +145,9 @@ class MESRET:
         es = self.es[t]
         X, f = np.asarray(X, float), np.asarray(f, float)
         cv = np.zeros(len(f)) if cv is None else np.asarray(cv, float)
+        if self.fe_used[t] == 0:
+            check_first_generation(self.tasks[t], t, f)
+        self.nonfinite[t] += int(np.sum(~np.isfinite(f)))
         self.fe += len(f)
         self.fe_used[t] += len(f)
         self.generations[t] += 1
@@ -211,7 +215,9 @@ class MESRET:
             reward = self.rewards()
             self.knowledge = core.extract_knowledge(reward, self.sigma_ratio, self.std_ratio, self.mdec,
                                                     ~self.stopped)
-            if self.cfg.allocation == "roulette":
+            if self.cfg.allocation != "none":
+                if self.cfg.allocation == "uniform":  # ablation: the same T extra draws, unweighted [R]
+                    reward = np.where(~self.stopped, 1.0, 0.0)
                 for t in core.roulette(reward, self.rng, self.T):
                     if not self.es[t].stopped and self._can_run(t):
                         self.generation(int(t))
@@ -246,6 +252,7 @@ class MESRET:
         with np.errstate(invalid="ignore", divide="ignore"):
             surv = np.where(self.transferred > 0, self.survived / self.transferred, np.nan)
         info = dict(restarts=self.restarts, transfer_survival=surv, extra_generations=alloc,
-                    generations=self.generations.copy(), popsize=self.N)
+                    generations=self.generations.copy(), popsize=self.N,
+                    nonfinite=self.nonfinite.copy())
         return Result(self.best_f.copy(), [x.copy() for x in self.best_x], self.fe_used.copy(),
                       list(trace_fe), list(trace_best), info)

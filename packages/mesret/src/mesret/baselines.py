@@ -13,7 +13,7 @@ from icml26_shared import UserError
 from . import core
 from .algorithm import MESRET, Result, TaskCMA, task_rng
 from .config import MESRETConfig, MFEAConfig, OpenAIESConfig, default_popsize
-from .tasks import check_tasks, evaluate, to_real
+from .tasks import check_first_generation, check_tasks, evaluate, to_real
 
 ALGOS: dict[str, Callable[..., Result]] = {}
 MESRET_KEYS = set(MESRETConfig.__dataclass_fields__)
@@ -56,6 +56,13 @@ def smesret(tasks, fe_per_task, seed=0, **config):
 def mesret_norwe(tasks, fe_per_task, seed=0, **config):
     """Ablation: no reward-weighted evaluation (the budget stays evenly split)."""
     return _run_mesret(tasks, fe_per_task, seed, _mesret_cfg(config, allocation="none"))
+
+
+@register("mesret-uniform")
+def mesret_uniform(tasks, fe_per_task, seed=0, **config):
+    """Ablation: the extra generations drawn uniformly over the active tasks (no reward weighting;
+    the same budget use, the same random streams as ``mesret``)."""
+    return _run_mesret(tasks, fe_per_task, seed, _mesret_cfg(config, allocation="uniform"))
 
 
 @register("mesret-tau0")
@@ -109,6 +116,8 @@ class _Tracker:
 
     def __call__(self, t: int, X: np.ndarray) -> np.ndarray:
         f, cv = evaluate(self.tasks[t], t, X)
+        if self.fe_used[t] == 0:
+            check_first_generation(self.tasks[t], t, f)
         self.fe_used[t] += len(f)
         b = np.lexsort((f, cv))[0]
         if (cv[b], f[b]) < (self.best_cv[t], self.best_f[t]):
@@ -149,63 +158,101 @@ def openai_es(tasks, fe_per_task, seed=0, popsize=None, sigma=None, lr=None, mom
     return ev.result(sigma=sigma, sigma_unit=sigma_unit, lr=lr)
 
 
-def _sbx(p1, p2, mu, rng):
-    u = rng.random(p1.shape)
-    beta = np.where(u <= 0.5, (2 * u) ** (1 / (mu + 1)), (2 * (1 - u)) ** (-1 / (mu + 1)))
-    c1 = 0.5 * ((1 + beta) * p1 + (1 - beta) * p2)
-    c2 = 0.5 * ((1 - beta) * p1 + (1 + beta) * p2)
-    return np.clip(c1, 0, 1), np.clip(c2, 0, 1)
+def sbx_children(p1, p2, mu: float, u, flip, keep):
+    """``GA_Crossover`` [C: SBX as the issue states it]: spread factor cf from the uniforms ``u``,
+    a random sign (``flip`` True = negative) and per variable a 0.5 chance that the variable is not
+    recombined (``keep`` True: cf = 1, each child keeps its own parent's value). Children unclipped."""
+    cf = np.where(u <= 0.5, (2 * u) ** (1 / (mu + 1)), (2 * (1 - u)) ** (-1 / (mu + 1)))
+    cf = np.where(flip, -cf, cf)
+    cf = np.where(keep, 1.0, cf)
+    return 0.5 * ((1 + cf) * p1 + (1 - cf) * p2), 0.5 * ((1 + cf) * p2 + (1 - cf) * p1)
 
 
-def _poly_mutation(x, mu, rng):
-    D = x.shape[-1]
-    mask = rng.random(x.shape) < 1.0 / D
-    u = rng.random(x.shape)
-    delta = np.where(u <= 0.5, (2 * u) ** (1 / (1 + mu)) - 1, 1 - (2 * (1 - u)) ** (1 / (1 + mu)))
-    y = np.where(u <= 0.5, x + delta * x, x + delta * (1 - x))
-    return np.clip(np.where(mask, y, x), 0, 1)
+def poly_mutation(x, mu: float, hit, u):
+    """``GA_Mutation`` [C: polynomial mutation, η_m = 5, p_m = 1/D]: variables with ``hit`` True
+    move by δ·x (u ≤ 0.5, δ = (2u)^(1/(1+η)) − 1) or δ·(1 − x) (δ = 1 − (2(1 − u))^(1/(1+η)))."""
+    with np.errstate(invalid="ignore"):
+        lo = x + ((2 * u) ** (1 / (1 + mu)) - 1) * x
+        hi = x + (1 - (2 * (1 - u)) ** (1 / (1 + mu))) * (1 - x)
+    return np.where(hit, np.where(u <= 0.5, lo, hi), x)
+
+
+def factorial_ranks(F):
+    """``[n, T]`` objective table → 1-based rank of each individual on each task (ties by index)."""
+    R = np.empty(F.shape, dtype=np.int64)
+    for t in range(F.shape[1]):
+        R[np.argsort(F[:, t], kind="stable"), t] = np.arange(1, F.shape[0] + 1)
+    return R
+
+
+def mfea_offspring(pop, skill, rmp: float, mu_c: float, mu_m: float, rng):
+    """One ``MFEA.m`` generation of offspring: random pairs; a pair with equal skill factors or
+    rand < rmp is recombined (``GA_Crossover``, no mutation) and each child imitates a random
+    parent's skill factor; otherwise each parent is mutated (``GA_Mutation``) and keeps its skill
+    factor [C as the issue states MFEA.m]. Children are clipped to [0, 1]; the order of the random
+    draws is ours (vectorised), and an odd population pairs its last individual with a random
+    one [R]. Returns ``(kids, kskill, (a, b, crossed))`` with one entry per pair."""
+    n, D = pop.shape
+    perm = rng.permutation(n)
+    if n % 2:
+        perm = np.append(perm, rng.integers(n))
+    a, b = perm[0::2], perm[1::2]
+    k = len(a)
+    crossed = (skill[a] == skill[b]) | (rng.random(k) < rmp)
+    c1, c2 = sbx_children(pop[a], pop[b], mu_c, rng.random((k, D)), rng.random((k, D)) < 0.5,
+                          rng.random((k, D)) < 0.5)
+    m1 = poly_mutation(pop[a], mu_m, rng.random((k, D)) < 1.0 / D, rng.random((k, D)))
+    m2 = poly_mutation(pop[b], mu_m, rng.random((k, D)) < 1.0 / D, rng.random((k, D)))
+    imit = rng.random((k, 2)) < 0.5
+    kids = np.empty((2 * k, D))
+    kids[0::2] = np.where(crossed[:, None], c1, m1)
+    kids[1::2] = np.where(crossed[:, None], c2, m2)
+    kskill = np.empty(2 * k, dtype=skill.dtype)
+    kskill[0::2] = np.where(crossed, np.where(imit[:, 0], skill[a], skill[b]), skill[a])
+    kskill[1::2] = np.where(crossed, np.where(imit[:, 1], skill[a], skill[b]), skill[b])
+    return np.clip(kids[:n], 0.0, 1.0), kskill[:n], (a, b, crossed)
 
 
 @register("mfea")
 def mfea(tasks, fe_per_task, seed=0, rmp=None, pop_per_task=None):
-    """MFEA [C: MToP's MFEA operators]: one population in [0, 1]^Dmax with skill factors; parents of
-    different tasks mate (SBX) with probability rmp, children imitate one parent's task; each
-    child is evaluated on its own task only; elitist selection inside each task's sub-population.
-    Skill factors are assigned evenly at initialisation (no all-task evaluation) [R]."""
+    """MFEA as MToP's ``MFEA.m`` [C, as the issue states it]: N = 100 individuals per task (N·T in
+    one population in [0, 1]^Dmax), RMP 0.3, SBX η_c = 2 / PM η_m = 5, crossover *or* mutation per
+    pair. ``Initialization_MF``: every individual is evaluated on every task (N·T² evaluations,
+    charged to the budget) and takes the task where its factorial rank is best (ties: the lower task
+    index [R]). Selection keeps the N·T best of parents + offspring by scalar fitness 1/rank within
+    their task (ties by order [R]); each child is evaluated on its own task only."""
     base = MFEAConfig()
-    rmp = base.rmp if rmp is None else rmp
+    rmp = base.rmp if rmp is None else float(rmp)
+    if not 0.0 <= rmp <= 1.0:
+        raise UserError(f"mfea: rmp must be in [0, 1], got {rmp!r}")
     P = int(pop_per_task or base.pop_per_task)
     ev = _Tracker(tasks)
     T, Dmax = len(ev.tasks), max(t.dim for t in ev.tasks)
+    n = T * P
+    if n * T + n > fe_per_task * T:
+        raise UserError(f"mfea: {fe_per_task} evaluations per task cannot pay Initialization_MF and one "
+                        f"generation (N={P} per task, T={T}: {P * (T + 1)} per task); raise fe_per_task "
+                        "or lower pop_per_task (CLI: --popsize)")
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), 2**20 + 3]))
-    pop = rng.random((T * P, Dmax))
-    skill = np.repeat(np.arange(T), P)
-    fit = np.empty(T * P)
-    for t in range(T):
-        idx = np.flatnonzero(skill == t)
-        fit[idx] = ev(t, pop[idx, : ev.tasks[t].dim])
-    while ev.fe_used.sum() + T * P <= fe_per_task * T:
-        perm = rng.permutation(T * P)
-        kids, kskill = np.empty_like(pop), np.empty_like(skill)
-        for a, b, k in zip(perm[0::2], perm[1::2], range(0, T * P, 2), strict=False):
-            if skill[a] == skill[b] or rng.random() < rmp:
-                c1, c2 = _sbx(pop[a], pop[b], base.mu_c, rng)
-                kids[k], kids[k + 1] = _poly_mutation(c1, base.mu_m, rng), _poly_mutation(c2, base.mu_m, rng)
-                kskill[k] = skill[a] if rng.random() < 0.5 else skill[b]
-                kskill[k + 1] = skill[a] if rng.random() < 0.5 else skill[b]
-            else:
-                kids[k], kids[k + 1] = _poly_mutation(pop[a], base.mu_m, rng), _poly_mutation(pop[b], base.mu_m, rng)
-                kskill[k], kskill[k + 1] = skill[a], skill[b]
-        kfit = np.empty(T * P)
+    pop = rng.random((n, Dmax))
+    F = np.column_stack([ev(t, pop[:, : ev.tasks[t].dim]) for t in range(T)])
+    skill = np.argmin(factorial_ranks(F), axis=1)
+    fit = F[np.arange(n), skill]
+    while ev.fe_used.sum() + n <= fe_per_task * T:
+        kids, kskill, _ = mfea_offspring(pop, skill, rmp, base.mu_c, base.mu_m, rng)
+        kfit = np.empty(n)
         for t in range(T):
             idx = np.flatnonzero(kskill == t)
             if idx.size:
                 kfit[idx] = ev(t, kids[idx, : ev.tasks[t].dim])
         allp, alls, allf = np.vstack([pop, kids]), np.concatenate([skill, kskill]), np.concatenate([fit, kfit])
-        keep = np.concatenate([np.flatnonzero(alls == t)[np.argsort(allf[alls == t], kind="stable")[:P]]
-                               for t in range(T)])
+        rank = np.empty(2 * n, dtype=np.int64)
+        for t in range(T):
+            idx = np.flatnonzero(alls == t)
+            rank[idx[np.argsort(allf[idx], kind="stable")]] = np.arange(1, idx.size + 1)
+        keep = np.argsort(rank, kind="stable")[:n]  # scalar fitness 1/rank, best N·T
         pop, skill, fit = allp[keep], alls[keep], allf[keep]
-    return ev.result(rmp=rmp)
+    return ev.result(rmp=rmp, pop_per_task=P)
 
 
 def optimize(tasks, algo: str = "mesret", fe_per_task: int = 10_000, seed: int = 0,

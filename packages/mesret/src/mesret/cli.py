@@ -16,7 +16,7 @@ from icml26_shared.cli import (
 )
 from icml26_shared.io import print_json
 
-ALGO_NAMES = ("mesret", "smesret", "indep-cma", "indep-sepcma", "openai-es", "mfea", "mesret-norwe",
+ALGO_NAMES = ("mesret", "smesret", "indep-cma", "indep-sepcma", "openai-es", "mfea", "mesret-norwe", "mesret-uniform",
               "mesret-tau0")
 
 
@@ -62,7 +62,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     tasks = _load_suite(args)
     seeds = list(range(args.seed, args.seed + args.seeds))
     jobs = [(a, s) for a in algos for s in seeds]
-    results = _run_jobs(tasks, jobs, args.fe_per_task, args.backend, args.workers, optimize)
+    results = _run_jobs(tasks, jobs, args.fe_per_task, args.backend, args.workers, optimize, args.popsize)
     import numpy as np
 
     runs = {a: dict(best_f=np.array([results[(a, s)].best_f for s in seeds]),
@@ -71,7 +71,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     res = Results(package=DESCRIPTOR.name, version=DESCRIPTOR.version, scale="quick", seed=args.seed)
     add_rows(res, f"bench_{Path(args.suite).name}", tasks, runs, seeds, per_task=True)
     res.notes.append(f"mesret bench --suite {args.suite} --algos {','.join(algos)} --fe-per-task "
-                     f"{args.fe_per_task} --seeds {args.seeds} --backend {args.backend}")
+                     f"{args.fe_per_task} --seeds {args.seeds} --backend {args.backend}"
+                     + (f" --popsize {args.popsize}" if args.popsize else ""))
     path = write_run_dir(args.out, res, force=args.force)
     if args.json:
         print_json(res.to_dict(), indent=2)
@@ -81,16 +82,25 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_jobs(tasks, jobs, fe, backend, workers, optimize) -> dict:
+def _arm_options(algo: str, popsize: int | None) -> dict:
+    """``--popsize N``: λ of the CMA-ES arms and OpenAI-ES, MFEA's N per task."""
+    if popsize is None:
+        return {}
+    return {"pop_per_task": popsize} if algo == "mfea" else {"popsize": popsize}
+
+
+def _run_jobs(tasks, jobs, fe, backend, workers, optimize, popsize=None) -> dict:
     """Each (algo, seed) job is seeded on its own, so results do not depend on ``workers``."""
     if workers <= 1 or len(jobs) == 1:
-        return {j: optimize(tasks, j[0], fe_per_task=fe, seed=j[1], backend=backend) for j in jobs}
+        return {j: optimize(tasks, j[0], fe_per_task=fe, seed=j[1], backend=backend, **_arm_options(j[0], popsize))
+                for j in jobs}
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
-    optimize(tasks, jobs[0][0], fe_per_task=fe, seed=jobs[0][1], backend=backend)  # validate in-process
+    optimize(tasks, jobs[0][0], fe_per_task=fe, seed=jobs[0][1], backend=backend,
+             **_arm_options(jobs[0][0], popsize))  # validate in-process
     global _POOL_STATE
-    _POOL_STATE = (tasks, fe, backend)
+    _POOL_STATE = (tasks, fe, backend, popsize)
     with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) as ex:
         out = list(ex.map(_pool_job, jobs))
     return dict(zip(jobs, out, strict=True))
@@ -102,8 +112,8 @@ _POOL_STATE: tuple | None = None
 def _pool_job(job):
     from .baselines import optimize
 
-    tasks, fe, backend = _POOL_STATE
-    return optimize(tasks, job[0], fe_per_task=fe, seed=job[1], backend=backend)
+    tasks, fe, backend, popsize = _POOL_STATE
+    return optimize(tasks, job[0], fe_per_task=fe, seed=job[1], backend=backend, **_arm_options(job[0], popsize))
 
 
 def _cmd_policy(args: argparse.Namespace) -> int:
@@ -169,7 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--dims", type=_int_list, default=(10, 20, 30), help="wcci20: dimensions, e.g. 10,20,30")
     b.add_argument("--similarity", choices=("high", "mixed", "low"), default="mixed")
     b.add_argument("--suite-seed", type=int, default=1000, help="wcci20 instance (default 1000 = the test instance)")
-    b.add_argument("--algos", default="mesret,indep-cma,mfea", help=f"comma-separated: {', '.join(ALGO_NAMES)}")
+    b.add_argument("--algos", default="mesret,indep-cma", help=f"comma-separated: {', '.join(ALGO_NAMES)}")
+    b.add_argument("--popsize", type=positive_int, default=None,
+                   help="N for every arm (CMA-ES λ, OpenAI-ES, MFEA per task); default: Hansen's λ, MFEA 100")
     b.add_argument("--fe-per-task", type=positive_int, default=2000, help="evaluations per task (budget = N x T)")
     b.add_argument("--seeds", type=positive_int, default=3, help="number of seeds")
     b.add_argument("--seed", type=int, default=0, help="first seed")

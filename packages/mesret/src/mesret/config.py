@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-ALLOCATIONS = ("roulette", "none")
+ALLOCATIONS = ("roulette", "uniform", "none")
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,8 @@ class MESRETConfig:
     sigma0: float = 0.3  # [C] MES_RET.m `sigma0 = 0.3` (unified [0, 1] box)
     tau: float | None = None  # [C] transfer samples per kind: 1 (MES_RET.m), 2 (sMES_RET.m); None = by variant
     separable: bool = False  # [C] False = MES_RET.m (full C), True = sMES_RET.m (diagonal C)
-    allocation: str = "roulette"  # [C] "roulette": T extra generations drawn on the rewards; "none" [R] ablation
+    allocation: str = "roulette"  # [C] "roulette": T extra generations drawn on the rewards; [R] ablations:
+    # "uniform" (T extra generations drawn uniformly over the active tasks), "none" (even split)
     popsize: int | None = None  # [C] Prob.N, one λ for all tasks; None = 4 + floor(3 ln max D) [R]
     transfer_after: float = 2.0  # [C] transfer once FE > 2·N·T
     eps_fraction: float = 0.3  # [C] ε-constraint relaxed during the first 30% of maxFE
@@ -69,12 +70,12 @@ class OpenAIESConfig:
 
 @dataclass(frozen=True)
 class MFEAConfig:
-    """MFEA (Gupta et al., 2016) as in MToP: unified space, skill factors, SBX + polynomial mutation."""
+    """MFEA (Gupta et al., 2016) as MToP's ``MFEA.m`` (values as issue 53 states them)."""
 
-    rmp: float = 0.3  # [C] MToP MFEA default random mating probability
-    mu_c: float = 2.0  # [C] SBX distribution index (MToP default)
-    mu_m: float = 5.0  # [C] polynomial-mutation distribution index (MToP default)
-    pop_per_task: int = 20  # [R] sub-population size per task (N·T individuals in all)
+    rmp: float = 0.3  # [C] MFEA.m RMP
+    mu_c: float = 2.0  # [C] GA_Crossover SBX distribution index
+    mu_m: float = 5.0  # [C] GA_Mutation polynomial-mutation index (p_m = 1/D)
+    pop_per_task: int = 100  # [C] Problem.m defaultN: N per task (N·T individuals in all)
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,7 @@ def cma_update(k: CMAConstants, m, sigma, C, ps, pc, B, D, X_sorted, gen: int):
     if k.separable:
         ps = (1 - k.cs) * ps + math.sqrt(k.cs * (2 - k.cs) * k.mueff) * dm / np.sqrt(C)
     else:
-        ps = (1 - k.cs) * ps + math.sqrt(k.cs * (2 - k.cs) * k.mueff) * (B @ ((B.T @ dm) / D))
+        ps = (1 - k.cs) * ps + math.sqrt(k.cs * (2 - k.cs) * k.mueff) * (inv_sqrt_cov(B, D) @ dm)
     hsig = np.linalg.norm(ps) / math.sqrt(1 - (1 - k.cs) ** (2 * (gen + 1))) < k.hth
     pc = (1 - k.cc) * pc + hsig * math.sqrt(k.cc * (2 - k.cc) * k.mueff) * dm
     art = (sel - old) / sigma
@@ -81,31 +81,39 @@ def cma_update(k: CMAConstants, m, sigma, C, ps, pc, B, D, X_sorted, gen: int):
 
 def eigen(C):
     """``(B, D, ok)``: symmetrised eigenbasis and standard deviations; ``ok`` False when C has
-    NaN/Inf or a negative eigenvalue (the task then stops) [C]."""
+    NaN/Inf or a negative eigenvalue (the task then stops) [C]. The basis is used only through
+    :func:`sqrt_cov` and :func:`inv_sqrt_cov`, which do not depend on which basis LAPACK returns."""
     if not np.all(np.isfinite(C)):
         return None, None, False
     vals, B = np.linalg.eigh(C, UPLO="U")  # = MATLAB's triu(C) + triu(C, 1)' symmetrisation
     if vals.min() < 0:
         return None, None, False
-    return canonical_signs(B), np.sqrt(vals), True
+    return B, np.sqrt(vals), True
 
 
-def canonical_signs(B):
-    """Flip each eigenvector so that its largest-magnitude entry is positive: the sampling
-    distribution is unchanged (z is symmetric) and every LAPACK gives the same basis [R]."""
-    idx = np.argmax(np.abs(B), axis=0)
-    return B * np.sign(B[idx, np.arange(B.shape[1])])
+def sqrt_cov(B, D):
+    """C^½ = B·diag(D)·Bᵀ: the symmetric square root, the same matrix for every valid eigenbasis
+    (any signs, any rotation inside a repeated eigenvalue's subspace) [R]. MATLAB's ``B·(D.*z)``
+    samples the same distribution, but its draws depend on the basis LAPACK picks, which for
+    repeated eigenvalues differs between OpenBLAS kernels (issue 53)."""
+    return (B * D) @ B.T
+
+
+def inv_sqrt_cov(B, D):
+    """C^−½ = B·diag(1/D)·Bᵀ (basis-free, as :func:`sqrt_cov`) [C: ``B*(D.^-1.*(B'*dm))``]."""
+    return (B / D) @ B.T
 
 
 def sample_normal(m, sigma, B, D, Z, separable: bool, C=None):
-    """x = m + σ·B(D ⊙ z) for each row z of ``Z`` (separable: m + σ·sqrt(C) ⊙ z) [C]."""
+    """x = m + σ·C^½ z for each row z of ``Z`` (separable: m + σ·sqrt(C) ⊙ z). Same distribution
+    as the authors' m + σ·B(D ⊙ z) [C]; C^½ makes the draws independent of the eigenbasis [R]."""
     if separable:
         return m + sigma * np.sqrt(C) * Z
-    return m + sigma * (Z * D) @ B.T
+    return m + sigma * Z @ sqrt_cov(B, D)  # C^½ is symmetric: (C^½ z)ᵀ = zᵀ C^½
 
 
 def phenotypic_samples(m, sigma, B, D, Z, m_bar, step: float, separable: bool, C=None):
-    """u = (m̄ − m) + σ·B(D ⊙ z); x = m + step·u/‖u‖: exactly ``step`` away from m [C].
+    """u = (m̄ − m) + σ·C^½ z; x = m + step·u/‖u‖: exactly ``step`` away from m [C].
     Dimensions where m̄ is NaN (no active task owns them) contribute no pull [R]."""
     pull = np.where(np.isnan(m_bar), 0.0, m_bar - m)
     u = pull + sample_normal(0.0, sigma, B, D, Z, separable, C)

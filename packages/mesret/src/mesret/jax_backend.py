@@ -74,7 +74,7 @@ def make_generation(fn, dims, lam: int):
     eye = jnp.eye(Dmax)
 
     def one(m, sigma, C, ps, pc, B, Dd, Z, f, msk, k, gen):
-        X = m + sigma * (Z * msk * Dd) @ B.T
+        X = m + sigma * (Z * msk) @ ((B * Dd) @ B.T)  # C^½ z, as core.sample_normal
         bound = jnp.sum((X - jnp.clip(X, -0.05, 1.05)) ** 2, axis=1)
         order = jnp.lexsort((f, jnp.where(bound > 0, bound, 0.0)))
         mu = k["weights"].shape[0]
@@ -82,7 +82,7 @@ def make_generation(fn, dims, lam: int):
         dm = (k["weights"] @ sel - m) / sigma
         m2 = k["weights"] @ sel
         ps = (1 - k["cs"]) * ps + jnp.sqrt(k["cs"] * (2 - k["cs"]) * k["mueff"]) * (
-            B @ ((B.T @ dm) / Dd)) * msk
+            ((B / Dd) @ B.T) @ dm) * msk
         hsig = jnp.linalg.norm(ps) / jnp.sqrt(1 - (1 - k["cs"]) ** (2 * (gen + 1))) < k["hth"]
         pc = (1 - k["cc"]) * pc + hsig * jnp.sqrt(k["cc"] * (2 - k["cc"]) * k["mueff"]) * dm
         art = (sel - m) / sigma
@@ -96,12 +96,11 @@ def make_generation(fn, dims, lam: int):
         padded = jnp.sum((B * (1 - msk)[:, None]) ** 2, axis=0) > 0.5  # the identity block's vectors
         order = jnp.lexsort((vals, padded))  # real eigenpairs first, ascending, as in NumPy
         vals, B = vals[order], B[:, order]
-        idx = jnp.argmax(jnp.abs(B), axis=0)
-        B = B * jnp.sign(B[idx, jnp.arange(B.shape[1])])  # core.canonical_signs
         return m2, sigma, C, ps, pc, B, jnp.sqrt(jnp.maximum(vals, 1e-300))
 
     def sample(m, sigma, B, Dd, Z):
-        return m[:, None, :] + sigma[:, None, None] * jnp.einsum("tld,ted->tle", Z * mask[:, None, :] * Dd[:, None, :], B)
+        S = jnp.einsum("tde,te,tfe->tdf", B, Dd, B)  # C^½ per task, as core.sample_normal
+        return m[:, None, :] + sigma[:, None, None] * jnp.einsum("tld,tde->tle", Z * mask[:, None, :], S)
 
     def step(state, Z, gen):
         m, sigma, C, ps, pc, B, Dd = state

@@ -45,15 +45,14 @@ DESCRIPTOR = MethodDescriptor(
             "independent (sep-)CMA-ES baselines.",
     scales={
         "smoke": "wcci20 T=4, D=5, 300 evaluations per task, 2 seeds; a 2-env policy suite (seconds)",
-        "quick": "wcci20 T=50, D in {10,20,30}, 2000 evaluations per task: mixed similarity with "
-                 "every arm (5 seeds), low similarity with mesret/indep-cma/mfea (5 seeds), the curse "
-                 "sweep T in {2,10,30} (2 seeds); the 4-env policy suite (h=8, horizon 100, 600 "
-                 "evaluations per task), semantic vs naive vs tau=0 vs sep-CMA-ES (3 seeds); JAX vs "
-                 "NumPy generations per second (CPU). About 3 CPU-minutes (170 s user time measured at "
-                 "3 seeds; 13 min wall on the shared machine)",
-        "full": "a larger CPU/GPU run: wcci20 T=50 with 10,000 evaluations per task and 30 seeds, "
-                "JAX across devices; needs MESRET_FULL=1 (hours); cec17-mix and MuJoCo are not "
-                "built (opfunu / brax are not installed)",
+        "quick": "the protocol (docs/experiments.md): N = lambda = 100 for every arm and 50,000 "
+                 "evaluations per task; wcci20 T=50, D in {10,20,30}: mixed similarity with every arm "
+                 "(4 seeds), low similarity with mesret/indep-cma/mfea (4 seeds), the curse sweep T in "
+                 "{2,10,30} (2 seeds); the 4-env policy suite (h=8, horizon 100, 600 evaluations per "
+                 "task, 3 seeds); JAX vs NumPy generations per second (CPU). About 10 CPU-minutes",
+        "full": "the same protocol at 30 seeds (curse sweep 10 seeds), policy suite h=16, horizon 200; "
+                "JAX across devices; needs MESRET_FULL=1 (hours); cec17-mix and MuJoCo are not built "
+                "(opfunu / brax are not installed)",
     },
-    quick_minutes=5.0,
+    quick_minutes=10.0,
 )

@@ -120,7 +120,7 @@ def load_user_suite(spec: str, **kwargs) -> list[TaskSpec]:
     """``FILE.py:FUNC``: import FILE and call FUNC() (it must return a list of ``TaskSpec``)."""
     path_s, sep, func = spec.rpartition(":")
     if not sep or not path_s.endswith(".py") or not func:
-        raise UserError(f"unknown suite {spec!r} (use wcci20, gymnax-lite or FILE.py:FUNC)")
+        raise UserError(f"unknown suite {spec!r} (use wcci20 or FILE.py:FUNC; policy tasks run through `mesret policy`)")
     path = Path(path_s)
     if not path.is_file():
         raise UserError(f"suite file {path} does not exist")

@@ -76,6 +76,14 @@ def evaluate(task: TaskSpec, index: int, X_unit: np.ndarray) -> tuple[np.ndarray
     return f, cv
 
 
+def check_first_generation(task: TaskSpec, index: int, f: np.ndarray) -> None:
+    """A task whose first generation has no finite objective value cannot be ranked or rewarded:
+    refuse it (``UserError`` naming it) instead of spending its budget on a blind search."""
+    if not np.any(np.isfinite(f)):
+        raise UserError(f"{task.label(index)}: fn returned no finite value on its first {len(f)} "
+                        "samples (all NaN/inf); check the objective")
+
+
 def _vector(out: Any, n: int, label: str, what: str) -> np.ndarray:
     if type(out).__module__.startswith("jax"):
         out = np.asarray(out)
