@@ -64,7 +64,7 @@ def test_bench_refuses_unknown_space_and_existing_json(tmp_path, capsys):
     (["bench", "--shapes", "4096"], "--shapes"),
     (["merge", "a", "--out", "o", "--weights", "1,nan"], "finite"),
     (["merge", "a", "--out", "o", "--weights", "1,inf"], "finite"),
-    (["merge", "a", "--out", "o", "--weights", "1,-0.5"], "non-negative"),
+    (["merge", "a", "--out", "o", "--weights", "0,0"], "all zero"),
     (["merge", "a", "--out", "o", "--density", "nan"], "density"),
     (["merge", "a", "--out", "o", "--sketch-target", "1.5"], "--sketch-target"),
     (["merge", "a", "--out", "o", "--sketch-target", "1"], "--sketch-target"),

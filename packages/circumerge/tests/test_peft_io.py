@@ -183,8 +183,19 @@ def test_refuses_different_base_models(adapters, tmp_path, capsys):
     (other / "adapter_config.json").write_text(json.dumps(cfg))
     out = tmp_path / "merged"
     before = _siblings(out)
-    _refused(["merge", str(dirs[0]), str(other), "--out", str(out)], capsys, "different base models")
+    err = _refused(["merge", str(dirs[0]), str(other), "--out", str(out)], capsys, "different base models")
+    assert "--ignore-base-name" in err
     assert _siblings(out) == before
+    # the same model under two names: the flag merges them, modules and shapes still checked
+    assert main(["merge", str(dirs[0]), str(other), "--out", str(out), "--ignore-base-name", "--quiet"]) == 0
+    line = capsys.readouterr().out
+    assert "merged 2 adapters" in line and "setup and imports" in line
+    broken = tmp_path / "broken"
+    shutil.copytree(other, broken)
+    t = load_file(str(broken / "adapter_model.safetensors"))
+    save_file({k: v for k, v in t.items() if ".v." not in k}, str(broken / "adapter_model.safetensors"))
+    _refused(["merge", str(dirs[0]), str(broken), "--out", str(tmp_path / "o2"), "--ignore-base-name"],
+             capsys, "different modules")
 
 
 def test_refuses_different_target_modules(adapters, tmp_path, capsys):
@@ -289,3 +300,138 @@ def test_layers_are_streamed_one_at_a_time(adapters, tmp_path, monkeypatch):
     for i, mod in enumerate(mods):
         want += [("load", mod)] * T + [("merge", i)]
     assert events == want
+
+
+def _snapshot(folder):
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_force_never_replaces_an_input_or_a_folder_holding_one(adapters, tmp_path, capsys, monkeypatch):
+    dirs, _ = adapters
+    work = tmp_path / "work"
+    work.mkdir()
+    x, y = work / "x", work / "y"
+    shutil.copytree(dirs[0], x)
+    shutil.copytree(dirs[1], y)
+    (work / "notes.txt").write_text("mine")
+    # an earlier circumerge output used as an input: a run folder, yet never --out of this merge
+    prev = work / "prev"
+    assert main(["merge", str(x), str(y), "--out", str(prev), "--quiet"]) == 0
+    capsys.readouterr()
+    (tmp_path / "link").symlink_to(x, target_is_directory=True)
+    before = _snapshot(work)
+    monkeypatch.chdir(work)
+    for out, match in [("x", "is the input adapter"), ("./x/", "is the input adapter"),
+                       (str(tmp_path / "link"), "symbolic link"), (".", "contains the input adapter"),
+                       (str(tmp_path), "contains the input adapter"), ("prev", "is the input adapter"),
+                       ("x/sub", "inside the input adapter")]:
+        inputs = ["prev", "y"] if out == "prev" else ["x", "y"]
+        _refused(["merge", *inputs, "--out", out, "--force", "--quiet"], capsys, match)
+        assert _snapshot(work) == before
+    assert (tmp_path / "link").is_symlink()
+
+
+def test_force_replaces_only_a_circumerge_output(adapters, tmp_path, capsys):
+    dirs, _ = adapters
+    other = tmp_path / "other_run"  # a run folder another tool wrote: its files are not ours
+    from icml26_shared.io import atomic_dir
+
+    with atomic_dir(other, writer="someone-else 1.0") as tmp:
+        (tmp / "result.json").write_text("{}")
+    before = _snapshot(other)
+    _refused(["merge", *map(str, dirs), "--out", str(other), "--force", "--quiet"], capsys,
+             "not written by circumerge")
+    assert _snapshot(other) == before
+    out = tmp_path / "merged"
+    assert main(["merge", *map(str, dirs), "--out", str(out), "--quiet"]) == 0
+    first = _snapshot(out)
+    assert main(["merge", *map(str, dirs), "--out", str(out), "--force", "--rule", "ties", "--quiet"]) == 0
+    assert _snapshot(out) != first  # replaced
+    link = tmp_path / "dangling"
+    link.symlink_to(tmp_path / "nowhere")
+    _refused(["merge", *map(str, dirs), "--out", str(link), "--quiet"], capsys, "symbolic link")
+
+
+def test_default_space_is_core(adapters, tmp_path, capsys):
+    import inspect
+
+    from circumerge.config import MergeConfig
+    from circumerge.spaces import merge_layer
+
+    assert MergeConfig().space == "core"
+    assert inspect.signature(merge_layer).parameters["space"].default == "core"
+    dirs, _ = adapters
+    a, b = tmp_path / "default", tmp_path / "core"
+    assert main(["merge", *map(str, dirs), "--out", str(a), "--rule", "ties", "--quiet"]) == 0
+    assert main(["merge", *map(str, dirs), "--out", str(b), "--rule", "ties", "--space", "core", "--quiet"]) == 0
+    assert _snapshot(a) == _snapshot(b)
+
+
+ALL_SPACES = ["full", "knots", "core", "core_svd", "circulant", "peft"]
+
+
+@pytest.mark.parametrize("space", ALL_SPACES)
+def test_an_adapter_minus_itself_is_zero_in_every_space(peft_factors, space):
+    from circumerge.spaces import merge_layer
+
+    A0, B0 = peft_factors["q"][0][0], peft_factors["q"][1][0]
+    A, B = merge_layer([A0, A0], [B0, B0], space=space, rule="ta", weights=[1.0, -1.0])
+    assert float((B @ A).norm()) <= 1e-5 * float((B0 @ A0).norm())
+
+
+def test_negative_weights_match_peft_cat_through_the_cli(adapters, tmp_path, capsys):
+    """TA with (1, −0.5): the merged file gives peft's own ``cat`` merge's logits."""
+    dirs, _ = adapters
+    out = tmp_path / "merged"
+    assert main(["merge", str(dirs[0]), str(dirs[1]), "--out", str(out), "--weights", "1,-0.5",
+                 "--quiet"]) == 0
+    capsys.readouterr()
+    pm = PeftModel.from_pretrained(base_model(), str(dirs[0]), adapter_name="a0")
+    pm.load_adapter(str(dirs[1]), adapter_name="a1")
+    pm.add_weighted_adapter(["a0", "a1"], [1.0, -0.5], "cat", combination_type="cat")
+    pm.set_adapter("cat")
+    x = torch.randn(5, 16, generator=torch.Generator().manual_seed(0))
+    loaded = PeftModel.from_pretrained(base_model(), str(out)).eval()
+    with torch.no_grad():
+        got, want = loaded(x), pm.eval()(x)
+        plus = expected_forward(x, facs_deltas(factors_from(dirs[:2])), [1.0, 0.5])
+    assert torch.allclose(got, want, atol=1e-5, rtol=0)
+    assert not torch.allclose(got, plus, atol=1e-3)  # the sign was applied
+
+
+def test_ties_with_a_negative_weight_matches_peft(peft_factors):
+    """TIES with weights (1, −0.5, 0.8): full space and peft's own ``ties_svd`` agree with peft's
+    ``ties`` on the dense stack, truncated to the stacked rank Σ r_t as both spaces return it."""
+    from circumerge.rules import peft_merge_utils
+    from circumerge.spaces import merge_layer
+
+    As, Bs = peft_factors["q"]
+    w = [1.0, -0.5, 0.8]
+    dense = peft_merge_utils().ties([b @ a for a, b in zip(As, Bs, strict=True)], torch.tensor(w), 0.2,
+                                    "total")
+    k = sum(a.shape[0] for a in As)
+    U, S, Vh = torch.linalg.svd(dense.double())
+    want = ((U[:, :k] * S[:k]) @ Vh[:k]).float()
+    for space in ("full", "peft"):
+        A, B = merge_layer(As, Bs, space=space, rule="ties", weights=w)
+        assert torch.allclose(B @ A, want, atol=1e-5), space
+    A, B = merge_layer(As, Bs, space="full", rule="ties", weights=[1.0, 0.5, 0.8])
+    assert not torch.allclose(B @ A, want, atol=1e-3)
+
+
+def test_merge_time_excludes_imports_and_setup(adapters, tmp_path, monkeypatch):
+    """A slow import (peft pulls transformers) lands in setup_seconds, never in merge_seconds."""
+    import time
+
+    import circumerge.adapters as cad
+
+    real = cad._warm_up
+
+    def slow(cfg):
+        time.sleep(0.5)
+        real(cfg)
+
+    monkeypatch.setattr(cad, "_warm_up", slow)
+    dirs, _ = adapters
+    summary = cad.merge_adapters(dirs, tmp_path / "out")
+    assert summary["setup_seconds"] >= 0.5 > summary["merge_seconds"]

@@ -111,9 +111,14 @@ def train_lora(net: MLP, task: Task, rank: int, steps: int, seed: int):
 
 
 @torch.no_grad()
-def accuracy(net: MLP, head: nn.Linear, deltas, split) -> float:
+def correct(net: MLP, head: nn.Linear, deltas, split) -> np.ndarray:
+    """Per-example correctness (bool, one per example of ``split``)."""
     X, y = split
-    return float((head(net.features(X, deltas)).argmax(1) == y).float().mean())
+    return (head(net.features(X, deltas)).argmax(1) == y).numpy()
+
+
+def accuracy(net: MLP, head: nn.Linear, deltas, split) -> float:
+    return float(correct(net, head, deltas, split).mean())
 
 
 def run_accuracy(names: Sequence[str], *, seed: int, rank: int, base_steps: int, lora_steps: int,
@@ -122,7 +127,8 @@ def run_accuracy(names: Sequence[str], *, seed: int, rank: int, base_steps: int,
     """One seed: train, merge every (space, rule) with λ picked on dev, score on test.
 
     Returns {"individual": {task: acc}, "merged": {(space, rule): {"norm_acc", "lambda",
-    "merge_s", "per_task"}}}.
+    "merge_s", "per_task", "per_example"}}, "adapters": [{layer: (A, B)}]}; ``per_example`` (one per test example) averages the
+    example's normalized correctness over the tasks.
     """
     base, tasks = make_tasks(names, seed)
     net, _ = train_base(base, base_steps, seed)
@@ -152,9 +158,13 @@ def run_accuracy(names: Sequence[str], *, seed: int, rank: int, base_steps: int,
                 if best is None or val > best[0] + 1e-12:
                     best = (val, lam, deltas)
             _, lam, deltas = best
-            per_task = {task.name: accuracy(net, heads[t], deltas, task.splits["test"])
-                        for t, task in enumerate(tasks)}
+            hits = {task.name: correct(net, heads[t], deltas, task.splits["test"])
+                    for t, task in enumerate(tasks)}
+            per_task = {k: float(v.mean()) for k, v in hits.items()}
             norm = float(np.mean([per_task[k] / individual[k] for k in individual]))
+            # per test example: its normalized correctness averaged over the tasks (every task
+            # scores the same test images), whose mean over examples is ``norm_acc``
+            per_example = np.mean([hits[k] / individual[k] for k in individual], axis=0)
             merged[(label, rule)] = {"norm_acc": norm, "lambda": lam, "merge_s": merge_s,
-                                     "per_task": per_task}
-    return {"individual": individual, "merged": merged}
+                                     "per_task": per_task, "per_example": per_example}
+    return {"individual": individual, "merged": merged, "adapters": adapters}

@@ -49,25 +49,44 @@ def merge_lora(adapters: Sequence[Mapping[str, Factors]], config: MergeConfig | 
             for i, name in enumerate(names)}
 
 
+def _warm_up(cfg: MergeConfig) -> None:
+    """Import what the merge needs (peft's rule code; peft itself, and so transformers, for the
+    ``peft`` space) before the timed loop, so the merge time is the merge's alone."""
+    from .rules import PEFT_RULE_FUNCTIONS, peft_merge_utils
+
+    if cfg.rule in PEFT_RULE_FUNCTIONS:
+        peft_merge_utils()
+    if cfg.space == "peft":
+        from .peft_baseline import _require_peft
+
+        _require_peft()
+
+
 def merge_adapters(dirs: Sequence[str | Path], out: str | Path, config: MergeConfig | None = None, *,
                    force: bool = False, progress: Callable[[int, int, str], None] | None = None,
-                   ) -> dict[str, Any]:
+                   ignore_base_name: bool = False) -> dict[str, Any]:
     """Merge PEFT LoRA adapter folders into a new PEFT adapter folder ``out``.
 
-    Refuses (``UserError``, nothing written) adapters of different base models or target modules,
-    missing files, or an existing ``out`` without ``force``. Returns a summary dict.
+    Refuses (``UserError``, nothing written) adapters of different base models (unless
+    ``ignore_base_name``: target modules and shapes are still checked) or target modules, missing
+    files, an ``out`` that is (or holds, or lies inside) an input, or an existing ``out`` unless
+    ``force`` and it is an earlier circumerge output. Returns a summary dict: ``merge_seconds``
+    (the merges alone), ``io_seconds`` (reading and writing factors), ``setup_seconds`` (opening,
+    checks, imports the merge needs).
     """
     from .io import PeftAdapter, check_compatible, iter_layers, output_config, prepare_out
     from .writer import StreamingAdapterWriter
 
+    t_setup = time.perf_counter()
     cfg = config or MergeConfig()
     if not dirs:
         raise UserError("give at least one adapter folder")
-    prepare_out(out, force)
+    prepare_out(out, force, list(dirs))
     if cfg.weights is not None and len(cfg.weights) != len(dirs):
         raise UserError(f"--weights has {len(cfg.weights)} values for {len(dirs)} adapters")
     adapters = [PeftAdapter.open(d) for d in dirs]
-    check_compatible(adapters)
+    check_compatible(adapters, ignore_base_name=ignore_base_name)
+    _warm_up(cfg)
     out_dtype = adapters[0].weight_dtype()
     # the output rank is fixed before merging (Σ r_t, or out_rank), so the safetensors header can be
     # written first and every merged layer streamed to disk as soon as it exists
@@ -82,6 +101,7 @@ def merge_adapters(dirs: Sequence[str | Path], out: str | Path, config: MergeCon
     meta = {k: v for k, v in asdict(cfg).items()}
     meta["sources"] = [str(Path(d)) for d in dirs]
     t0, merge_s = time.perf_counter(), 0.0
+    setup_s = t0 - t_setup
     with StreamingAdapterWriter(Path(out), layout, out_dtype, output_config(first.config, rank),
                                 {"circumerge": dumps_json(meta, indent=None, default=str)}, force) as writer:
         for i, (mod, As, Bs) in enumerate(iter_layers(adapters)):
@@ -95,7 +115,8 @@ def merge_adapters(dirs: Sequence[str | Path], out: str | Path, config: MergeCon
             if progress:
                 progress(i + 1, len(mods), mod)
     return {"out": str(out), "modules": len(mods), "rank": rank, "adapters": len(dirs),
-            "merge_seconds": merge_s, "total_seconds": time.perf_counter() - t0}
+            "merge_seconds": merge_s, "io_seconds": time.perf_counter() - t0 - merge_s,
+            "setup_seconds": setup_s, "total_seconds": time.perf_counter() - t_setup}
 
 
 def _orth(X: torch.Tensor) -> torch.Tensor:

@@ -40,9 +40,11 @@ def _weights(text: str) -> tuple[float, ...]:
         raise argparse.ArgumentTypeError(f"weights must be numbers, got {text!r}") from None
     if not values:
         raise argparse.ArgumentTypeError("give at least one weight")
-    bad = [v for v in values if not (math.isfinite(v) and v >= 0)]
+    bad = [v for v in values if not math.isfinite(v)]
     if bad:
-        raise argparse.ArgumentTypeError(f"weights must be finite and non-negative, got {bad[0]:g}")
+        raise argparse.ArgumentTypeError(f"weights must be finite numbers, got {bad[0]:g}")
+    if not any(values):
+        raise argparse.ArgumentTypeError("weights are all zero: the merged adapter would be empty")
     return values
 
 
@@ -92,11 +94,13 @@ def _cmd_merge(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"\r[{i}/{total}] {mod[-60:]:<60}", end="", file=sys.stderr, flush=True)
 
-    summary = merge_adapters(args.adapters, args.out, cfg, force=args.force, progress=progress)
+    summary = merge_adapters(args.adapters, args.out, cfg, force=args.force, progress=progress,
+                             ignore_base_name=args.ignore_base_name)
     if not args.quiet:
         print(file=sys.stderr)
     print(f"merged {summary['adapters']} adapters ({summary['modules']} modules, rank "
           f"{summary['rank']}) with {cfg.rule} in {cfg.space} space in {summary['merge_seconds']:.2f} s "
+          f"(read/write {summary['io_seconds']:.2f} s, setup and imports {summary['setup_seconds']:.2f} s) "
           f"-> {summary['out']}")
     return 0
 
@@ -188,9 +192,10 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("merge", help="merge PEFT LoRA adapter folders into one PEFT adapter")
     m.add_argument("adapters", nargs="+", type=Path, metavar="ADAPTER_DIR")
     m.add_argument("--out", type=Path, required=True, help="output adapter folder (must not exist)")
-    m.add_argument("--space", choices=SPACES, default="circulant", help="merge space (default: %(default)s)")
+    m.add_argument("--space", choices=SPACES, default="core",
+                   help="merge space (default: %(default)s, exact; circulant is the reconstructed sketch, opt-in)")
     m.add_argument("--rule", choices=RULES, default="ta", help="merge rule (default: %(default)s)")
-    m.add_argument("--weights", type=_weights, default=None, help="per-adapter weights, e.g. 1,0.5,0.5")
+    m.add_argument("--weights", type=_weights, default=None, help="per-adapter weights, either sign, e.g. 1,0.5,-0.5 (-1 negates a task)")
     m.add_argument("--density", type=float_in(0.0, 1.0, low_open=True), default=None,
                    help="TIES/DARE/magnitude_prune kept fraction in (0, 1] (default: ties 0.2, dare 0.5)")
     m.add_argument("--sketch-size", type=_sketch_size, default="auto", help="circulant: auto, none or N rows")
@@ -198,7 +203,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="circulant auto: target Gram distortion ε, s = R/ε² rows (default: %(default)s)")
     m.add_argument("--out-rank", type=positive_int, default=None, help="compress each merged layer to this rank")
     m.add_argument("--seed", type=int, default=0)
-    m.add_argument("--force", action="store_true", help="replace --out if it exists")
+    m.add_argument("--force", action="store_true",
+                   help="replace --out if it is an earlier circumerge output (never an input or a user's files)")
+    m.add_argument("--ignore-base-name", action="store_true",
+                   help="merge adapters whose base_model_name_or_path differ (modules and shapes still checked)")
     m.add_argument("--quiet", action="store_true", help="no progress line")
     m.set_defaults(fn=_cmd_merge)
 

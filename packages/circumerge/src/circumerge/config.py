@@ -13,17 +13,19 @@ PEFT_RULES = ("ta", "ties", "magnitude_prune", "dare", "dare_ties")
 
 @dataclass(frozen=True)
 class MergeConfig:
-    space: str = "circulant"
-    """Merge space: ``full`` (dense ΔW) [C], ``knots`` (KnOTS, ICLR'25) [C], ``core`` (Core Space,
-    NeurIPS'25, fastest exact route) [C], ``core_svd`` (Core Space by two SVDs, its published
+    space: str = "core"
+    """Merge space (default ``core``: exact, and the sketch has not been measured to pay): ``full``
+    (dense ΔW) [C], ``knots`` (KnOTS, ICLR'25) [C], ``core`` (Core Space, NeurIPS'25, fastest
+    exact route) [C], ``core_svd`` (Core Space by two SVDs, its published
     route) [C], ``peft`` (peft's ``add_weighted_adapter`` itself) [C], ``circulant`` (CircuMerge,
-    ICML'26 abstract; algorithm reconstructed) [R]."""
+    ICML'26 abstract; algorithm reconstructed; opt-in) [R]."""
     rule: str = "ta"
     """Merge rule applied inside the space: ta, ties, magnitude_prune, dare, dare_ties, tsv, iso
     [C] (the rules the KnOTS / Core Space / peft code ships; ``iso`` is Iso-C / CART-style
     spectrum flattening)."""
     weights: tuple[float, ...] | None = None
-    """Per-adapter weights λ_t (default 1 each) [C] (task-arithmetic scaling)."""
+    """Per-adapter weights λ_t (default 1 each; finite, either sign, not all zero: −1 negates a
+    task) [C] (task-arithmetic scaling; passed to the rule as peft's ``add_weighted_adapter`` does)."""
     density: float | None = None
     """Fraction kept by TIES trimming / DARE dropping (default: ties 0.2, dare 0.5) [C]."""
     sketch_size: int | str = "auto"
@@ -47,9 +49,11 @@ class MergeConfig:
         if self.rule not in RULE_NAMES:
             raise ValueError(f"unknown rule {self.rule!r} (choose one of {', '.join(RULE_NAMES)})")
         if self.weights is not None:
-            bad = [w for w in self.weights if not (math.isfinite(w) and w >= 0)]
+            bad = [w for w in self.weights if not math.isfinite(w)]
             if bad:
-                raise ValueError(f"weights must be finite and non-negative, got {bad[0]}")
+                raise ValueError(f"weights must be finite numbers, got {bad[0]}")
+            if not any(self.weights):
+                raise ValueError("weights are all zero: the merged adapter would be empty")
         if self.space == "peft" and self.rule not in PEFT_RULES:
             raise ValueError(f"peft's add_weighted_adapter has no rule {self.rule!r} "
                              f"(it has: {', '.join(PEFT_RULES)})")

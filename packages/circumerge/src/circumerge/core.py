@@ -92,12 +92,13 @@ def choose_sketch_size(R: int, d: int, target: float) -> int:
 
 
 def sketched_gram(X: torch.Tensor, sketch_size: int | str, generator: torch.Generator,
-                  target: float = 0.25) -> tuple[torch.Tensor, int]:
+                  target: float = 0.25, *, transform: bool = True) -> tuple[torch.Tensor, int]:
     """Gram Xᵀ X (R × R, float64) of X (d × R) from the shared-circulant sketch of s rows.
 
     ``sketch_size``: "none" (transform, all d rows: exact up to float64 rounding), "auto"
     (``choose_sketch_size(R, d, target)``) or an int (clipped to d). Returns (G, s). The
-    transform always runs; deterministic for the generator.
+    transform always runs; deterministic for the generator. ``transform=False`` is the mechanism
+    ablation (the same rows sampled and rescaled, no transform), never a merge space.
     """
     d, R = X.shape
     if sketch_size == "auto":
@@ -112,7 +113,7 @@ def sketched_gram(X: torch.Tensor, sketch_size: int | str, generator: torch.Gene
     if s >= d:  # no sampling: the orthogonal transform in float64, then the full Gram
         return gram64(apply_circulant(X.to(torch.float64), signs, lam)), d
     rows = torch.randperm(d, generator=generator)[:s].to(X.device)
-    Y = apply_circulant(X, signs, lam)  # shared transform, O(R d log d), in X's precision
+    Y = apply_circulant(X, signs, lam) if transform else X  # shared transform, O(R d log d)
     S = Y[rows].to(torch.float64) * math.sqrt(d / s)
     return S.T @ S, s
 
@@ -127,6 +128,25 @@ def circulant_space(As, Bs, *, rule, weights, density, generator, opts: SpaceOpt
     G_B, _ = sketched_gram(B_s, opts.sketch_size, sketch_gen, opts.sketch_target)
     return merge_from_grams(As, Bs, G_A, G_B, rule=rule, weights=weights, density=density,
                             generator=generator, rank_tol=opts.rank_tol)
+
+
+def sampled_merge(As, Bs, *, rule: str, sketch_size: int | str, seed: int = 0, transform: bool = True,
+                  weights=None, density: float | None = None, sketch_target: float = 0.25,
+                  rank_tol: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor]:
+    """One layer merged from sketched Grams, with (``transform=True``: ``merge_layer(...,
+    space="circulant")``'s maths for layer 0) or without the shared transform (the ablation
+    that isolates it: same rows, same rescaling). Float64 factors in, float64 out."""
+    from .spaces import layer_generator
+
+    As, Bs = [a.double() for a in As], [b.double() for b in Bs]
+    gen = layer_generator(seed, 0)
+    sketch_gen = torch.Generator().manual_seed(gen.initial_seed() ^ 0x5EED5EED)
+    A_s, B_s = torch.cat(As, 0), torch.cat(Bs, 1)
+    G_A, _ = sketched_gram(A_s.T, sketch_size, sketch_gen, sketch_target, transform=transform)
+    G_B, _ = sketched_gram(B_s, sketch_size, sketch_gen, sketch_target, transform=transform)
+    w = torch.ones(len(As), dtype=torch.float64) if weights is None else torch.as_tensor(weights).double()
+    return merge_from_grams(As, Bs, G_A, G_B, rule=rule, weights=w, density=density, generator=gen,
+                            rank_tol=rank_tol)
 
 
 def sketch_sizes(As, Bs, opts: SpaceOptions) -> tuple[int, int]:

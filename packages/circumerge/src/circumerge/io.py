@@ -132,13 +132,15 @@ class PeftAdapter:
 _DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 
 
-def check_compatible(adapters: list[PeftAdapter]) -> None:
-    """Refuse adapters that cannot be merged: different base models, target modules or shapes."""
+def check_compatible(adapters: list[PeftAdapter], *, ignore_base_name: bool = False) -> None:
+    """Refuse adapters that cannot be merged: different base model names (unless
+    ``ignore_base_name``: the same model saved under two paths), target modules or shapes."""
     first = adapters[0]
     for ad in adapters[1:]:
-        if ad.base_model != first.base_model:
+        if ad.base_model != first.base_model and not ignore_base_name:
             raise UserError(f"adapters have different base models: {first.base_model!r} "
-                            f"({first.path}) vs {ad.base_model!r} ({ad.path})")
+                            f"({first.path}) vs {ad.base_model!r} ({ad.path}); if they are the same "
+                            "model, pass --ignore-base-name (modules and shapes are still checked)")
         if set(ad.modules) != set(first.modules):
             diff = sorted(set(ad.modules) ^ set(first.modules))
             raise UserError(f"adapters target different modules: {first.path} and {ad.path} differ "
@@ -165,14 +167,54 @@ def output_config(template: dict[str, Any], rank: int) -> dict[str, Any]:
     return cfg
 
 
-def prepare_out(out: str | Path, force: bool) -> Path:
-    """Check the output folder before any work: refuse an existing one unless ``force``."""
+def _written_by_circumerge(folder: Path) -> bool:
+    """An empty folder, or one whose manifest names circumerge as its writer, or whose weights
+    carry circumerge's metadata (outputs of 0.3.1, whose manifest names no writer)."""
+    import json as _json
+
+    from icml26_shared.io import MANIFEST
+
+    if not any(folder.iterdir()):
+        return True
+    try:
+        writer = _json.loads((folder / MANIFEST).read_text(encoding="utf-8")).get("writer")
+    except (OSError, ValueError, AttributeError):
+        return False
+    if isinstance(writer, str) and writer.split(" ")[0] == "circumerge":
+        return True
+    try:
+        from safetensors import safe_open
+
+        with safe_open(str(folder / WEIGHTS_NAME), framework="pt") as f:
+            return "circumerge" in (f.metadata() or {})
+    except Exception:
+        return False
+
+
+def prepare_out(out: str | Path, force: bool, inputs: list[str | Path] | tuple = ()) -> Path:
+    """Check the output folder before any work: refuse a symlink, an ``out`` that is an input
+    adapter, contains one or lies inside one (symlinks followed), an existing one unless
+    ``force``, and with ``force`` any folder that is not an earlier circumerge output."""
     out = Path(out)
+    if out.is_symlink():
+        raise UserError(f"--out {out} is a symbolic link (to {os.readlink(out)}); give a real folder")
+    real = out.resolve()
+    for d in inputs:
+        d_real = Path(d).resolve()
+        if real == d_real:
+            raise UserError(f"--out {out} is the input adapter {d}; choose another folder")
+        if real in d_real.parents:
+            raise UserError(f"--out {out} contains the input adapter {d}; choose another folder")
+        if d_real in real.parents:
+            raise UserError(f"--out {out} lies inside the input adapter {d}; choose another folder")
     if out.exists() and not force:
         raise UserError(f"output {out} already exists (pass --force to replace it)")
     if out.exists() and not out.is_dir():
         raise UserError(f"output {out} exists and is not a directory")
     check_replaceable(out)  # --force replaces only a folder a run wrote, never a user's files
+    if out.is_dir() and not _written_by_circumerge(out):
+        raise UserError(f"{out} was not written by circumerge; --force replaces only an earlier "
+                        "circumerge output")
     parent = out.absolute().parent
     if not parent.is_dir():
         raise UserError(f"parent folder of --out {out} does not exist")

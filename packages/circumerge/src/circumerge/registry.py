@@ -10,15 +10,28 @@ CLAIMS = (
           "ratio_time_circulant_over_core", direction="lower", paper_value=0.56,
           source="abstract ('at least 44%' less merge time than the state of the art); Core Space "
                  "taken as the state of the art [R]"),
-    Claim("accuracy_vs_core",
-          "normalized accuracy of circulant with sampling engaged within 0.5 points of core "
-          "(mean over rules, digits LoRA tasks, lambda chosen on dev)",
-          "normalized_accuracy_gap_points", direction="higher", paper_value=0.0,
-          source="abstract ('accuracy matching or exceeding the optimal level')"),
+    *(Claim(f"accuracy_vs_core_{name}",
+            f"normalized accuracy of circulant with sampling engaged minus core >= -0.5 points for "
+            f"{name} (digits LoRA tasks, lambda chosen on dev, test split; the interval's lower end "
+            "must clear -0.5: two-level bootstrap, seeds outer, test examples inner)",
+            "normalized_accuracy_gap_points", direction="higher", paper_value=0.0,
+            source="abstract ('accuracy matching or exceeding the optimal level'); one claim per "
+                   "non-linear rule (issue 61) [R]")
+      for name in ("ties", "magnitude_prune", "dare_linear", "dare_ties", "tsv", "iso")),
+    Claim("ta_exact",
+          "task arithmetic is exact at every sketch size: circulant sampling s = 2R rows vs core, "
+          "relative difference <= 1e-4", "max_rel_diff_circulant_ta_vs_core", direction="lower",
+          paper_value=None, source="by construction: Delta W_t = U M_t V for any sketch (core.py step 4)",
+          kind="check"),
+    Claim("circulant_none_equals_core",
+          "circulant without sampling equals core: relative difference <= 1e-4 on TA/TSV/Iso at every "
+          "timed shape", "max_rel_diff_circulant_none_vs_core", direction="lower", paper_value=None,
+          source="by construction: the transform is orthogonal, so unsampled Grams are exact",
+          kind="check"),
     Claim("fp32_shared_init",
           "fp32 shared-init adapters: circulant without sampling vs core <= 1e-4 relative on all rules",
           "max_rel_diff_circulant_none_vs_core", direction="lower", paper_value=None,
-          source="issue 12 target (numerics of the reconstruction) [R]"),
+          source="issue 12 target (numerics of the reconstruction) [R]", kind="check"),
 )
 
 DESCRIPTOR = MethodDescriptor(
@@ -32,7 +45,7 @@ DESCRIPTOR = MethodDescriptor(
             "sketch (reconstructed from the abstract) beside Core Space, KnOTS and full space.",
     scales={
         "smoke": "tiny synthetic factors (256x192, R=32/64), fp32 shared-init check, a 4-task digits "
-                 "MLP, 1 seed (seconds)",
+                 "MLP, 1 seed, the transform ablation on three factor families (seconds)",
         "quick": "merge time and sketch error vs stacked rank R at m=14336, n=4096 (Llama-3-8B MLP), "
                  "T in {8,16,32}, r=16 (R <= 512) for core, circulant, circulant@none, "
                  "core_svd and knots (R <= 256), peft at 1024x1024; fp32 shared-init numerics on 7 rules; digits "

@@ -70,7 +70,7 @@ def compress(A: torch.Tensor, B: torch.Tensor, out_rank: int | None) -> tuple[to
     return (root[:, None] * Vh[:out_rank]) @ Qa.T, (Qb @ U[:, :out_rank]) * root
 
 
-def merge_layer(As: Sequence[torch.Tensor], Bs: Sequence[torch.Tensor], *, space: str = "circulant",
+def merge_layer(As: Sequence[torch.Tensor], Bs: Sequence[torch.Tensor], *, space: str = "core",
                 rule: str = "ta", weights: Sequence[float] | torch.Tensor | None = None,
                 density: float | None = None, seed: int = 0, layer_index: int = 0,
                 out_rank: int | None = None, opts: SpaceOptions | None = None,
@@ -98,6 +98,8 @@ def merge_layer(As: Sequence[torch.Tensor], Bs: Sequence[torch.Tensor], *, space
         raise ValueError(f"expected {len(As)} weights, got {w.numel()}")
     if not bool(torch.isfinite(w).all()):
         raise ValueError(f"weights must be finite numbers, got {w.tolist()}")
+    if not bool((w != 0).any()):
+        raise ValueError("weights are all zero: the merged adapter would be empty")
     gen = layer_generator(seed, layer_index)
     A, B = SPACES[space](As, Bs, rule=rule, weights=w, density=density, generator=gen,
                          opts=opts or SpaceOptions())

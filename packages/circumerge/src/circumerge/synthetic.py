@@ -40,6 +40,23 @@ def make_factors(T: int, r: int | Sequence[int], m: int, n: int, *, shared: floa
     return As, Bs
 
 
+def coherent_factors(T: int, r: int, m: int, n: int, *, k: int = 8, noise: float = 1e-3, seed: int = 0,
+                     ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """T LoRA pairs whose energy sits on ``k`` input and ``k`` output coordinates (plus ``noise``):
+    the worst case for uniform row sampling, the case a shared transform is meant to fix. float64."""
+    g = torch.Generator().manual_seed(seed)
+    cols, rows = torch.randperm(n, generator=g)[:k], torch.randperm(m, generator=g)[:k]
+    As, Bs = [], []
+    for _ in range(T):
+        A = noise * torch.randn(r, n, generator=g, dtype=torch.float64)
+        A[:, cols] += torch.randn(r, k, generator=g, dtype=torch.float64)
+        B = noise * torch.randn(m, r, generator=g, dtype=torch.float64)
+        B[rows] += torch.randn(k, r, generator=g, dtype=torch.float64)
+        As.append(A)
+        Bs.append(B)
+    return As, Bs
+
+
 def relative_error(A1, B1, A2, B2) -> float:
     """‖B1 A1 − B2 A2‖_F / ‖B2 A2‖_F, from the factors (no m×n matrix): via stacked factors."""
     Bc = torch.cat([B1.double(), -B2.double()], 1)

@@ -47,8 +47,11 @@ class StreamingAdapterWriter:
 
     def __enter__(self) -> StreamingAdapterWriter:
         # a run's folder only: --force never replaces a folder holding files no run wrote
+        from . import __version__
+
         self._dir = atomic_dir(self.out.absolute(), replace=self.force,
-                               exists_error="{path} appeared while merging")
+                               exists_error="{path} appeared while merging",
+                               writer=f"circumerge {__version__}")
         self.tmp = self._dir.__enter__()
         self._fh = open(self.tmp / "adapter_model.safetensors", "wb")  # noqa: SIM115
         self._fh.write(struct.pack("<Q", len(self._header)) + self._header)
