@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 from gcib.cli import main
@@ -83,12 +84,16 @@ def _refused(capsys, args, match, tmp_path):
 def test_refusals(log, run, tmp_path, capsys):
     out = str(tmp_path / "out")
     bad = tmp_path / "bad.csv"
-    bad.write_text("user,item,behaviour\na,b,buy\n")
+    bad.write_text("user,item\na,b\n")
     _refused(capsys, ["train", str(bad), "--target", "buy", "--out", out], "missing column", tmp_path)
     _refused(capsys, ["train", str(log), "--target", "purchase", "--out", out], "unknown target", tmp_path)
     ts = tmp_path / "ts.csv"
     ts.write_text("user,item,behaviour,timestamp\na,b,buy,1\na,c,view,noon\n")
     _refused(capsys, ["train", str(ts), "--target", "buy", "--out", out], "line 3", tmp_path)
+    ragged = tmp_path / "ragged.csv"
+    ragged.write_text("user,item,behaviour,timestamp\na,b,buy,1\na,c\n")
+    _refused(capsys, ["train", str(ragged), "--target", "buy", "--out", out],
+             "line 3: missing field(s) behaviour, timestamp", tmp_path)
     empty = tmp_path / "empty.csv"
     empty.write_text("")
     _refused(capsys, ["train", str(empty), "--target", "buy", "--out", out], "empty", tmp_path)
@@ -122,3 +127,61 @@ def test_full_scale_fails_fast_without_its_needs(tmp_path, monkeypatch):
     with pytest.raises(UserError, match="CUDA" if not torch.cuda.is_available() else "GCIB_DATASETS"):
         reproduce("full", tmp_path, 0)
     assert not any(tmp_path.iterdir())
+
+
+def test_a_log_without_timestamps_splits_like_row_ordered_timestamps(log, tmp_path):
+    from gcib.data import leave_one_out
+    from gcib.io import read_interactions
+
+    df = pd.read_csv(log, dtype=str).sample(frac=1.0, random_state=0)  # a file order unlike time
+    df.drop(columns="timestamp").to_csv(tmp_path / "no_ts.csv", index=False)
+    df.assign(timestamp=range(len(df))).to_csv(tmp_path / "row_ts.csv", index=False)
+    a = leave_one_out(read_interactions(tmp_path / "no_ts.csv", "buy"))
+    b = leave_one_out(read_interactions(tmp_path / "row_ts.csv", "buy"))
+    for x, y in ((a.valid, b.valid), (a.test, b.test), (a.train["buy"], b.train["buy"])):
+        assert all(np.array_equal(p, q) for p, q in zip(x, y, strict=True))
+
+
+def test_training_knobs_land_in_config_json_and_sampled99_refuses_a_small_catalogue(tmp_path, capsys):
+    small = tmp_path / "small.csv"
+    write_interactions(small, synthetic(40, 80, n_buy=5, n_cart=8, n_view=14, noise_rate=0.0, seed=0))
+    out = tmp_path / "run"
+    knobs = {"--lr": "0.003", "--batch-size": "256", "--patience": "7", "--reg": "0.001", "--mask-temp": "0.7",
+             "--cl-temp": "0.3", "--scorer-init": "0", "--threads": "1"}
+    assert main(["train", str(small), "--target", "buy", *FAST, *[x for kv in knobs.items() for x in kv],
+                 "--out", str(out)]) == 0
+    cfg = json.loads((out / "config.json").read_text())["config"]
+    assert (cfg["lr"], cfg["batch_size"], cfg["patience"], cfg["reg"], cfg["mask_temp"], cfg["cl_temp"],
+            cfg["scorer_init"]) == (0.003, 256, 7, 0.001, 0.7, 0.3, 0.0)
+    capsys.readouterr()
+    _refused(capsys, ["eval", str(out), "--protocol", "sampled99"], "sampled99 needs at least 100 items", tmp_path)
+
+
+def test_tune_picks_a_grid_point_per_method_on_valid(log, tmp_path, capsys):
+    out = tmp_path / "tune.json"
+    assert main(["tune", str(log), "--target", "buy", "--methods", "lightgcn,cosine-prior", "--lr", "0.01", "0.001",
+                 "--batch-size", "256", "--epochs", "2", "--patience", "2", "--dim", "8", "--layers", "1",
+                 "--quiet", "--out", str(out)]) == 0
+    t = json.loads(out.read_text())
+    assert len(t["rows"]) == 4 and set(t["chosen"]) == {"lightgcn", "cosine-prior"}
+    assert t["seeds"] == [100]  # disjoint from the reported seeds 0, 1, 2
+    for m, c in t["chosen"].items():
+        rows = [r for r in t["rows"] if r["method"] == m]
+        assert c["valid_hr10"] == max(r["valid_hr10"] for r in rows)
+
+
+def test_train_all_holds_nothing_out_and_eval_refuses_it(log, tmp_path, capsys):
+    from gcib.io import load_run
+
+    out = tmp_path / "all"
+    assert main(["train", str(log), "--target", "buy", "--all", *FAST, "--out", str(out)]) == 0
+    from gcib.io import read_interactions
+
+    _, split, meta = load_run(out)
+    assert len(split.test[0]) == len(split.valid[0]) == 0
+    full = read_interactions(log, "buy").counts()
+    assert {b: len(u) for b, (u, _) in split.train.items()} == full  # every edge trains
+    assert meta["best_epoch"] == 2  # the whole budget, no selection
+    capsys.readouterr()
+    _refused(capsys, ["eval", str(out)], "trained with --all", tmp_path)
+    assert main(["recommend", str(out), "--all", "--k", "3", "--out", str(tmp_path / "r.csv")]) == 0

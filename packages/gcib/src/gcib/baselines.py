@@ -56,6 +56,22 @@ def _no_cl(c: TrainConfig) -> TrainConfig:
     return replace(c, method="gcib", cl_weight=0.0)
 
 
+@register("cosine-prior", "GIB control: GCIB with its scorer frozen at its start, keep = "
+          "σ(scorer_init·cos(z_u, z_i) + logit(keep_init)) on the target encoder (the prior alone)")
+def _cosine_prior(c: TrainConfig) -> TrainConfig:
+    return replace(c, method="gcib", train_scorer=False)
+
+
+@register("gcib-s0", "GIB control: GCIB with --scorer-init 0 (what the objective learns with no cosine prior)")
+def _gcib_s0(c: TrainConfig) -> TrainConfig:
+    return replace(c, method="gcib", scorer_init=0.0)
+
+
+@register("gcib-no-gib-s0", "GIB control: gcib-no-gib with --scorer-init 0")
+def _no_gib_s0(c: TrainConfig) -> TrainConfig:
+    return replace(c, method="gcib", gib_weight=0.0, scorer_init=0.0)
+
+
 @register("random-prune", "ablation: GCIB's losses with a random fixed mask at GCIB's keep rate")
 def _random(c: TrainConfig) -> TrainConfig:
     return replace(c, method="random-prune")
@@ -63,6 +79,7 @@ def _random(c: TrainConfig) -> TrainConfig:
 
 BASELINES = ("lightgcn", "lightgcn-merged", "mbgcn", "cml")
 ABLATIONS = ("gcib-no-gib", "gcib-no-cl", "random-prune")
+GIB_ARMS = ("gcib-no-gib", "cosine-prior", "gcib-s0", "gcib-no-gib-s0")  # item 2 of issue 60: the GIB isolated
 
 
 def method_config(name: str, base: TrainConfig | None = None, **overrides) -> TrainConfig:

@@ -13,7 +13,8 @@ from icml26_shared.cli import ArgumentParser as _Parser
 from icml26_shared.cli import add_reproduce_arguments, reproduce_from_args
 from icml26_shared.io import print_json
 
-METHOD_NAMES = ("gcib", "lightgcn", "lightgcn-merged", "mbgcn", "cml", "random-prune", "gcib-no-gib", "gcib-no-cl")
+METHOD_NAMES = ("gcib", "lightgcn", "lightgcn-merged", "mbgcn", "cml", "gcib-no-gib", "gcib-no-cl", "cosine-prior",
+                "gcib-s0", "gcib-no-gib-s0")
 
 
 def _number(kind, low=None, low_open=False):
@@ -60,19 +61,24 @@ def _cmd_train(a: argparse.Namespace) -> int:
         check_replaceable(a.out)  # --force replaces only a run folder, before any work
     from .baselines import method_config
     from .config import TrainConfig
-    from .data import leave_one_out
+    from .data import leave_one_out, no_holdout
     from .io import save_run
     from .model import train
 
     data = _load_data(a.interactions, a.target)
+    knobs = ("epochs", "dim", "layers", "lr", "batch_size", "patience", "reg", "mask_temp", "cl_temp",
+             "scorer_init", "gib_weight", "cl_weight")
     try:
-        base = TrainConfig(epochs=a.epochs, dim=a.dim, layers=a.layers, device=_device(a.device), seed=a.seed)
-        over = {k: v for k, v in (("gib_weight", a.gib_weight), ("cl_weight", a.cl_weight)) if v is not None}
-        cfg = method_config(a.method, base, **over)
+        over = {k: getattr(a, k) for k in knobs if getattr(a, k) is not None}
+        cfg = method_config(a.method, TrainConfig(device=_device(a.device), seed=a.seed), **over)
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    split = leave_one_out(data)
-    if len(split.test[0]) == 0:
+    if a.threads is not None:
+        import torch
+
+        torch.set_num_threads(a.threads)
+    split = no_holdout(data) if a.all else leave_one_out(data)
+    if len(split.test[0]) == 0 and not a.all:
         raise UserError(f"{a.interactions}: no user has 3 or more {a.target!r} interactions to hold out")
     if cfg.method == "random-prune" and not cfg.random_keep:
         raise UserError("random-prune needs keep rates: run it through `gcib reproduce` (GCIB's rates)")
@@ -81,6 +87,10 @@ def _cmd_train(a: argparse.Namespace) -> int:
     if not a.quiet:
         print(file=sys.stderr)
     save_run(a.out, res.model, split, res, force=a.force)
+    if a.all:
+        print(f"{cfg.method}: trained on every interaction for {res.epochs_run} epochs (nothing held out, "
+              f"no selection), {res.seconds_per_epoch:.2f} s/epoch -> {a.out}")
+        return 0
     print(f"{cfg.method}: best epoch {res.best_epoch}, valid HR@10 {res.valid['hr@10']:.4f}, test-time mask "
           f"{res.mask_mode}, {res.seconds_per_epoch:.2f} s/epoch -> {a.out}")
     return 0
@@ -95,12 +105,20 @@ def _cmd_eval(a: argparse.Namespace) -> int:
 
     model, split, meta = load_run(a.dir)
     d = split.data
+    if len(split.test[0]) == 0:
+        raise UserError(f"{a.dir}: trained with --all, nothing was held out to evaluate (train without --all)")
     negs = None
     if a.protocol == "sampled99":
+        if d.n_items < 100:
+            raise UserError(f"{a.dir}: --protocol sampled99 needs at least 100 items besides a user's positives "
+                            f"(the catalogue has {d.n_items}); use --protocol full")
         tu, ti = split.train[d.target]
         allpos = positives_csr(np.r_[tu, split.valid[0], split.test[0]], np.r_[ti, split.valid[1], split.test[1]],
                                d.n_users, d.n_items)
-        negs = sample_negatives(split.test[0], allpos, d.n_items, 99, seed=meta["config"]["seed"])
+        try:
+            negs = sample_negatives(split.test[0], allpos, d.n_items, 99, seed=meta["config"]["seed"])
+        except ValueError as exc:
+            raise UserError(f"{a.dir}: --protocol sampled99: {exc} (use --protocol full)") from None
     m = evaluate(model, split, "test", a.protocol, meta["mask_mode"], negs)
     out = {"protocol": a.protocol, "k": a.k, "hr": m.get(f"hr@{a.k}"), "ndcg": m.get(f"ndcg@{a.k}"),
            "users": int(len(split.test[0])), "method": meta["config"]["method"]}
@@ -218,22 +236,75 @@ def _cmd_synth(a: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_tune(a: argparse.Namespace) -> int:
+    from icml26_shared.io import write_json
+
+    from .baselines import METHODS
+    from .config import TrainConfig
+    from .experiments import TUNE_GRID, tune
+    from .io import check_new_output, load_ml100k
+
+    check_new_output(a.out, a.force)
+    methods = [m for m in a.methods.split(",") if m]
+    unknown = [m for m in methods if m not in METHODS or m == "random-prune"]
+    if unknown or not methods:
+        raise UserError(f"--methods: unknown method {unknown[0]!r}" if unknown else "--methods: none given")
+    grid = {k: tuple(getattr(a, k) or TUNE_GRID[k]) for k in TUNE_GRID}
+    data = load_ml100k() if str(a.interactions) == "ml-100k" else _load_data(a.interactions, a.target)
+    try:
+        base = TrainConfig(epochs=a.epochs, patience=a.patience, dim=a.dim, layers=a.layers,
+                           device=_device(a.device))
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    if a.threads is not None:
+        import torch
+
+        torch.set_num_threads(a.threads)
+    out = tune(data, methods, grid, tuple(a.seeds), base, progress=None if a.quiet else lambda r: print(
+        f"{r['method']} lr={r['lr']:g} batch={r['batch_size']} reg={r['reg']:g} seed={r['seed']}: "
+        f"valid HR@10 {r['valid_hr10']:.4f} at epoch {r['best_epoch']}", file=sys.stderr))
+    write_json(a.out, out)
+    for m, c in out["chosen"].items():
+        print(f"{m}: lr {c['lr']:g}, batch {c['batch_size']}, reg {c['reg']:g}, ~{c['epochs']} epochs "
+              f"(valid HR@10 {c['valid_hr10']:.4f})")
+    print(f"-> {a.out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from .config import TrainConfig
+
     p = _Parser(prog="gcib", description="GCIB: multi-behaviour recommendation that prunes noisy "
                 "auxiliary edges (graph information bottleneck) and contrasts behaviours; LightGCN backbone.")
     sub = p.add_subparsers(dest="command", required=True)
     pos_int, nonneg = _number(int, 1), _number(float, 0.0)
 
     t = sub.add_parser("train", help="train a method on an interaction log; writes model, config and split")
-    t.add_argument("interactions", type=Path, help="CSV/TSV user,item,behaviour,timestamp; a RecBole .inter; "
+    t.add_argument("interactions", type=Path, help="CSV/TSV user,item,behaviour[,timestamp] (no timestamp: file order = time); a RecBole .inter; "
                    "or an MBGCN/CML folder")
     t.add_argument("--target", required=True, help="the behaviour to recommend (e.g. buy)")
-    t.add_argument("--method", choices=METHOD_NAMES[:5], default="gcib")
-    t.add_argument("--epochs", type=pos_int, default=30)
-    t.add_argument("--dim", type=pos_int, default=64)
-    t.add_argument("--layers", type=_number(int, 0), default=3)
-    t.add_argument("--gib-weight", type=nonneg, default=None, help="λ₁ (default 0.1; 0 = no GIB)")
-    t.add_argument("--cl-weight", type=nonneg, default=None, help="λ₂ (default 0.05; 0 = no contrast)")
+    t.add_argument("--method", choices=METHOD_NAMES, default="gcib",
+                   help="gcib, a baseline, or an ablation (random-prune runs only inside `reproduce`)")
+    d = TrainConfig()
+    t.add_argument("--epochs", type=pos_int, default=None, help=f"epoch budget (default {d.epochs})")
+    t.add_argument("--patience", type=pos_int, default=None,
+                   help=f"stop after this many epochs without a better valid HR@10 (default {d.patience})")
+    t.add_argument("--dim", type=pos_int, default=None, help=f"embedding size (default {d.dim})")
+    t.add_argument("--layers", type=_number(int, 0), default=None, help=f"LightGCN layers (default {d.layers})")
+    t.add_argument("--lr", type=_number(float, 0.0, True), default=None, help=f"Adam learning rate (default {d.lr:g})")
+    t.add_argument("--batch-size", type=pos_int, default=None, help=f"BPR triples per step (default {d.batch_size})")
+    t.add_argument("--reg", type=nonneg, default=None, help=f"L2 on the batch's embeddings (default {d.reg:g})")
+    t.add_argument("--mask-temp", type=_number(float, 0.0, True), default=None,
+                   help=f"Gumbel-sigmoid temperature of the edge mask (default {d.mask_temp:g})")
+    t.add_argument("--cl-temp", type=_number(float, 0.0, True), default=None,
+                   help=f"InfoNCE temperature (default {d.cl_temp:g})")
+    t.add_argument("--scorer-init", type=_number(float), default=None,
+                   help=f"start weight of the scorer's cosine term; 0 = no cosine prior (default {d.scorer_init:g})")
+    t.add_argument("--gib-weight", type=nonneg, default=None, help=f"λ₁ (default {d.gib_weight:g}; 0 = no GIB)")
+    t.add_argument("--cl-weight", type=nonneg, default=None, help=f"λ₂ (default {d.cl_weight:g}; 0 = no contrast)")
+    t.add_argument("--threads", type=pos_int, default=None, help="torch CPU threads (default: torch's)")
+    t.add_argument("--all", action="store_true", help="deployment: train on every interaction, hold nothing "
+                   "out, run the whole --epochs budget (no early stopping, no selection); `eval` refuses the run")
     t.add_argument("--device", default="cpu")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--out", type=Path, required=True)
@@ -286,6 +357,26 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--labels", type=Path, default=None)
     s.add_argument("--force", action="store_true")
     s.set_defaults(fn=_cmd_synth)
+
+    tu = sub.add_parser("tune", help="lr x batch x L2 grid per method on the valid item (tuning seeds "
+                        "disjoint from the reported ones); writes a JSON table and the chosen points")
+    tu.add_argument("interactions", type=Path, help="a log as for `train`, or the literal ml-100k")
+    tu.add_argument("--target", default="like", help="the behaviour to recommend (ml-100k: like)")
+    tu.add_argument("--methods", default="lightgcn,gcib", help="comma-separated methods")
+    tu.add_argument("--lr", type=_number(float, 0.0, True), nargs="+", default=None, help="default 1e-2 1e-3")
+    tu.add_argument("--batch-size", type=pos_int, nargs="+", default=None, help="default 8192 2048")
+    tu.add_argument("--reg", type=nonneg, nargs="+", default=None, help="default 1e-4")
+    tu.add_argument("--seeds", type=int, nargs="+", default=[100], help="tuning seeds (default 100)")
+    tu.add_argument("--epochs", type=pos_int, default=300)
+    tu.add_argument("--patience", type=pos_int, default=20)
+    tu.add_argument("--dim", type=pos_int, default=32)
+    tu.add_argument("--layers", type=_number(int, 0), default=2)
+    tu.add_argument("--device", default="cpu")
+    tu.add_argument("--threads", type=pos_int, default=None)
+    tu.add_argument("--out", type=Path, required=True)
+    tu.add_argument("--force", action="store_true")
+    tu.add_argument("--quiet", action="store_true")
+    tu.set_defaults(fn=_cmd_tune)
 
     rp = sub.add_parser("reproduce", help="run the laptop-scale reproduction")
     add_reproduce_arguments(rp)

@@ -88,6 +88,18 @@ def leave_one_out(data: MultiBehaviorData) -> Split:
     return Split(data, train, noise, (u[valid_idx], i[valid_idx]), (u[test_idx], i[test_idx]))
 
 
+def no_holdout(data: MultiBehaviorData) -> Split:
+    """Every edge trains (deployment, ``gcib train --all``): no valid and no test item, so training
+    runs the whole epoch budget and nothing can be evaluated. Training edges sorted by (user, item)."""
+    train, noise = {}, {}
+    for b, (bu, bi) in data.edges.items():
+        sel = np.argsort(_keys(bu, bi, data.n_items), kind="stable")
+        train[b] = (bu[sel], bi[sel])
+        noise[b] = data.noise[b][sel]
+    empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    return Split(data, train, noise, empty, empty)
+
+
 def inject_noise(data: MultiBehaviorData, rate: float, kind: str = "uniform",
                  behaviours: list[str] | None = None, seed: int = 0) -> MultiBehaviorData:
     """Add ``round(rate · real edges)`` fake edges to each auxiliary behaviour, labelled as noise.

@@ -80,15 +80,32 @@ def from_frame(users, items, behaviours, timestamps, target: str, path: Path | s
                              user_ids=uid.tolist(), item_ids=iid.tolist())
 
 
+def _check_complete(df, path: Path, cols) -> None:
+    """One line naming the first row with empty or absent fields (a ragged row)."""
+    empty = np.column_stack([(df[c].isna() | (df[c].astype(str).str.strip() == "")).to_numpy() for c in cols])
+    bad = np.flatnonzero(empty.any(1))
+    if len(bad):
+        r = int(bad[0])
+        names = [c for c, e in zip(cols, empty[r], strict=True) if e]
+        raise UserError(f"{path}: line {r + 2}: missing field(s) {', '.join(names)} (a short or ragged row?)")
+
+
 def read_interactions(path: Path | str, target: str) -> MultiBehaviorData:
-    """A CSV or TSV file with a header naming ``user,item,behaviour,timestamp`` (any order; ids
-    and behaviour names any strings; timestamps numeric)."""
+    """A CSV or TSV file with a header naming ``user,item,behaviour`` and optionally ``timestamp``
+    (any order; ids and behaviour names any strings; timestamps numeric). Without a ``timestamp``
+    column the file order is the time order (a later row is a later interaction)."""
     path = Path(path)
     df = _read_table(path)
-    missing = [c for c in COLUMNS if c not in df.columns]
+    missing = [c for c in COLUMNS[:3] if c not in df.columns]
     if missing:
-        raise UserError(f"{path}: missing column(s) {', '.join(missing)} (need {','.join(COLUMNS)})")
-    ts = _numeric(df["timestamp"], path, "timestamp")
+        raise UserError(f"{path}: missing column(s) {', '.join(missing)} (need {','.join(COLUMNS[:3])}"
+                        f"[,timestamp])")
+    cols = [c for c in COLUMNS if c in df.columns]
+    _check_complete(df, path, cols)
+    if "timestamp" in df.columns:
+        ts = _numeric(df["timestamp"], path, "timestamp")
+    else:
+        ts = np.arange(len(df), dtype=np.float64)
     return from_frame(df["user"], df["item"], df["behaviour"], ts, target, path)
 
 
@@ -135,6 +152,21 @@ def find_ml100k() -> Path:
 def load_ml100k() -> MultiBehaviorData:
     """ml-100k as dislike (≤ 2) / neutral (3) / like (≥ 4, the target); 943 users, 1,682 items."""
     return read_recbole_inter(find_ml100k(), "like")
+
+
+def load_ml100k_nested() -> MultiBehaviorData:
+    """ml-100k as a nested view ⊇ cart ⊇ buy set (issue 60, 3a): view = any rating, cart =
+    rating ≥ 4, buy = rating 5 (the target); every behaviour keeps the rating's timestamp."""
+    path = find_ml100k()
+    df = _read_table(path)
+    df.columns = [c.split(":")[0] for c in df.columns]
+    rating = _numeric(df["rating"], path, "rating")
+    ts = _numeric(df["timestamp"], path, "timestamp")
+    parts = [(np.ones(len(df), bool), "view"), (rating >= 4, "cart"), (rating >= 5, "buy")]
+    users = np.concatenate([df["user_id"].to_numpy()[m] for m, _ in parts])
+    items = np.concatenate([df["item_id"].to_numpy()[m] for m, _ in parts])
+    beh = np.concatenate([np.full(int(m.sum()), b) for m, b in parts])
+    return from_frame(users, items, beh, np.concatenate([ts[m] for m, _ in parts]), "buy", path)
 
 
 def read_mbgcn_dir(path: Path | str, target: str = "buy") -> MultiBehaviorData:

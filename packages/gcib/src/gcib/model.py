@@ -43,8 +43,11 @@ class GCIBModel(nn.Module):
         # affinity in the target graph), the z_u, z_i weights at small random values [R]
         w = torch.randn(n_sc, 3, cfg.dim, generator=gen) * 0.1
         w[:, 0] = cfg.scorer_init
-        self.scorer_w = nn.Parameter(w)
-        self.scorer_b = nn.Parameter(torch.full((n_sc,), math.log(cfg.keep_init / (1 - cfg.keep_init))))
+        if not cfg.train_scorer:  # cosine-prior: keep = σ(scorer_init·cos + logit(keep_init)), frozen
+            w[:, 1:] = 0.0
+        self.scorer_w = nn.Parameter(w, requires_grad=cfg.train_scorer)
+        self.scorer_b = nn.Parameter(torch.full((n_sc,), math.log(cfg.keep_init / (1 - cfg.keep_init))),
+                                     requires_grad=cfg.train_scorer)
         t = lambda a: torch.as_tensor(a, device=dev)  # noqa: E731
         tu, ti = split.train[d.target]
         if cfg.graphs == "merged":
@@ -120,6 +123,8 @@ class TrainResult:
     history: list[float] = field(default_factory=list)
     #: the epoch where early stopping fired (None: the whole budget ran)
     stopped_at: float | None = None
+    #: per-epoch curves: mean training loss terms (bpr, reg, gib, infonce) and valid hr@10, ndcg@10
+    curves: dict[str, list[float]] = field(default_factory=dict)
 
 
 def _neg_sample(users: np.ndarray, pos_keys: np.ndarray, n_items: int, rng) -> np.ndarray:
@@ -134,13 +139,22 @@ def _neg_sample(users: np.ndarray, pos_keys: np.ndarray, n_items: int, rng) -> n
     return neg
 
 
-def _losses(model: GCIBModel, u, i, j, gen) -> torch.Tensor:
+def _losses(model: GCIBModel, u, i, j, gen, terms: dict[str, float] | None = None) -> torch.Tensor:
+    """The trainer's loss on one batch; ``terms`` (if given) accumulates each term's value
+    (bpr, reg, gib, infonce; the GIB and InfoNCE summed over behaviours before their weights)."""
     cfg = model.cfg
+
+    def note(name: str, value: torch.Tensor) -> None:
+        if terms is not None:
+            terms[name] = terms.get(name, 0.0) + float(value.detach())
     h, z_t, zs, probs = model.encode("sample", gen)
     U = model.U
     loss = core.bpr_loss((h[u] * h[U + i]).sum(1), (h[u] * h[U + j]).sum(1))
+    note("bpr", loss)
     e = model.emb
-    loss = loss + cfg.reg * (e[u].pow(2).sum() + e[U + i].pow(2).sum() + e[U + j].pow(2).sum()) / (2 * len(u))
+    l2 = (e[u].pow(2).sum() + e[U + i].pow(2).sum() + e[U + j].pow(2).sum()) / (2 * len(u))
+    note("reg", l2)
+    loss = loss + cfg.reg * l2
     if not zs:
         return loss
     n = cfg.hsic_nodes // 2
@@ -153,9 +167,11 @@ def _losses(model: GCIBModel, u, i, j, gen) -> torch.Tensor:
                 z_orig = core.propagate(model.adj_orig[b], model.emb, cfg.layers)
             gib = (core.normalized_hsic(zb[nodes], z_orig[nodes], cfg.hsic_kernel)
                    - cfg.gib_target_weight * core.normalized_hsic(zb[nodes], z_t[nodes], cfg.hsic_kernel))
+            note("gib", gib / len(zs))
             loss = loss + cfg.gib_weight * gib / len(zs)
         if cfg.cl_weight > 0:
             cl = core.info_nce(zb[uu], z_t[uu], cfg.cl_temp) + core.info_nce(zb[ii], z_t[ii], cfg.cl_temp)
+            note("infonce", cl / len(zs))
             loss = loss + cfg.cl_weight * cl / len(zs)
         if cfg.keep_reg > 0 and probs[b] is not None:
             loss = loss + cfg.keep_reg * probs[b].mean() / len(zs)
@@ -165,17 +181,23 @@ def _losses(model: GCIBModel, u, i, j, gen) -> torch.Tensor:
 def evaluate(model: GCIBModel, split: Split, which: str = "valid", protocol: str = "full",
              mask_mode: str | float = "expected", negatives: np.ndarray | None = None) -> dict[str, float]:
     """HR/NDCG@{10,20} on the valid or test item; test filters training positives and the valid item."""
-    d = split.data
     model.eval()
     with torch.no_grad():
         h = model.encode(mask_mode)[0]
+    return summarize(split_ranks(h[: model.U], h[model.U:], split, which, protocol, negatives))
+
+
+def split_ranks(user_emb: torch.Tensor, item_emb: torch.Tensor, split: Split, which: str = "valid",
+                protocol: str = "full", negatives: np.ndarray | None = None) -> np.ndarray:
+    """0-based rank of each evaluated user's valid or test item under scores ⟨user_emb, item_emb⟩
+    (test filters the training positives and the valid item), in ``split.valid``/``split.test`` order."""
+    d = split.data
     users, items = split.valid if which == "valid" else split.test
     tu, ti = split.train[d.target]
     if which == "test":
         tu, ti = np.r_[tu, split.valid[0]], np.r_[ti, split.valid[1]]
     excl = positives_csr(tu, ti, d.n_users, d.n_items)
-    r = ranks(h[: d.n_users], h[d.n_users:], users, items, excl, protocol, negatives)
-    return summarize(r)
+    return ranks(user_emb, item_emb, users, items, excl, protocol, negatives)
 
 
 def train(split: Split, cfg: TrainConfig, progress=None) -> TrainResult:
@@ -191,22 +213,35 @@ def train(split: Split, cfg: TrainConfig, progress=None) -> TrainResult:
     pos_keys = np.sort(tu * d.n_items + ti)
     dev = torch.device(cfg.device)
     best_state, history, t_train = None, [], 0.0
+    curves: dict[str, list[float]] = {}
     stopper = EarlyStopping(patience=cfg.patience, mode="max")
     epoch = 0
     for epoch in range(1, cfg.epochs + 1):
         model.train()
         t0 = time.perf_counter()
         perm = rng.permutation(len(tu))
+        terms: dict[str, float] = {}
+        steps = 0
         for s in range(0, len(perm), cfg.batch_size):
             b = perm[s:s + cfg.batch_size]
             j = _neg_sample(tu[b], pos_keys, d.n_items, rng)
             u, i, jj = (torch.as_tensor(x, device=dev) for x in (tu[b], ti[b], j))
             opt.zero_grad()
-            _losses(model, u, i, jj, gen).backward()
+            _losses(model, u, i, jj, gen, terms).backward()
             opt.step()
+            steps += 1
         t_train += time.perf_counter() - t0
-        hr = evaluate(model, split, "valid")["hr@10"]
+        for k, v in terms.items():
+            curves.setdefault(f"train {k}", []).append(v / max(steps, 1))
+        if len(split.valid[0]) == 0:  # nothing held out (train --all): the whole budget, last epoch kept
+            if progress:
+                progress(epoch, float("nan"))
+            continue
+        ev = evaluate(model, split, "valid")
+        hr = ev["hr@10"]
         history.append(hr)
+        curves.setdefault("valid hr@10", []).append(hr)
+        curves.setdefault("valid ndcg@10", []).append(ev["ndcg@10"])
         if progress:
             progress(epoch, hr)
         stop = stopper.step(hr, at=epoch)
@@ -214,13 +249,15 @@ def train(split: Split, cfg: TrainConfig, progress=None) -> TrainResult:
             best_state = copy.deepcopy(model.state_dict())
         if stop:
             break
+    if len(split.valid[0]) == 0:  # train --all: no selection possible; the expected mask
+        return TrainResult(model, "expected", epoch, epoch, t_train / max(epoch, 1), {}, history, None, curves)
     model.load_state_dict(best_state)
     best_epoch = int(stopper.best_at)
     modes = MASK_MODES if cfg.mask == "learned" else ("expected",)
     scored = [(evaluate(model, split, "valid", mask_mode=m), m) for m in modes]
     valid, mode = max(scored, key=lambda x: (x[0]["hr@10"], x[0]["ndcg@10"]))
     return TrainResult(model, mode, best_epoch, epoch, t_train / max(epoch, 1), valid, history,
-                       stopper.stopped_at)
+                       stopper.stopped_at, curves)
 
 
 @torch.no_grad()
