@@ -14,25 +14,7 @@ pytest.importorskip("tokenizers")
 from icml26_shared.cli import main  # noqa: E402
 from icml26_shared.errors import UserError  # noqa: E402
 from icml26_shared.hf import check_safetensors, load_pretrained  # noqa: E402
-
-
-def _save_tiny(out, **save_kw):
-    import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-    torch.manual_seed(0)
-    config = LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                         num_key_value_heads=1, vocab_size=64)
-    LlamaForCausalLM(config).save_pretrained(out, **save_kw)
-    vocab = {"[UNK]": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i + 3 for i in range(61)}}
-    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    tk.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", bos_token="<s>",
-                            eos_token="</s>").save_pretrained(out)
-    return out
+from icml26_shared.testing import save_tiny_llama as _save_tiny  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -50,6 +50,28 @@ def _call_main(main, argv: list[str]) -> int:
     return 0 if rc is None else rc
 
 
+def save_tiny_llama(out, **save_kw):
+    """A tiny random Llama (1 layer, width 16, seed 0) with a word-level tokenizer, saved as a
+    Hugging Face folder at ``out`` (``save_kw`` go to ``save_pretrained``): the model folder that
+    loader tests break one way at a time. Needs transformers and tokenizers."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    torch.manual_seed(0)
+    config = LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, vocab_size=64)
+    LlamaForCausalLM(config).save_pretrained(out, **save_kw)
+    vocab = {"[UNK]": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i + 3 for i in range(61)}}
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", bos_token="<s>",
+                            eos_token="</s>").save_pretrained(out)
+    return out
+
+
 class ContractTests:
     package: str = ""
     #: CLI module exposing ``main(argv) -> int``; default ``<import name>.cli``
