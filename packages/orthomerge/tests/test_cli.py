@@ -61,7 +61,7 @@ def test_missing_corrupt_and_existing_paths(lm, tmp_path, capsys):
     assert (out / "keep.txt").read_text() == "keep"
     # --force replaces only a folder a run wrote: never a file the user put there
     assert main(["oft", str(lm["oft"][0]), "--out", str(out), "--force", "--quiet"]) == 2
-    one_line(capsys, "no run wrote (keep.txt)")
+    one_line(capsys, "not written by orthomerge")
     assert (out / "keep.txt").read_text() == "keep"
     (out / "keep.txt").unlink()
     for _ in range(2):  # an empty folder, then the run's own folder
@@ -75,7 +75,9 @@ def test_missing_corrupt_and_existing_paths(lm, tmp_path, capsys):
     (["--density", "0"], "density"),
     (["--weights", "1,x"], "--weights"),
     (["--weights", "1,2"], "2 weights given for 1"),
-    (["--method", "slerp"], "--method"),
+    (["--method", "slerp"], "unknown method 'slerp'"),
+    (["--method", "dare", "--dense", "--base", "."], "choose dare_linear"),
+    (["--trim-scope", "layer"], "--trim-scope"),
     (["--method", "ta"], "--dense"),
     (["--dense"], "--base"),
 ])
@@ -105,7 +107,8 @@ def test_full_refusals(lm, tmp_path, capsys):
     one_line(capsys, "expert lacks")
     assert main(["full", "--base", str(base), "--experts", str(lm["oft"][0]), "--out", str(out)]) == 2
     one_line(capsys, "is not LORA")
-    for opt, match in ((["--residual-scale", "-1"], "residual scale"), (["--residual-scale", "nan"], "--residual-scale")):
+    for opt, match in ((["--residual-scale", "-1"], "residual scale"), (["--residual-scale", "nan"], "--residual-scale"),
+                       (["--residual", "dare"], "or dare_ties")):
         try:
             rc = main(["full", "--base", str(base), "--experts", str(partial), "--out", str(out), *opt])
         except SystemExit as exc:

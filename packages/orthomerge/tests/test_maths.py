@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from orthomerge import core
 from orthomerge.baselines import merge_deltas
-from orthomerge.config import DecoupleConfig, OFTMergeConfig
+from orthomerge.config import RULES, DecoupleConfig, OFTMergeConfig
+
+from icml26_shared import UserError
 
 
 def rand_skew(*shape, scale=0.3, seed=0):
@@ -72,6 +76,33 @@ def test_guard_fires_on_a_planted_180_degree_rotation():
     W0 = torch.randn(6, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     with pytest.raises(core.RotationError):
         core.decouple(W0, [W0 @ R], "general")
+
+
+def test_guard_reads_the_solve_near_a_half_turn():
+    def turn(theta):
+        R = torch.eye(4, dtype=torch.float64)
+        c, s_ = torch.cos(torch.tensor(theta, dtype=torch.float64)), torch.sin(torch.tensor(theta, dtype=torch.float64))
+        R[:2, :2] = torch.stack([torch.stack([c, -s_]), torch.stack([s_, c])])
+        return R
+    for conv in ("peft", "paper"):
+        with pytest.raises(core.RotationError, match="eigenvalue at -1"):
+            core.inverse_cayley(turn(torch.pi - 1e-8), conv)  # σ_min(I+R) ≈ 1e-8 < 1e-6
+        A = core.inverse_cayley(turn(torch.pi - 0.1), conv)  # ‖A‖₂ = tan(θ/2) ≈ 20: accepted
+        assert float(torch.linalg.matrix_norm(A, ord=2)) == pytest.approx(math.tan((math.pi - 0.1) / 2), rel=1e-9)
+    with pytest.raises(core.RotationError):
+        core.inverse_cayley(torch.full((3, 3), float("nan"), dtype=torch.float64))
+
+
+def test_decoupling_recovers_a_shared_rotation_for_several_experts():
+    g = torch.Generator().manual_seed(30)
+    W0 = torch.randn(24, 12, dtype=torch.float64, generator=g)
+    R_true = rand_rotation(12, seed=31, scale=0.5)
+    Ws = [W0 @ R_true + 1e-3 * torch.randn(24, 12, dtype=torch.float64, generator=g) for _ in range(4)]
+    R, E = core.decouple(W0, Ws, "general")
+    assert torch.allclose(R, R_true, atol=5e-3)  # R* ≈ R_true, not I, not R_trueᵀ
+    assert not torch.allclose(R, R_true.T, atol=5e-2)
+    assert all(float(torch.linalg.matrix_norm(e)) < 0.05 * float(torch.linalg.matrix_norm(W - W0))
+               for e, W in zip(E, Ws, strict=True))
 
 
 def test_procrustes_recovers_a_planted_rotation():
@@ -180,18 +211,112 @@ def test_euclidean_rules():
     assert torch.allclose(merge_deltas("tsv", D[:1], scale=1.0), D[0], atol=1e-12)
     tsv = merge_deltas("tsv", D, scale=1.0)
     assert tsv.shape == D[0].shape and not torch.allclose(tsv, sum(D))
-    gen = torch.Generator().manual_seed(0)
-    dare = merge_deltas("dare", [D[0]], scale=1.0, density=0.5, generator=gen)
-    kept = dare != 0
-    assert 0 < kept.float().mean() < 1 and torch.allclose(dare[kept], 2 * D[0][kept])
-    with pytest.raises(ValueError, match="unknown merge rule"):
+    for rule in ("dare_ties", "dare_linear"):
+        dare = merge_deltas(rule, [D[0]], scale=1.0, density=0.5, generator=torch.Generator().manual_seed(0))
+        kept = dare != 0
+        assert 0 < kept.float().mean() < 1 and torch.allclose(dare[kept], 2 * D[0][kept])
+        again = merge_deltas(rule, [D[0]], scale=1.0, density=0.5, generator=torch.Generator().manual_seed(0))
+        assert torch.equal(dare, again)  # seeded by the generator, not the global RNG
+    with pytest.raises(UserError, match="unknown merge rule"):
         merge_deltas("magic", D)
+    with pytest.raises(UserError, match="dare_linear .*dare_ties"):
+        merge_deltas("dare", D)
+
+
+# --- the rules as they were written here before the shared layer (the oracle of "equal today's") ---
+
+def _old_trim(D, density):
+    flat = D.reshape(D.shape[0], -1)
+    k = max(1, int(round(density * flat.shape[1])))
+    if k >= flat.shape[1]:
+        return D
+    thresh = flat.abs().kthvalue(flat.shape[1] - k + 1, dim=1, keepdim=True).values
+    return (flat * (flat.abs() >= thresh)).reshape(D.shape)
+
+
+def _old_elect(D, w):
+    Dw = w.view(-1, *[1] * (D.dim() - 1)) * D
+    sign = torch.sign(Dw.sum(0))
+    agree = (torch.sign(Dw) == sign) & (Dw != 0)
+    return (Dw * agree).sum(0) / agree.sum(0).clamp_min(1)
+
+
+def _old_tsv(D, w):
+    T, m, n = D.shape
+    k = max(1, min(m, n) // T)
+    Us, Ss, Vs = [], [], []
+    for i in range(T):
+        U, S, Vh = torch.linalg.svd(w[i] * D[i], full_matrices=False)
+        Us.append(U[:, :k])
+        Ss.append(S[:k])
+        Vs.append(Vh[:k].T)
+
+    def polar(X):
+        U, _, Vh = torch.linalg.svd(X, full_matrices=False)
+        return U @ Vh
+    return (polar(torch.cat(Us, 1)) * torch.cat(Ss)) @ polar(torch.cat(Vs, 1)).T
+
+
+def test_shared_rules_equal_the_old_ones_at_tensor_scope_and_are_the_cores():
+    from orthomerge import baselines
+
+    from icml26_shared import merge as shared
+
+    assert baselines.RULES is shared.RULES and set(RULES) == set(shared.RULES)
+    assert shared.RULES["ties"] is shared.ties  # circumerge and orthomerge call the same functions
+    g = torch.Generator().manual_seed(21)
+    for shape in ((10, 8), (40,)):
+        D = torch.randn(3, *shape, dtype=torch.float64, generator=g)
+        w = torch.tensor([1.0, 0.5, 2.0], dtype=torch.float64)
+        Dl = list(D)
+        assert torch.allclose(merge_deltas("ta", Dl, scale=0.7, weights=w), 0.7 * (w.view(-1, *[1] * len(shape)) * D).sum(0))
+        assert torch.allclose(merge_deltas("ties", Dl, scale=1.3, density=0.25, weights=w),
+                              1.3 * _old_elect(_old_trim(D, 0.25), w), atol=1e-12)
+        if len(shape) == 2:
+            assert torch.allclose(merge_deltas("tsv", Dl, scale=0.9, weights=w), 0.9 * _old_tsv(D, w), atol=1e-10)
+
+
+def test_ties_trims_over_the_whole_model_by_default():
+    from orthomerge.baselines import thresholds
+
+    g = torch.Generator().manual_seed(22)
+    big = [100 * torch.randn(50, 10, dtype=torch.float64, generator=g) for _ in range(2)]
+    small = [torch.randn(50, 10, dtype=torch.float64, generator=g) for _ in range(2)]
+    cfg = DecoupleConfig(residual="ties", residual_scale=1.0)
+    assert cfg.trim_scope == "model" and cfg.density is None and cfg.residual_scale == 1.0
+    thr = thresholds("ties", [[big[t], small[t]] for t in range(2)], 0.2, cfg.trim_scope)
+    # each expert keeps 20 % of its 1000 entries, all of them in the big tensor
+    for t in range(2):
+        whole = torch.cat([big[t].flatten(), small[t].flatten()]).abs()
+        assert float(thr[t]) == float(whole.kthvalue(1000 - 200 + 1).values)
+    merged_small = merge_deltas("ties", small, density=0.2, threshold=thr)
+    merged_big = merge_deltas("ties", big, density=0.2, threshold=thr)
+    assert int((merged_small != 0).sum()) == 0
+    assert int((merged_big != 0).sum()) > 0.2 * 500
+    assert thresholds("ties", [[big[0]]], 0.2, "tensor") is None
+    per_tensor = merge_deltas("ties", small, density=0.2)  # peft's convention: 20 % of each tensor
+    assert 0.2 * 500 <= int((per_tensor != 0).sum()) <= 2 * 0.2 * 500
+    # a zero sign sum is elected +1: entries +1 and -1 at one position; +1 is kept
+    D = torch.tensor([[1.0, 2.0], [-1.0, 2.0]], dtype=torch.float64)
+    out = merge_deltas("ties", list(D), density=1.0)
+    assert out[0] == 1.0 and out[1] == 2.0
+    # through the real residual merge: the small tensor's residual is trimmed away whole
+    from orthomerge.merging import orthogonal_residual_merge
+
+    base = {"big": torch.zeros(50, 10, dtype=torch.float64), "small": torch.zeros(50, 10, dtype=torch.float64)}
+    experts = [{"big": big[t], "small": small[t]} for t in range(2)]
+    model = orthogonal_residual_merge(base, experts, DecoupleConfig(ortho="none", residual="ties"))
+    tensor = orthogonal_residual_merge(base, experts, DecoupleConfig(ortho="none", residual="ties", trim_scope="tensor"))
+    assert int((model["small"] != 0).sum()) == 0 and int((tensor["small"] != 0).sum()) >= 100
 
 
 def test_configs_refuse_bad_values():
     for kw in ({"scale": float("nan")}, {"density": 0.0}, {"method": "slerp"}, {"weights": (0.0, 0.0)}):
         with pytest.raises(ValueError):
             OFTMergeConfig(**kw)
-    for kw in ({"residual_scale": -1.0}, {"ortho": "left"}, {"residual": "iso"}):
+    for kw in ({"residual_scale": -1.0}, {"ortho": "left"}, {"residual": "slerp"}, {"trim_scope": "layer"}):
         with pytest.raises(ValueError):
             DecoupleConfig(**kw)
+    with pytest.raises(UserError, match="dare_linear"):
+        DecoupleConfig(residual="dare")
+    assert DecoupleConfig().residual_scale == 0.2 and DecoupleConfig(residual="ties").residual_scale == 1.0

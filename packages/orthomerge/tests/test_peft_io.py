@@ -80,6 +80,15 @@ def test_euclidean_dense_merge_of_oft_experts(lm, tmp_path, kit):
     key = next(k for k in got if "q_proj" in k)
     want = base[key] + (experts[0][key] - base[key]) + (experts[1][key] - base[key])
     assert torch.allclose(got[key], want, atol=1e-5)
+    # TIES on the dense OFT deltas: model-scope trim (default) and peft's per-tensor trim differ
+    outs = {}
+    for scope in ("model", "tensor"):
+        outs[scope] = tmp_path / f"ties_{scope}"
+        assert main(["oft", *ads, "--out", str(outs[scope]), "--method", "ties", "--trim-scope", scope,
+                     "--base", str(lm["base"]), "--dense", "--quiet"]) == 0
+    wm, wt = (load_file(outs[s] / "model.safetensors") for s in ("model", "tensor"))
+    assert all(torch.isfinite(v).all() for v in wm.values())
+    assert any(not torch.equal(wm[k], wt[k]) for k in wm if "proj" in k)
 
 
 def test_neumann_block_share_and_legacy_adapters(lm, tmp_path, kit):
@@ -159,9 +168,60 @@ def test_full_and_lora_experts_through_the_cli(lm, tmp_path, kit):
     wc, wn = load_file(c / "model.safetensors"), load_file(n / "model.safetensors")
     key = next(k for k in wc if k.endswith("q_proj.weight"))
     assert not torch.allclose(wc[key], wn[key], atol=1e-4)
-    norm = next(k for k in wc if k.endswith("norm.weight"))  # 1-D: the residual rule alone either way
-    assert torch.equal(wc[norm], wn[norm])
+    # 1-D tensors: the residual rule alone either way, but the model-scope trim's cut is each
+    # expert's top 20 % over all its residuals, which the rotations change: the kept set of the
+    # norm weights moves with it (under --trim-scope tensor they would be equal)
+    norm = next(k for k in wc if k.endswith("norm.weight"))
+    assert torch.isfinite(wc[norm]).all() and not torch.equal(wc[norm], wn[norm])
     from transformers import AutoModelForCausalLM
 
     y = kit.logits(AutoModelForCausalLM.from_pretrained(c).eval())
     assert torch.isfinite(y).all()
+
+
+def _generators(adapter, std, seed):
+    """Overwrite an adapter's generators with N(0, std²) entries (what training leaves)."""
+    f = adapter / "adapter_model.safetensors"
+    sd = load_file(f)
+    g = torch.Generator().manual_seed(seed)
+    save_file({k: std * torch.randn(v.shape, generator=g) if "oft_R" in k else v for k, v in sd.items()}, str(f))
+    return adapter
+
+
+def test_neumann_adapters_warn_and_exact_cayley_writes_a_rotation(lm, tmp_path, kit, capsys):
+    base = lm["base"]
+    neu = [_generators(kit.make_adapter(base, tmp_path / f"neu{i}", kit.oft_config(use_cayley_neumann=True), seed=50 + i),
+                       0.1, i) for i in range(2)]
+    tiny = [_generators(kit.make_adapter(base, tmp_path / f"tiny{i}", kit.oft_config(use_cayley_neumann=True), seed=52 + i),
+                        1e-4, i) for i in range(2)]
+    capsys.readouterr()
+    m = tmp_path / "m"
+    assert main(["oft", *map(str, neu), "--out", str(m), "--quiet"]) == 0
+    cap = capsys.readouterr()
+    warn = [ln for ln in cap.err.splitlines() if ln.strip()]
+    assert len(warn) == 1 and warn[0].startswith("orthomerge: warning:") and "use_cayley_neumann=False" in warn[0]
+    assert "proj" in warn[0] and "--exact-cayley" in warn[0]
+    assert "Neumann path, 5 terms" in cap.out
+    # diagnose --json reports the same error per module, on the path peft uses
+    assert main(["diagnose", str(m), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert all(r["cayley_path"] == "neumann" for r in rows) and max(r["orthogonality_error"] for r in rows) > 1e-3
+    # --exact-cayley: the merged adapter on the exact path is a rotation, near the Neumann one
+    e = tmp_path / "e"
+    assert main(["oft", *map(str, neu), "--out", str(e), "--exact-cayley", "--quiet"]) == 0
+    cap = capsys.readouterr()
+    assert "max ‖R_Neumann − R_exact‖₂" in cap.out
+    assert json.loads((e / "adapter_config.json").read_text())["use_cayley_neumann"] is False
+    assert main(["diagnose", str(e), "--json"]) == 0
+    assert max(r["orthogonality_error"] for r in json.loads(capsys.readouterr().out)) < 1e-6
+    y_neu, y_exact = kit.logits(kit.load_peft(base, m)), kit.logits(kit.load_peft(base, e))
+    from transformers import AutoModelForCausalLM
+
+    y_base = kit.logits(AutoModelForCausalLM.from_pretrained(base).eval())
+    # same direction of turn (the exact path is the transpose convention: -Q* is stored)
+    assert (y_exact - y_neu).norm() < (y_exact - y_base).norm()
+    # no warning: tiny Neumann generators, and the exact path whatever the size
+    for ads in (tiny, lm["oft"][:2]):
+        out = tmp_path / f"q{len(list(tmp_path.iterdir()))}"
+        assert main(["oft", *map(str, ads), "--out", str(out), "--quiet"]) == 0
+        assert "warning" not in capsys.readouterr().err

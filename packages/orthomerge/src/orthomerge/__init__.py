@@ -14,7 +14,7 @@ _API = {
     "inverse_cayley": "core", "merge_skew": "core", "procrustes_right": "core", "skew_from_vec": "core",
     "spectral_norm": "core", "vec_from_skew": "core", "orthogonality_error": "core",
     "diagnose": "merging", "merge_oft_adapters": "merging", "oft_dense": "merging",
-    "orthogonal_residual_merge": "merging",
+    "orthogonal_residual_merge": "merging", "orthogonality": "merging", "merge_deltas": "baselines",
 }
 __all__ = ["__version__", *_API]
 

@@ -1,100 +1,64 @@
 """The Euclidean merges the paper compares against, on dense deltas Δ_i (m × n) [P, C].
 
-Every rule has the same signature ``rule(deltas, *, scale, density, weights, generator) -> Δ*``
-and is one decorated function; OrthoMerge uses the same rules on its residuals E_i.
+The rules live once, in the core's merge layer ``icml26_shared.merge`` (shared with circumerge):
+TA, TIES, magnitude-prune, DARE-linear and DARE-TIES are peft's own ``merge_utils`` functions,
+TSV-M and Iso-C are written there. This module only adds the strength λ and the trim scope:
 
-- ``ta``    task arithmetic (Ilharco et al. 2023): λ Σ w_i Δ_i.
-- ``ties``  TIES (Yadav et al. 2023): keep the top-``density`` magnitudes of each Δ_i, elect a sign
-            per entry from the sum, average the agreeing entries (disjoint mean), times λ.
-- ``dare``  DARE (Yu et al. 2024) + TIES sign election (DARE-TIES, mergekit's common setting): drop
-            entries with probability 1 − density, rescale by 1/density, then elect and average.
-- ``tsv``   TSV-M (Gargiulo et al. 2025): keep the top 1/T singular triplets of each Δ_i,
-            orthogonalise the stacked U and V by their polar factors, Δ* = λ U⊥ Σ V⊥ᵀ.
+- ``ta``           task arithmetic (Ilharco et al. 2023): λ Σ w_i Δ_i.
+- ``ties``         TIES (Yadav et al. 2023): keep each expert's top-``density`` magnitudes, elect a
+                   sign per entry from the sum (a zero sum elects +1), disjoint mean, times λ.
+                   Trim scope ``model`` (default): the top ``density`` of each expert over every
+                   tensor the rule sees, as TIES' and OrthoMerge's authors do (``kthvalue`` over
+                   the flattened model); ``tensor``: per tensor, peft's and mergekit's convention.
+- ``magnitude_prune``  the same trim, then the weighted sum.
+- ``dare_linear``  DARE (Yu et al. 2024): drop with probability 1 − density, rescale by 1/density,
+                   then TA (peft's and mergekit's "dare").
+- ``dare_ties``    DARE then TIES' sign election and disjoint mean (mergekit's dare_ties).
+- ``tsv``          TSV-M (Gargiulo et al. 2025); ``iso`` Iso-C (Marczak et al. 2025).
+
+A bare ``dare`` is refused, naming both.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 
-Rule = Callable[..., torch.Tensor]
-RULES: dict[str, Rule] = {}
+from icml26_shared import UserError
+from icml26_shared.merge import RULES, apply_rule, model_thresholds
+
+TRIMMED = ("ties", "magnitude_prune")  # the rules a model-scope threshold replaces the trim of
+TRIM_SCOPES = ("model", "tensor")
+
+__all__ = ["RULES", "TRIMMED", "TRIM_SCOPES", "check_rule", "merge_deltas", "thresholds"]
 
 
-def register(name: str) -> Callable[[Rule], Rule]:
-    def deco(fn: Rule) -> Rule:
-        RULES[name] = fn
-        return fn
-    return deco
-
-
-def merge_deltas(rule: str, deltas: list[torch.Tensor], *, scale: float = 1.0, density: float = 0.2,
-                 weights=None, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Δ* of ``rule`` over the task deltas (a list of same-shape tensors)."""
+def check_rule(rule: str) -> None:
+    """``UserError`` (one line) for an unknown rule or the ambiguous bare ``dare``."""
     if rule not in RULES:
-        raise ValueError(f"unknown merge rule {rule!r} (choose one of {', '.join(RULES)})")
-    w = [1.0] * len(deltas) if weights is None else list(weights)
-    if len(w) != len(deltas):
+        apply_rule(rule, torch.zeros(1, 1))  # the core's refusal, naming dare_linear / dare_ties
+
+
+def thresholds(rule: str, experts: Sequence[Iterable[torch.Tensor] | Callable[[], Iterable[torch.Tensor]]],
+               density: float, trim_scope: str) -> torch.Tensor | None:
+    """Per-expert magnitude cuts for a model-scope trim (``None``: trim per tensor, or a rule
+    without a trim). ``experts[t]``: the tensors of expert t the rule sees (or a callable giving them)."""
+    if trim_scope not in TRIM_SCOPES:
+        raise UserError(f"trim scope must be one of {', '.join(TRIM_SCOPES)}, got {trim_scope!r}")
+    if trim_scope == "tensor" or rule not in TRIMMED:
+        return None
+    return model_thresholds(experts, density)
+
+
+def merge_deltas(rule: str, deltas: list[torch.Tensor], *, scale: float = 1.0, density: float | None = None,
+                 weights=None, generator: torch.Generator | None = None,
+                 threshold: torch.Tensor | None = None) -> torch.Tensor:
+    """λ · rule(Δ_1..Δ_T) (a list of same-shape tensors); ``threshold`` (T,) from ``thresholds``
+    switches TIES / magnitude-prune to the model-scope trim."""
+    check_rule(rule)
+    w = None if weights is None else torch.as_tensor(list(weights), dtype=deltas[0].dtype)
+    if w is not None and len(w) != len(deltas):
         raise ValueError(f"{len(w)} weights for {len(deltas)} experts")
-    return RULES[rule](torch.stack(deltas), scale=scale, density=density,
-                       weights=torch.tensor(w, dtype=deltas[0].dtype), generator=generator)
-
-
-def _wsum(D: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    return (w.view(-1, *[1] * (D.dim() - 1)) * D).sum(0)
-
-
-@register("ta")
-def task_arithmetic(D, *, scale, density, weights, generator):
-    return scale * _wsum(D, weights)
-
-
-def _trim(D: torch.Tensor, density: float) -> torch.Tensor:
-    """Keep each task's top-``density`` fraction of entries by magnitude."""
-    flat = D.reshape(D.shape[0], -1)
-    k = max(1, int(round(density * flat.shape[1])))
-    if k >= flat.shape[1]:
-        return D
-    thresh = flat.abs().kthvalue(flat.shape[1] - k + 1, dim=1, keepdim=True).values
-    return (flat * (flat.abs() >= thresh)).reshape(D.shape)
-
-
-def _elect_disjoint_mean(D: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    Dw = w.view(-1, *[1] * (D.dim() - 1)) * D
-    sign = torch.sign(Dw.sum(0))
-    agree = (torch.sign(Dw) == sign) & (Dw != 0)
-    count = agree.sum(0).clamp_min(1)
-    return (Dw * agree).sum(0) / count
-
-
-@register("ties")
-def ties(D, *, scale, density, weights, generator):
-    return scale * _elect_disjoint_mean(_trim(D, density), weights)
-
-
-@register("dare")
-def dare_ties(D, *, scale, density, weights, generator):
-    keep = torch.rand(D.shape, generator=generator, dtype=D.dtype) < density
-    return scale * _elect_disjoint_mean(D * keep / density, weights)
-
-
-def _polar(X: torch.Tensor) -> torch.Tensor:
-    U, _, Vh = torch.linalg.svd(X, full_matrices=False)
-    return U @ Vh
-
-
-@register("tsv")
-def tsv_merge(D, *, scale, density, weights, generator):
-    if D.dim() != 3:  # vectors (biases, norms): the mean, as TSV-M's code does for non-matrices
-        return scale * _wsum(D, weights) / weights.sum()
-    T, m, n = D.shape
-    k = max(1, min(m, n) // T)
-    Us, Ss, Vs = [], [], []
-    for i in range(T):
-        U, S, Vh = torch.linalg.svd(weights[i] * D[i], full_matrices=False)
-        Us.append(U[:, :k])
-        Ss.append(S[:k])
-        Vs.append(Vh[:k].T)
-    U, S, V = torch.cat(Us, 1), torch.cat(Ss), torch.cat(Vs, 1)
-    return scale * (_polar(U) * S) @ _polar(V).T
+    thr = threshold if rule in TRIMMED else None
+    return scale * apply_rule(rule, torch.stack(deltas), w, density=density, generator=generator, thresholds=thr)

@@ -10,25 +10,43 @@ import numpy as np
 import torch
 
 from . import core, digits
-from .config import DecoupleConfig, OFTMergeConfig
+from .config import AUTHORS_TIES, DecoupleConfig, OFTMergeConfig
 from .io import Adapter, Tensors
-from .merging import decoupled, merge_oft_adapters, merge_residual, oft_dense, oft_rotation
+from .merging import (
+    decoupled,
+    merge_oft_adapters,
+    merge_residual,
+    oft_blocks,
+    oft_dense,
+    oft_rotation,
+    oft_skews,
+    residual_thresholds,
+)
 
 GRIDS = {  # strength grids per rule [R]; each method's strength is chosen on dev
     "orthomerge": (0.5, 0.75, 1.0, 1.5, 2.0, 3.0),
     "avg": (0.5, 0.75, 1.0, 1.5, 2.0, 3.0),
     "ta": (0.1, 0.2, 0.3, 0.5, 0.75, 1.0),
     "ties": (0.5, 0.75, 1.0, 1.5, 2.0, 3.0),
-    "dare": (0.5, 0.75, 1.0, 1.5, 2.0, 3.0),
+    "dare_ties": (0.5, 0.75, 1.0, 1.5, 2.0, 3.0),
     "tsv": (0.2, 0.3, 0.5, 0.75, 1.0, 1.5),
 }
 PARTS = ("dev", "test")
 
 
+
+
 def _grid(method: str, cfg: dict) -> list[tuple[float, float]]:
-    lams = GRIDS[method][:: cfg.get("grid_step", 1)]
-    dens = cfg["densities"] if method in ("ties", "dare") else (0.2,)
+    if method == "ties_tensor":
+        return [AUTHORS_TIES]
+    lams = GRIDS[method][cfg.get("grid_offset", 0):: cfg.get("grid_step", 1)]
+    dens = cfg["densities"] if method in ("ties", "dare_ties") else (0.5,) if method.startswith("dare") else (0.2,)
     return [(lam, d) for d in dens for lam in lams]
+
+
+def _rule(method: str) -> tuple[str, str]:
+    """(rule, trim scope) of a benchmark method name."""
+    return ("ties", "tensor") if method == "ties_tensor" else (method, "model")
 
 
 def score(sd, ctx) -> dict[str, float]:
@@ -69,12 +87,11 @@ def run_seed(cfg: dict, seed: int, root: Path) -> dict:
     ctx["indiv"] = _indiv({t: _oft_sd(base, ad) for t, ad in zip(tasks, ads, strict=True)}, ctx)
     out["indiv_oft"] = ctx["indiv"]
     oft = {}
-    for method in ("orthomerge", "avg", "ta", "ties", "dare", "tsv"):
-        if method not in cfg["oft_methods"]:
-            continue
+    for method in cfg["oft_methods"]:
         rows = []
         for lam, dens in _grid(method, cfg):
-            mc = OFTMergeConfig(method=method, scale=lam, density=dens, seed=seed)
+            rule, scope = _rule(method)
+            mc = OFTMergeConfig(method=rule, scale=lam, density=dens, trim_scope=scope, seed=seed)
             if method in ("orthomerge", "avg"):
                 tensors, _ = merge_oft_adapters(ads, mc)
                 sd = _oft_sd(base, ads[0], tensors)
@@ -91,15 +108,23 @@ def run_seed(cfg: dict, seed: int, root: Path) -> dict:
     full = {}
     for ortho in ("none", "general", "conflict"):
         parts = list(decoupled(base_t, experts, DecoupleConfig(ortho=ortho)))  # rotations once per target
-        for rule in cfg["rules"]:
-            rows = []
-            for lam, dens in _grid(rule, cfg):
-                dc = DecoupleConfig(ortho=ortho, residual=rule, residual_scale=lam, density=dens, seed=seed)
-                sd = {k: merge_residual(p, dc, index=i) for i, (k, p) in enumerate(parts)}
+        for method in cfg["rules"]:
+            rows, thr = [], {}
+            for lam, dens in _grid(method, cfg):
+                rule, scope = _rule(method)
+                dc = DecoupleConfig(ortho=ortho, residual=rule, residual_scale=lam, density=dens,
+                                    trim_scope=scope, seed=seed)
+                if dens not in thr:  # model-scope trim cuts, once per density
+                    thr[dens] = residual_thresholds(parts, dc)
+                sd = {k: merge_residual(p, dc, index=i, thresholds=thr[dens]) for i, (k, p) in enumerate(parts)}
                 rows.append({"scale": lam, "density": dens, **score(sd, ctx)})
-            full[f"{ortho}/{rule}"] = rows
+            full[f"{ortho}/{method}"] = rows
     out["full"] = full
     out["geometry"] = geometry(base, ads, cfg["geometry_T"])
+    if cfg.get("neumann"):  # the same experts trained on peft's default Neumann path: geometry only
+        neu = [Adapter.open(digits.train_oft_expert(base, split, t, cfg["expert_steps"], seed, cfg["block"],
+                                                     root / "oft_neumann" / t, neumann=True)) for t in tasks]
+        out["geometry"] += geometry(base, neu, cfg["geometry_T"], path="neumann")
     out["dirs"] = {"base": str(base_dir), "oft": [str(d) for d in oft_dirs], "full": [str(d) for d in full_dirs]}
     return out
 
@@ -127,26 +152,38 @@ def _orth_err(ads: list[Adapter]) -> float:
     return err
 
 
-def geometry(base: dict, ads: list[Adapter], Ts) -> list[dict]:
-    """Hyperspherical energy and spectral norm of merged l1/l2 vs the base as T grows, fp64: the pure
-    orthogonal merge (OrthoMerge on OFT experts) against TA (λ = 0.3) on the same experts' deltas."""
+def geometry(base: dict, ads: list[Adapter], Ts, path: str = "exact") -> list[dict]:
+    """Geometry of merged l1/l2 vs the base as T grows, fp64, as peft applies the rotations
+    (``path``: the experts' Cayley path): hyperspherical energy, spectral norm and ‖RᵀR − I‖_F of
+    each expert (T = 1), of OrthoMerge, of TA (λ = 0.3) on the same experts' deltas, and on the
+    Neumann path of the merge written on the exact path (``--exact-cayley``)."""
     rows = []
     W0s = {t: base[f"{t}.weight"].double() for t in digits.TARGETS}
     ref = {t: (core.hyperspherical_energy(W), core.spectral_norm(W)) for t, W in W0s.items()}
+
+    def row(T, t, method, W, R_blocks=None):
+        he, sn = core.hyperspherical_energy(W), core.spectral_norm(W)
+        return {"T": T, "module": t, "method": method, "path": path,
+                "he_rel_change": abs(he - ref[t][0]) / ref[t][0], "spectral_rel_change": abs(sn - ref[t][1]) / ref[t][1],
+                "orthogonality_error": None if R_blocks is None else core.orthogonality_error(R_blocks)}
+    for t, W0 in W0s.items():
+        for a in ads:
+            Rb = oft_blocks(a.config, oft_skews(a, t))
+            rows.append(row(1, t, "expert", W0 @ core.block_diag(Rb).T, Rb))
     for T in Ts:
         if T > len(ads):
             continue
-        tensors, _ = merge_oft_adapters(ads[:T], OFTMergeConfig())
+        tensors, config = merge_oft_adapters(ads[:T], OFTMergeConfig())
         for t, W0 in W0s.items():
             vec = tensors[f"base_model.model.{t}.oft_R.weight"].double()
-            R = core.block_diag(core.cayley(core.skew_from_vec(vec, core.block_from_params(vec.shape[-1])), "peft"))
+            Q = core.skew_from_vec(vec, core.block_from_params(vec.shape[-1]))
+            Rb = oft_blocks(config, Q)
             deltas = [W0 @ oft_rotation(a, t, None, W0.shape[1]).T - W0 for a in ads[:T]]
-            W_ta = W0 + 0.3 * torch.stack(deltas).sum(0)
-            for method, W in (("orthomerge", W0 @ R.T), ("ta", W_ta)):
-                he, sn = core.hyperspherical_energy(W), core.spectral_norm(W)
-                rows.append({"T": T, "module": t, "method": method,
-                             "he_rel_change": abs(he - ref[t][0]) / ref[t][0],
-                             "spectral_rel_change": abs(sn - ref[t][1]) / ref[t][1]})
+            rows.append(row(T, t, "orthomerge", W0 @ core.block_diag(Rb).T, Rb))
+            rows.append(row(T, t, "ta", W0 + 0.3 * torch.stack(deltas).sum(0)))
+            if path == "neumann":
+                Re = core.cayley(-Q, "peft")  # what --exact-cayley writes
+                rows.append(row(T, t, "orthomerge --exact-cayley", W0 @ core.block_diag(Re).T, Re))
     return rows
 
 

@@ -11,7 +11,7 @@ from icml26_shared import UserError, cli_entry
 from icml26_shared.cli import add_reproduce_arguments, finite_float, reproduce_from_args
 from icml26_shared.io import print_json
 
-OFT_METHODS = ("orthomerge", "avg", "ta", "ties", "dare", "tsv")
+RULES = "ta, ties, magnitude_prune, dare_linear, dare_ties, tsv, iso"
 
 
 def _weights(text: str) -> tuple[float, ...]:
@@ -49,10 +49,11 @@ def _progress(quiet: bool):
 def _cmd_oft(args: argparse.Namespace) -> int:
     from .config import OFTMergeConfig
     from .io import Adapter, Tensors, prepare_out, write_adapter, write_checkpoint
-    from .merging import merge_oft_adapters, oft_dense
+    from .merging import merge_oft_adapters, oft_dense, orthogonality, orthogonality_warning
 
     cfg = _config(OFTMergeConfig, method=args.method, magnitude=args.magnitude, granularity=args.granularity,
-                  weights=args.weights, scale=args.scale, density=args.density, seed=args.seed)
+                  weights=args.weights, scale=args.scale, density=args.density, trim_scope=args.trim_scope,
+                  exact_cayley=args.exact_cayley, seed=args.seed)
     euclid = args.method not in ("orthomerge", "avg")
     if euclid and not args.dense:
         raise UserError(f"--method {args.method} merges dense deltas: pass --base PATH --dense")
@@ -60,19 +61,39 @@ def _cmd_oft(args: argparse.Namespace) -> int:
         raise UserError("--dense needs --base PATH (the base model's safetensors checkpoint)")
     if args.weights is not None and len(args.weights) != len(args.adapters):
         raise UserError(f"{len(args.weights)} weights given for {len(args.adapters)} adapters")
-    out = prepare_out(args.out, args.force)
+    out = prepare_out(args.out, args.force, [*args.adapters, *([args.base] if args.base else [])])
     ads = [Adapter.open(p) for p in args.adapters]
+    merged = None
+    if not euclid:
+        merged = merge_oft_adapters(ads, cfg, progress=_progress(args.quiet))
     if args.dense:
         base = Tensors.open(args.base)
         tensors = oft_dense(ads, base, cfg, progress=_progress(args.quiet))
         write_checkpoint(out, tensors, Path(args.base) if Path(args.base).is_dir() else None, force=args.force)
         what = "dense checkpoint"
     else:
-        tensors, config = merge_oft_adapters(ads, cfg, progress=_progress(args.quiet))
-        write_adapter(out, config, tensors, force=args.force)
+        write_adapter(out, merged[1], merged[0], force=args.force)
         what = f"{ads[0].peft_type} adapter"
-    print(f"merged {len(ads)} {ads[0].peft_type} adapters with {args.method} -> {what} {out}")
+    rep = orthogonality(ads, *(merged or ({}, {})), cfg)
+    print(f"merged {len(ads)} {ads[0].peft_type} adapters with {args.method} -> {what} {args.out}"
+          + _geometry_summary(rep))
+    warn = orthogonality_warning(rep)
+    if warn:
+        print(f"orthomerge: warning: {warn}", file=sys.stderr)
     return 0
+
+
+def _geometry_summary(rep: dict) -> str:
+    if not rep["inputs"]:
+        return ""
+    path = f"Neumann path, {rep['terms']} terms" if rep["path"] == "neumann" else "exact Cayley path"
+    text = f"; max ‖RᵀR − I‖_F ({path}): inputs {max(r['orthogonality_error'] for r in rep['inputs']):.3g}"
+    if rep["merged"]:
+        text += f", merged {rep['merged']['orthogonality_error']:.3g}"
+    if rep["exact_cayley_gap"] is not None:
+        text += (f" (written on the exact path; max ‖R_Neumann − R_exact‖₂ over modules "
+                 f"{rep['exact_cayley_gap']:.3g})")
+    return text
 
 
 def _open_expert(path: Path, base):
@@ -90,19 +111,20 @@ def _cmd_full(args: argparse.Namespace) -> int:
     from .merging import orthogonal_residual_merge
 
     cfg = _config(DecoupleConfig, ortho=args.ortho, residual=args.residual, residual_scale=args.residual_scale,
-                  density=args.density, seed=args.seed)
+                  density=args.density, trim_scope=args.trim_scope, seed=args.seed)
     if args.device == "cuda":
         import torch
 
         if not torch.cuda.is_available():
             raise UserError("--device cuda: no CUDA device is available")
-    out = prepare_out(args.out, args.force)
+    out = prepare_out(args.out, args.force, [args.base, *args.experts])
     base = Tensors.open(args.base)
     experts = [_open_expert(Path(p), base) for p in args.experts]
-    merged = orthogonal_residual_merge(base, experts, cfg, device=args.device, progress=_progress(args.quiet))
+    merged = orthogonal_residual_merge(base, experts, cfg, device=args.device, progress=_progress(args.quiet),
+                                       spill_dir=out.parent)
     write_checkpoint(out, merged, Path(args.base) if Path(args.base).is_dir() else None, force=args.force)
     print(f"merged {len(experts)} experts (ortho {args.ortho}, residual {args.residual} x "
-          f"{args.residual_scale:g}) -> {out}")
+          f"{cfg.residual_scale:g}) -> {args.out}")
     return 0
 
 
@@ -127,6 +149,10 @@ def _cmd_diagnose(args: argparse.Namespace) -> int:
     return 0
 
 
+TRIM_HELP = ("TIES / magnitude_prune trim: model (default, the authors': each expert's top density over "
+             "every tensor) or tensor (per tensor: peft's and mergekit's convention)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="orthomerge", description="OrthoMerge (ICML 2026): merge OFT/BOFT adapters and "
                 "fine-tuned experts on the orthogonal group, plus the Euclidean merges.")
@@ -135,13 +161,19 @@ def build_parser() -> argparse.ArgumentParser:
     o = sub.add_parser("oft", help="merge peft OFT / BOFT adapters (one adapter out, or --dense)")
     o.add_argument("adapters", nargs="+", type=Path, metavar="ADAPTER")
     o.add_argument("--out", type=Path, required=True, help="output folder (must not exist)")
-    o.add_argument("--method", choices=OFT_METHODS, default="orthomerge",
-                   help="orthomerge (default), avg (no magnitude correction), or a Euclidean merge (needs --dense)")
+    o.add_argument("--method", default="orthomerge",
+                   help=f"orthomerge (default), avg (no magnitude correction), or a Euclidean rule ({RULES}; "
+                        "needs --dense)")
     o.add_argument("--magnitude", choices=("mean", "median", "max"), default="mean")
     o.add_argument("--granularity", choices=("module", "block"), default="module")
     o.add_argument("--weights", type=_weights, default=None, help="per-adapter weights, e.g. 1,0.5,0.5")
     o.add_argument("--scale", type=finite_float, default=1.0, help="strength λ (default 1: the paper's)")
-    o.add_argument("--density", type=finite_float, default=0.2, help="TIES/DARE kept fraction (default 0.2)")
+    o.add_argument("--density", type=finite_float, default=None,
+                   help="TIES kept fraction (default 0.2) / DARE keep probability (default 0.5)")
+    o.add_argument("--trim-scope", choices=("model", "tensor"), default="model", help=TRIM_HELP)
+    o.add_argument("--exact-cayley", action="store_true",
+                   help="inputs on peft's Neumann path: write the merged adapter on the exact Cayley path "
+                        "(orthogonal to rounding; the summary reports the function change)")
     o.add_argument("--base", type=Path, default=None, help="base model (safetensors folder) for --dense")
     o.add_argument("--dense", action="store_true", help="write a merged Hugging Face checkpoint instead")
     o.add_argument("--seed", type=int, default=0)
@@ -154,10 +186,13 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--experts", type=Path, nargs="+", required=True,
                    help="full checkpoints (safetensors) or peft LoRA adapter folders")
     f.add_argument("--out", type=Path, required=True)
-    f.add_argument("--residual", choices=("ta", "ties", "dare", "tsv"), default="ta")
+    f.add_argument("--residual", default="ta", help=f"the rule on the residuals: {RULES} (default ta)")
     f.add_argument("--ortho", choices=("none", "general", "conflict"), default="general")
-    f.add_argument("--residual-scale", type=finite_float, default=0.2, help="λ on the merged residual (default 0.2)")
-    f.add_argument("--density", type=finite_float, default=0.2)
+    f.add_argument("--residual-scale", type=finite_float, default=None,
+                   help="λ on the merged residual (default: the authors', 0.2 for ta, 1 for ties and the others)")
+    f.add_argument("--density", type=finite_float, default=None,
+                   help="TIES kept fraction (default 0.2) / DARE keep probability (default 0.5)")
+    f.add_argument("--trim-scope", choices=("model", "tensor"), default="model", help=TRIM_HELP)
     f.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the SVDs run")
     f.add_argument("--seed", type=int, default=0)
     f.add_argument("--force", action="store_true")

@@ -16,10 +16,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from icml26_shared.io import dumps_json
-
-from . import core
-
 IN, HID = 64, 128
 TARGETS = ("l1", "l2")
 TASKS = {  # name -> (classes, label map, input map)  [R] (design note §6.1)
@@ -114,40 +110,26 @@ def task_head(task: str, seed: int) -> nn.Linear:
     return head.requires_grad_(False)
 
 
-def oft_body(base: dict, vecs: dict[str, torch.Tensor], block: int) -> dict:
-    """Body weights W0·R(vec)ᵀ, peft's exact Cayley path (differentiable)."""
-    sd = dict(base)
-    for t in TARGETS:
-        R = core.block_diag(core.cayley(core.skew_from_vec(vecs[t], block), "peft"))
-        sd[f"{t}.weight"] = base[f"{t}.weight"] @ R.T
-    return sd
+def train_oft_expert(base, split, task, steps, seed, block, out: Path, neumann: bool = False) -> Path:
+    """Train a peft OFT adapter on l1/l2 through ``get_peft_model`` (frozen head) and save it with
+    ``save_pretrained``: peft's exact Cayley path, or its default Neumann series (5 terms)."""
+    import warnings
 
+    from peft import OFTConfig, get_peft_model
 
-def train_oft_expert(base, split, task, steps, seed, block, out: Path) -> Path:
-    """Train OFT generators on l1/l2 (frozen head) and write them as a peft OFT adapter."""
     torch.manual_seed(seed)
     head = task_head(task, seed)
-    vecs = {t: torch.zeros(base[f"{t}.weight"].shape[1] // block, core.n_params(block), requires_grad=True)
-            for t in TARGETS}
+    body = Body()
+    body.load_state_dict(base)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pm = get_peft_model(body, OFTConfig(r=0, oft_block_size=block, target_modules=list(TARGETS),
+                                            use_cayley_neumann=neumann, module_dropout=0.0))
     X, y = task_data(split, task, "train")
-    _train(list(vecs.values()), lambda i: F.cross_entropy(head(features(oft_body(base, vecs, block), X[i])), y[i]),
-           steps, 1e-2, len(y), seed)
-    from safetensors.torch import save_file
-
-    out.mkdir(parents=True, exist_ok=True)
-    save_file({f"base_model.model.{t}.oft_R.weight": v.detach().contiguous() for t, v in vecs.items()},
-              str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
-    (out / "adapter_config.json").write_text(dumps_json(oft_config(block), indent=2))
+    _train([p for p in pm.parameters() if p.requires_grad],
+           lambda i: F.cross_entropy(head(pm(X[i])), y[i]), steps, 1e-2, len(y), seed)
+    pm.save_pretrained(str(out))
     return out
-
-
-def oft_config(block: int) -> dict:
-    return {"peft_type": "OFT", "task_type": None, "base_model_name_or_path": None, "r": 0,
-            "oft_block_size": block, "target_modules": list(TARGETS), "module_dropout": 0.0,
-            "bias": "none", "init_weights": True, "coft": False, "eps": 6e-05, "block_share": False,
-            "use_cayley_neumann": False, "num_cayley_neumann_terms": 5, "fan_in_fan_out": False,
-            "modules_to_save": None, "layers_to_transform": None, "layers_pattern": None,
-            "inference_mode": True, "exclude_modules": None, "revision": None}
 
 
 def train_full_expert(base, split, task, steps, seed, out: Path) -> Path:

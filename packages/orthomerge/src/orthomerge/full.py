@@ -61,7 +61,8 @@ def reproduce_full(out_dir: Path, seed: int) -> Results:
         for ortho, rule in (("none", "ties"), ("conflict", "ties"), ("none", "ta"), ("general", "ta")):
             t0 = time.perf_counter()
             merged = orthogonal_residual_merge(base, experts, DecoupleConfig(ortho=ortho, residual=rule,
-                                                                              seed=seed), device="cuda")
+                                                                              seed=seed), device="cuda",
+                                               spill_dir=out_dir)  # model-scope TIES: residuals on disk
             write_checkpoint(out_dir / f"full-{ortho}-{rule}", merged, base_dir, force=True)
             res.add("full_merge", f"{ortho}/{rule}", "merge_seconds", time.perf_counter() - t0, unit="s")
     res.notes.append("Merged models written under this folder; evaluate them with lm-eval-harness "

@@ -8,7 +8,6 @@ and never touches an existing output unless ``force``.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,8 @@ import torch
 
 from icml26_shared import UserError
 from icml26_shared.io import atomic_dir as shared_atomic_dir
-from icml26_shared.io import check_replaceable, write_json
+from icml26_shared.io import write_json
+from icml26_shared.merge import prepare_out as shared_prepare_out
 
 ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
 PREFIX = "base_model.model."
@@ -95,10 +95,17 @@ class Tensors:
             return tuple(f.get_slice(key).get_shape())
 
     def __getitem__(self, key: str) -> torch.Tensor:
+        """The tensor, checked finite on read (before any SVD sees it): a NaN or inf is one
+        ``UserError`` line naming the tensor and its file."""
         from safetensors import safe_open
 
         with safe_open(str(self.files[key]), framework="pt") as f:
-            return f.get_tensor(key)
+            t = f.get_tensor(key)
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            bad = int((~torch.isfinite(t)).sum())
+            raise UserError(f"{key} in {self.files[key]}: {bad} non-finite value(s) (NaN or inf); "
+                            "this checkpoint or adapter cannot be merged")
+        return t
 
 
 def _keys(file: Path) -> list[str]:
@@ -185,27 +192,27 @@ def check_compatible(adapters: list[Adapter]) -> None:
 
 # --- writing -------------------------------------------------------------------------------------
 
-def prepare_out(out: str | Path, force: bool) -> Path:
-    """Check the output folder before any work: refuse an existing one unless ``force``."""
-    out = Path(out)
-    if out.exists() and not force:
-        raise UserError(f"output {out} already exists (pass --force to replace it)")
-    if out.exists() and not out.is_dir():
-        raise UserError(f"output {out} exists and is not a directory")
-    check_replaceable(out)  # --force replaces only a folder a run wrote, never a user's files
-    parent = out.absolute().parent
-    if not parent.is_dir():
-        raise UserError(f"parent folder of --out {out} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise UserError(f"cannot write into {parent}")
-    return out
+TOOL = "orthomerge"
+
+
+def _writer() -> str:
+    from icml26_shared.registry import package_version
+
+    return f"{TOOL} {package_version(TOOL)}"
+
+
+def prepare_out(out: str | Path, force: bool, inputs=()) -> Path:
+    """Check ``--out`` before any work (the shared ``prepare_out``, tool ``orthomerge``): refuse a
+    symlink, an ``out`` that is an input or ``--base``, contains one or lies inside one (symlinks
+    followed), an existing one without ``force``, and with ``force`` any folder that is not an
+    earlier orthomerge output. Returns the resolved path the run writes to."""
+    return shared_prepare_out(out, force, tuple(inputs), tool=TOOL).resolve()
 
 
 def atomic_dir(out: Path, force: bool = False):
-    """Yield a temporary sibling folder; on success it replaces ``out``, on error it is removed
-    (``icml26_shared.io.atomic_dir``: ``force`` replaces only a folder a run wrote)."""
-    return shared_atomic_dir(Path(out).absolute(), replace=force, exists_error="output {path} "
-                             "appeared while merging (pass --force to replace it)")
+    """Yield a temporary sibling folder; on success it replaces ``out`` (``icml26_shared.io.atomic_dir``,
+    manifest writer ``orthomerge <version>``: a later ``--force`` may replace it)."""
+    return shared_atomic_dir(Path(out), replace=force, writer=_writer())
 
 
 def write_adapter(out: Path, config: dict[str, Any], tensors: dict[str, torch.Tensor],

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 import torch
 
 from icml26_shared import UserError
 
 from . import core
-from .baselines import merge_deltas
+from .baselines import TRIMMED, merge_deltas, thresholds
 from .config import DecoupleConfig, OFTMergeConfig
 from .io import Adapter, check_compatible
 
@@ -34,15 +35,28 @@ def oft_skews(ad: Adapter, module: str) -> torch.Tensor:
     return core.skew(full)
 
 
+def uses_neumann(config: dict, legacy: bool = False) -> bool:
+    """Does peft apply this adapter through the truncated Neumann series (its default)?"""
+    return bool(config.get("use_cayley_neumann", True)) and not legacy
+
+
+def oft_blocks(config: dict, Q: torch.Tensor, legacy: bool = False) -> torch.Tensor:
+    """(nb, b, b) rotation blocks peft applies for generators Q under ``config`` (COFT, path)."""
+    Q = coft_project(Q, config) if config.get("coft") else Q
+    if uses_neumann(config, legacy):
+        return core.cayley_neumann(Q, int(config.get("num_cayley_neumann_terms", 5)))
+    return core.cayley(Q, "peft")
+
+
 def oft_rotation(ad: Adapter, module: str, Q: torch.Tensor | None = None, in_features: int | None = None):
     """The block-diagonal rotation peft applies for generator Q (default: the adapter's own)."""
     Q = oft_skews(ad, module) if Q is None else Q
-    Q = coft_project(Q, ad.config) if ad.config.get("coft") else Q
-    if ad.config.get("use_cayley_neumann", True) and not ad.legacy:
-        R = core.cayley_neumann(Q, int(ad.config.get("num_cayley_neumann_terms", 5)))
-    else:
-        R = core.cayley(Q, "peft")
-    return core.block_diag(R, in_features)
+    return core.block_diag(oft_blocks(ad.config, Q, ad.legacy), in_features)
+
+
+def exact_config(config: dict) -> dict:
+    """The same OFT config on peft's exact Cayley path."""
+    return {**config, "use_cayley_neumann": False}
 
 
 def coft_project(Q: torch.Tensor, config: dict) -> torch.Tensor:
@@ -71,6 +85,7 @@ def merge_oft_adapters(adapters, cfg: OFTMergeConfig | None = None, progress: Pr
     check_compatible(ads)
     w = _weights(cfg, len(ads))
     first = ads[0]
+    to_exact = cfg.exact_cayley and first.peft_type == "OFT" and uses_neumann(first.config, first.legacy)
     out: dict[str, torch.Tensor] = {}
     mods = first.modules()
     for i, mod in enumerate(mods):
@@ -79,6 +94,8 @@ def merge_oft_adapters(adapters, cfg: OFTMergeConfig | None = None, progress: Pr
         if first.peft_type == "OFT":
             Qs = torch.stack([oft_skews(a, mod) for a in ads])
             Q = _merge(Qs, w, cfg)
+            if to_exact:  # the exact path is (I − Q)(I + Q)⁻¹, the transpose of Neumann's: store −Q*
+                Q = -Q
             key = first.key(mod, ".oft_R.weight")
             dtype = first.tensors[key if key in first.tensors else first.key(mod, ".oft_r")].dtype
             out[key] = core.vec_from_skew(Q).to(dtype)
@@ -98,7 +115,8 @@ def merge_oft_adapters(adapters, cfg: OFTMergeConfig | None = None, progress: Pr
         vals = torch.stack([a.tensors[k].double() for a in ads])
         wt = torch.tensor(w, dtype=torch.float64).view(-1, *[1] * (vals.dim() - 1))
         out[k] = ((wt * vals).sum(0) / wt.sum()).to(first.tensors[k].dtype)
-    return out, output_config(first)
+    config = output_config(first)
+    return out, exact_config(config) if to_exact else config
 
 
 def _merge(Qs: torch.Tensor, w: list[float], cfg: OFTMergeConfig) -> torch.Tensor:
@@ -122,6 +140,61 @@ def output_config(first: Adapter) -> dict:
     return cfg
 
 
+#: ‖RᵀR − I‖_F above which ``oft`` warns that peft's Neumann path is far from a rotation
+ORTHO_WARN = 1e-3
+
+
+def orthogonality(ads: list[Adapter], tensors: Mapping[str, torch.Tensor], config: dict,
+                  cfg: OFTMergeConfig | None = None) -> dict:
+    """‖RᵀR − I‖_F of every OFT module as peft applies it (its Cayley path), for each input and
+    for the merged adapter ``(tensors, config)``: the worst module of each, and with
+    ``--exact-cayley`` on Neumann inputs the function gap it costs, max over modules of
+    ‖R_Neumann(Q*) − R_exact‖₂ (a bound on the relative change of any module's output)."""
+    first = ads[0]
+    path = "neumann" if uses_neumann(first.config, first.legacy) else "exact"
+    rep: dict = {"path": path, "terms": int(first.config.get("num_cayley_neumann_terms", 5)) if path == "neumann" else None,
+                 "inputs": [], "merged": None, "exact_cayley_gap": None}
+    if first.peft_type != "OFT":  # BOFT: peft's exact Cayley, orthogonal to rounding
+        return rep
+
+    def worst(errs: dict[str, float]) -> dict:
+        mod = max(errs, key=errs.get)
+        return {"worst_module": mod, "orthogonality_error": errs[mod]}
+    for a in ads:
+        rep["inputs"].append({"adapter": str(a.path), **worst(
+            {m: core.orthogonality_error(oft_blocks(a.config, oft_skews(a, m), a.legacy)) for m in a.modules()})})
+    if not tensors:
+        return rep
+    errs, gap = {}, 0.0
+    to_exact = cfg is not None and cfg.exact_cayley and path == "neumann"
+    for m in first.modules():
+        key = first.key(m, ".oft_R.weight")
+        Q = core.skew_from_vec(tensors[key].double(), core.block_from_params(tensors[key].shape[-1]))
+        R = oft_blocks(config, Q)
+        errs[m] = core.orthogonality_error(R)
+        if to_exact:  # what the Neumann path would have applied for the same merge
+            gap = max(gap, float(torch.linalg.matrix_norm(oft_blocks(first.config, -Q) - R, ord=2).max()))
+    rep["merged"] = worst(errs)
+    rep["exact_cayley_gap"] = gap if to_exact else None
+    return rep
+
+
+def orthogonality_warning(rep: dict) -> str | None:
+    """One line when any input or the merged adapter is further than ``ORTHO_WARN`` from orthogonal."""
+    rows = [("input " + r["adapter"], r) for r in rep["inputs"]]
+    if rep["merged"]:
+        rows.append(("merged adapter", rep["merged"]))
+    if not rows:
+        return None
+    what, r = max(rows, key=lambda x: x[1]["orthogonality_error"])
+    if r["orthogonality_error"] <= ORTHO_WARN:
+        return None
+    return (f"{what}: its rotations are not orthogonal as peft applies them (Neumann series, "
+            f"{rep['terms']} terms): ‖RᵀR − I‖_F {r['orthogonality_error']:.3g} in {r['worst_module']}; "
+            "energy and spectral norm are not kept. Train with use_cayley_neumann=False, or pass "
+            "--exact-cayley to write the merged adapter on the exact path")
+
+
 def module_weight_key(module: str) -> str:
     return module + ".weight"
 
@@ -143,24 +216,45 @@ def oft_dense(adapters, base: Mapping[str, torch.Tensor], cfg: OFTMergeConfig | 
     w = _weights(cfg, len(ads))
     out = {k: base[k] for k in base.keys()}
     mods = ads[0].modules()
+    for mod in mods:
+        if module_weight_key(mod) not in out:
+            raise UserError(f"base checkpoint has no {module_weight_key(mod)} (targeted by the adapters)")
+
+    def delta(a: Adapter, mod: str) -> torch.Tensor:
+        W0 = out[module_weight_key(mod)].double()
+        return W0 @ oft_rotation(a, mod, None, W0.shape[1]).T - W0
+
+    thr = None
+    if cfg.method not in ("orthomerge", "avg"):  # model-scope trim: each expert's deltas, streamed twice
+        thr = thresholds(cfg.method, [lambda a=a: (delta(a, m) for m in mods) for a in ads],
+                         _density(cfg), cfg.trim_scope)
+    merged = {}
     for i, mod in enumerate(mods):
         if progress:
             progress(i + 1, len(mods), mod)
         key = module_weight_key(mod)
-        if key not in out:
-            raise UserError(f"base checkpoint has no {key} (targeted by the adapters)")
         W0 = out[key].double()
         if cfg.method in ("orthomerge", "avg"):
             Q = _merge(torch.stack([oft_skews(a, mod) for a in ads]), w, cfg)
-            R = oft_rotation(ads[0], mod, Q, W0.shape[1])
+            if cfg.exact_cayley and uses_neumann(ads[0].config, ads[0].legacy):
+                R = core.block_diag(core.cayley(-Q, "peft"), W0.shape[1])  # = (I + Q)(I − Q)⁻¹, exact
+            else:
+                R = oft_rotation(ads[0], mod, Q, W0.shape[1])
             W = W0 @ R.T
         else:
-            deltas = [W0 @ oft_rotation(a, mod, None, W0.shape[1]).T - W0 for a in ads]
             g = torch.Generator().manual_seed(cfg.seed + i)
-            W = W0 + merge_deltas(cfg.method, deltas, scale=cfg.scale, density=cfg.density, weights=w,
-                                  generator=g)
-        out[key] = W.to(out[key].dtype)
+            W = W0 + merge_deltas(cfg.method, [delta(a, mod) for a in ads], scale=cfg.scale,
+                                  density=cfg.density, weights=w, generator=g, threshold=thr)
+        merged[key] = W.to(out[key].dtype)
+    out.update(merged)
     return out
+
+
+def _density(cfg) -> float:
+    from icml26_shared.merge import DEFAULT_DENSITY
+
+    rule = getattr(cfg, "residual", None) or cfg.method
+    return cfg.density if cfg.density is not None else DEFAULT_DENSITY.get(rule, 1.0)
 
 
 # --- Orthogonal-Residual Decoupling of non-OFT experts --------------------------------------------
@@ -209,19 +303,70 @@ class LoraExpert(Mapping):
 
 def orthogonal_residual_merge(base: Mapping[str, torch.Tensor], experts: list[Mapping[str, torch.Tensor]],
                               cfg: DecoupleConfig | None = None, *, layers=None, device: str = "cpu",
-                              weights=None, progress: Progress = None) -> dict[str, torch.Tensor]:
-    """W = W0·R* + rule(E_1..E_T) for every 2-D weight (in ``layers`` when given), fp64 [C].
+                              weights=None, progress: Progress = None, spill_dir=None) -> dict[str, torch.Tensor]:
+    """W = W0·R* + λ·rule(E_1..E_T) for every 2-D weight (in ``layers`` when given), fp64 [C].
 
     Tensors that are not 2-D (norms, biases) are merged by the residual rule on their deltas
     (R = I). With ``cfg.ortho == "none"`` this is exactly the Euclidean rule on all deltas.
-    Streams one tensor at a time from lazy ``base`` / ``experts`` mappings.
+    Streams one tensor at a time from lazy ``base`` / ``experts`` mappings. A model-scope TIES /
+    magnitude-prune trim needs every residual before the first merge: they are spilled to a
+    temporary folder (in ``spill_dir``; disk ≈ T × the model in fp64, memory one tensor's
+    residuals) and the thresholds read back in two streaming passes.
     """
     cfg = cfg or DecoupleConfig()
-    out: dict[str, torch.Tensor] = {}
-    for i, (key, part) in enumerate(decoupled(base, experts, cfg, layers=layers, device=device,
-                                              progress=progress)):
-        out[key] = merge_residual(part, cfg, weights=weights, index=i)
-    return out
+    parts = decoupled(base, experts, cfg, layers=layers, device=device, progress=progress)
+    if cfg.trim_scope == "tensor" or cfg.residual not in TRIMMED:
+        return {key: merge_residual(part, cfg, weights=weights, index=i) for i, (key, part) in enumerate(parts)}
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix=".orthomerge-spill-", dir=spill_dir) as tmp:
+        spill = _Spill(Path(tmp), len(experts))
+        for key, part in parts:
+            spill.add(key, part)
+        thr = thresholds(cfg.residual, [lambda t=t: spill.residuals(t) for t in range(len(experts))],
+                         _density(cfg), cfg.trim_scope)
+        return {key: merge_residual(part, cfg, weights=weights, index=i, thresholds=thr)
+                for i, (key, part) in enumerate(spill.parts())}
+
+
+def residual_thresholds(parts, cfg: DecoupleConfig) -> torch.Tensor | None:
+    """Model-scope trim thresholds of in-memory ``decoupled`` parts (None: per tensor / no trim)."""
+    T = next(len(p[2]) for _, p in parts if p[2] is not None)
+    return thresholds(cfg.residual, [[p[2][t] for _, p in parts if p[2] is not None] for t in range(T)],
+                      _density(cfg), cfg.trim_scope)
+
+
+class _Spill:
+    """``decoupled``'s parts on disk, one safetensors file per tensor (read back lazily)."""
+
+    def __init__(self, root: Path, T: int):
+        self.root, self.T, self.keys = root, T, []
+
+    def add(self, key: str, part) -> None:
+        from safetensors.torch import save_file
+
+        dtype, head, E = part
+        tensors = {"head": head.contiguous()}
+        if E is not None:
+            tensors.update({f"e{t}": x.contiguous() for t, x in enumerate(E)})
+        save_file(tensors, str(self.root / f"{len(self.keys)}.safetensors"))
+        self.keys.append((key, dtype, E is not None))
+
+    def _read(self, i: int, names):
+        from safetensors import safe_open
+
+        with safe_open(str(self.root / f"{i}.safetensors"), framework="pt") as f:
+            return [f.get_tensor(n) for n in names]
+
+    def residuals(self, t: int):
+        for i, (_, _, has) in enumerate(self.keys):
+            if has:
+                yield self._read(i, [f"e{t}"])[0]
+
+    def parts(self):
+        for i, (key, dtype, has) in enumerate(self.keys):
+            got = self._read(i, ["head"] + ([f"e{t}" for t in range(self.T)] if has else []))
+            yield key, (dtype, got[0], got[1:] if has else None)
 
 
 def decoupled(base, experts, cfg: DecoupleConfig, *, layers=None, device: str = "cpu", progress: Progress = None):
@@ -263,14 +408,16 @@ def _shape(m, key: str) -> tuple[int, ...]:
     return tuple(m.shape(key)) if hasattr(m, "shape") else tuple(m[key].shape)
 
 
-def merge_residual(part, cfg: DecoupleConfig, *, weights=None, index: int = 0) -> torch.Tensor:
-    """W0·R* + rule(E_1..E_T) of one decoupled tensor (``decoupled``'s second item)."""
+def merge_residual(part, cfg: DecoupleConfig, *, weights=None, index: int = 0,
+                   thresholds: torch.Tensor | None = None) -> torch.Tensor:
+    """W0·R* + λ·rule(E_1..E_T) of one decoupled tensor (``decoupled``'s second item);
+    ``thresholds``: the model-scope trim cuts (``residual_thresholds``)."""
     dtype, head, E = part
     if E is None:
         return head
     g = torch.Generator().manual_seed(cfg.seed + index)
     merged = head + merge_deltas(cfg.residual, E, scale=cfg.residual_scale, density=cfg.density,
-                                 weights=weights, generator=g)
+                                 weights=weights, generator=g, threshold=thresholds)
     if not bool(torch.isfinite(merged).all()):
         raise UserError("the merge produced non-finite values")
     return merged.to(dtype)
@@ -312,7 +459,8 @@ def diagnose_adapter(ad: Adapter, base: Mapping[str, torch.Tensor] | None = None
             R = oft_rotation(ad, mod, None, n)
         else:
             R = core.cayley(core.skew(ad.tensors[ad.key(mod, ".boft_R")].double()), "peft")
-        row = {"module": mod, "orthogonality_error": core.orthogonality_error(R),
+        row = {"module": mod, "cayley_path": "neumann" if ad.peft_type == "OFT" and uses_neumann(ad.config, ad.legacy)
+               else "exact", "orthogonality_error": core.orthogonality_error(R),
                "max_angle": float(core.rotation_angles(R if R.dim() == 2 else R.flatten(0, -3)[0]).max())}
         key = module_weight_key(mod)
         if base is not None and ad.peft_type == "OFT":
