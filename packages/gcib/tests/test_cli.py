@@ -114,7 +114,7 @@ def test_refusals(log, run, tmp_path, capsys):
     keep.write_text("mine")
     _refused(capsys, ["recommend", str(run), "--all", "--out", str(keep)], "already exists", tmp_path)
     assert keep.read_text() == "mine"
-    _refused(capsys, ["synth", "--items", "10", "--out", out], "n_view", tmp_path)
+    _refused(capsys, ["synth", "--items", "10", "--out", out], "free pairs", tmp_path)
 
 
 def test_full_scale_fails_fast_without_its_needs(tmp_path, monkeypatch):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from gcib.data import inject_noise, leave_one_out, synthetic
+from gcib.data import inject_noise, leave_one_out, realistic, synthetic
 from gcib.denoise import auroc
 from gcib.io import from_frame
 from gcib.metrics import positives_csr, ranks, sample_negatives, summarize
@@ -35,6 +35,59 @@ def test_generator_nests_and_is_deterministic(data):
     noisy = synthetic(120, 140, n_buy=5, n_cart=8, n_view=14, noise_rate=1.0, seed=3)
     real_view = _keys(*[x[~noisy.noise["view"]] for x in noisy.edges["view"]], n)
     assert real_view == view  # the noise-free part is the clean generator's
+
+
+@pytest.fixture(scope="module")
+def real_like():
+    return realistic(1000, 1000, seed=5)
+
+
+def test_realistic_generator_nests_with_browsed_views_and_orders_time(real_like):
+    d, n = real_like, real_like.n_items
+    buy, cart, view = (_keys(*d.edges[b], n) for b in ("buy", "cart", "view"))
+    assert buy <= cart <= view
+    assert len(view) > 2 * len(cart) and len(cart) > len(buy) > 0  # view >> cart > buy: browsed items
+    for b in d.edges:  # one edge per pair and behaviour
+        assert len(_keys(*d.edges[b], n)) == len(d.edges[b][0])
+    t = {b: dict(zip((d.edges[b][0] * n + d.edges[b][1]).tolist(), d.timestamps[b].tolist(), strict=True))
+         for b in d.edges}
+    assert all(t["view"][k] < t["cart"][k] for k in cart)
+    assert all(t["cart"][k] < t["buy"][k] for k in buy)
+
+
+def test_realistic_generator_is_heavy_tailed(real_like):
+    views = np.sort(np.bincount(real_like.edges["view"][1], minlength=real_like.n_items))[::-1]
+    assert views[: real_like.n_items // 10].sum() > 0.4 * views.sum()  # top 10% of items > 40% of views
+    act = np.bincount(real_like.edges["view"][0], minlength=real_like.n_users)
+    assert act.max() > 4 * np.median(act)  # user activity too
+    flat = realistic(1000, 1000, popularity_exponent=0.0, popularity_weight=0.0, seed=5)
+    views0 = np.sort(np.bincount(flat.edges["view"][1], minlength=1000))[::-1]
+    assert views0[:100].sum() < 0.3 * views0.sum()  # the tail comes from the popularity setting
+
+
+def test_realistic_buys_are_sampled_not_a_top_k(real_like):
+    per_user = np.bincount(real_like.edges["buy"][0], minlength=real_like.n_users)
+    assert len(np.unique(per_user)) > 5  # buys per user vary (a top-k gives one count)
+
+
+@pytest.mark.parametrize("kind", ["uniform", "popularity"])
+def test_realistic_noise_is_labelled_exactly_and_deterministic(kind):
+    clean = realistic(300, 400, seed=5)
+    noisy = realistic(300, 400, noise_rate=1.0, noise_kind=kind, seed=5)
+    n = noisy.n_items
+    assert not noisy.noise["buy"].any()
+    real_pairs = set().union(*(_keys(*clean.edges[b], n) for b in clean.edges))
+    for b in ("view", "cart"):
+        lab = noisy.noise[b]
+        u, i = noisy.edges[b]
+        assert _keys(u[~lab], i[~lab], n) == _keys(*clean.edges[b], n)  # real part = the clean log
+        assert lab.sum() == len(clean.edges[b][0])  # eta = 1: one fake per real edge
+        assert not (_keys(u[lab], i[lab], n) & real_pairs)  # a fake never is a real pair
+    again = realistic(300, 400, noise_rate=1.0, noise_kind=kind, seed=5)
+    for b in noisy.edges:
+        assert np.array_equal(noisy.edges[b][1], again.edges[b][1])
+        assert np.array_equal(noisy.timestamps[b], again.timestamps[b])
+    assert _keys(*realistic(300, 400, seed=6).edges["buy"], n) != _keys(*clean.edges["buy"], n)
 
 
 @pytest.mark.parametrize("kind", ["uniform", "popularity"])

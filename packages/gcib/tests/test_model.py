@@ -116,7 +116,7 @@ def _term_grad(split, cfg, term: str, wrt: str, draws: int = 4) -> torch.Tensor:
             m = GCIBModel(split, replace(cfg, **{term: w}))
             logits = torch.zeros(len(m.edges[0][0]), requires_grad=True)  # p = 0.5 on every edge
             if wrt == "logits":
-                m.keep_logits = lambda b, z, lg=logits: lg
+                m.keep_logits = lambda b, z, normalized=False, lg=logits: lg
             u, i = (torch.as_tensor(x) for x in split.train["buy"])
             j = torch.randint(0, m.I, (len(u),), generator=torch.Generator().manual_seed(k))
             _losses(m, u, i, j, torch.Generator().manual_seed(100 + k)).backward()
@@ -174,3 +174,44 @@ def test_curves_hold_every_loss_term_and_the_valid_metrics(gcib_run):
     assert {"train bpr", "train reg", "train gib", "train infonce", "valid hr@10", "valid ndcg@10"} <= c.keys()
     assert all(len(v) == gcib_run.epochs_run for v in c.values())
     assert c["valid hr@10"] == gcib_run.history
+
+
+def test_keep_logits_and_bpr_equal_their_dense_formulas_with_gradients(noisy_split):
+    """Issue 60 item 5 cut the epoch (index_select, one normalisation, unique once): the scorer's
+    logits and the BPR + L2 loss still equal the plain dense formulas, gradients included."""
+    m = GCIBModel(noisy_split, method_config("gcib", SMALL))
+    z = torch.randn(m.U + m.I, SMALL.dim)
+    zn = torch.nn.functional.normalize(z, dim=1)
+    for b in range(len(m.aux)):
+        u, i = m.edges[b]
+        w, bias = m.scorer_w[b], m.scorer_b[b]
+        dense = (zn[u] * zn[m.U + i] * w[0]).sum(1) + zn[u] @ w[1] + zn[m.U + i] @ w[2] + bias
+        g = torch.randn(len(u))
+        got = m.keep_logits(b, z)
+        torch.testing.assert_close(got, dense, rtol=1e-5, atol=1e-5)
+        ga = torch.autograd.grad((got * g).sum(), m.scorer_w)[0]
+        gd = torch.autograd.grad((dense * g).sum(), m.scorer_w)[0]
+        torch.testing.assert_close(ga, gd, rtol=1e-4, atol=1e-4)
+    lg = GCIBModel(noisy_split, method_config("lightgcn", SMALL))
+    tu, ti = noisy_split.train[noisy_split.data.target]
+    u, i = torch.as_tensor(tu[:300]), torch.as_tensor(ti[:300])
+    j = torch.randint(0, lg.I, (300,), generator=torch.Generator().manual_seed(0))
+    loss = _losses(lg, u, i, j, torch.Generator().manual_seed(1))
+    h, e, U = lg.encode("sample")[0], lg.emb, lg.U
+    ref = (core.bpr_loss((h[u] * h[U + i]).sum(1), (h[u] * h[U + j]).sum(1))
+           + SMALL.reg * (e[u].pow(2).sum() + e[U + i].pow(2).sum() + e[U + j].pow(2).sum()) / (2 * 300))
+    torch.testing.assert_close(loss, ref)
+    torch.testing.assert_close(torch.autograd.grad(loss, lg.emb)[0], torch.autograd.grad(ref, lg.emb)[0])
+
+
+def test_aux_only_lightgcn_trains_on_auxiliary_edges_only(noisy_split):
+    from gcib.model import graph_edges
+
+    d = noisy_split.data
+    cfg = method_config("lightgcn-aux", SMALL)
+    u, i = graph_edges(noisy_split, cfg)
+    keys = set((u * d.n_items + i).tolist())
+    aux = set().union(*((bu * d.n_items + bi).tolist() for b, (bu, bi) in noisy_split.train.items() if b != d.target))
+    assert keys == aux
+    m = GCIBModel(noisy_split, cfg)
+    assert m.aux == [] and m.adj_t._nnz() == 2 * len(aux)  # one graph: the auxiliary edges, both directions

@@ -36,6 +36,12 @@ def _merged(c: TrainConfig) -> TrainConfig:
     return replace(c, method="lightgcn-merged", gib_weight=0.0, cl_weight=0.0)
 
 
+@register("lightgcn-aux", "LightGCN on the auxiliary behaviours only (their edges are its graph and its "
+          "BPR positives; the target trains nothing): the pilot study's auxiliary-only arm")
+def _aux(c: TrainConfig) -> TrainConfig:
+    return replace(c, method="lightgcn-aux", gib_weight=0.0, cl_weight=0.0)
+
+
 @register("mbgcn", "MBGCN-lite: one LightGCN per behaviour, fused with learned behaviour weights")
 def _mbgcn(c: TrainConfig) -> TrainConfig:
     return replace(c, method="mbgcn", gib_weight=0.0, cl_weight=0.0)

@@ -13,7 +13,7 @@ from icml26_shared.cli import ArgumentParser as _Parser
 from icml26_shared.cli import add_reproduce_arguments, reproduce_from_args
 from icml26_shared.io import print_json
 
-METHOD_NAMES = ("gcib", "lightgcn", "lightgcn-merged", "mbgcn", "cml", "gcib-no-gib", "gcib-no-cl", "cosine-prior",
+METHOD_NAMES = ("gcib", "lightgcn", "lightgcn-merged", "lightgcn-aux", "mbgcn", "cml", "gcib-no-gib", "gcib-no-cl", "cosine-prior",
                 "gcib-s0", "gcib-no-gib-s0")
 
 
@@ -221,14 +221,15 @@ def _cmd_denoise(a: argparse.Namespace) -> int:
 
 
 def _cmd_synth(a: argparse.Namespace) -> int:
-    from .data import synthetic
+    from .data import realistic
     from .io import check_new_output, write_interactions
 
     check_new_output(a.out, a.force)
     if a.labels:
         check_new_output(a.labels, a.force)
     try:
-        data = synthetic(a.users, a.items, noise_rate=a.noise_rate, noise_kind=a.noise_kind, seed=a.seed)
+        data = realistic(a.users, a.items, views_per_user=a.views_per_user, noise_rate=a.noise_rate,
+                         noise_kind=a.noise_kind, seed=a.seed)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     write_interactions(a.out, data, a.labels)
@@ -349,7 +350,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("synth", help="write a synthetic view ⊇ cart ⊇ buy log with labelled noise")
     s.add_argument("--users", type=pos_int, default=1000)
-    s.add_argument("--items", type=pos_int, default=800)
+    s.add_argument("--items", type=pos_int, default=1000)
+    s.add_argument("--views-per-user", type=_number(float, 0.0, True), default=40.0,
+                   help="median views per user (log-normal activity; default 40)")
     s.add_argument("--noise-rate", type=nonneg, default=1.0)
     s.add_argument("--noise-kind", choices=("uniform", "popularity"), default="popularity")
     s.add_argument("--seed", type=int, default=0)

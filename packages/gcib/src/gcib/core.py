@@ -54,7 +54,7 @@ class MaskedGraph:
         deg = torch.zeros(self.n, dtype=w.dtype, device=w.device).index_add(0, self.users, w).index_add(0, self.cols, w)
         inv = torch.where(deg > eps, deg.clamp_min(eps).rsqrt(), torch.zeros_like(deg))
         val = w * inv[self.users] * inv[self.cols]
-        return torch.cat([val, val])[self.perm]
+        return torch.cat([val, val]).index_select(0, self.perm)  # backward: index_add, not index_put
 
     def propagate(self, w: torch.Tensor, emb: torch.Tensor, n_layers: int) -> torch.Tensor:
         val = self.values(w)

@@ -168,3 +168,56 @@ def synthetic(n_users: int = 1000, n_items: int = 800, dim: int = 16, n_buy: int
         ts[b] = rng.uniform(0, 1e6, len(u))
     data = MultiBehaviorData(n_users, n_items, edges, "buy", timestamps=ts)
     return inject_noise(data, noise_rate, noise_kind, ["view", "cart"], seed=seed + 1) if noise_rate else data
+
+
+def realistic(n_users: int = 1000, n_items: int = 1000, dim: int = 16, views_per_user: float = 40.0,
+              activity_sigma: float = 0.8, popularity_exponent: float = 1.2, popularity_weight: float = 1.0,
+              affinity: float = 2.5, view_affinity: float = 0.5, browse: float = 1.5,
+              cart_bias: float = -3.5, buy_bias: float = -2.5,
+              noise_rate: float = 0.0, noise_kind: str = "popularity", seed: int = 0) -> MultiBehaviorData:
+    """A view ⊇ cart ⊇ buy log with heavy tails and sampled behaviours (issue 60, 3b) [R].
+
+    - Items: popularity ∝ rank^(−``popularity_exponent``) (Zipf, ranks shuffled); users: the
+      number of views is log-normal (median ``views_per_user``, log-sd ``activity_sigma``), so
+      both user activity and item popularity are heavy-tailed.
+    - Preference s_ui = ``affinity``·⟨p_u, q_i⟩ (p_u, q_i unit-variance normal / √dim).
+    - view: ``n_u`` distinct items sampled without replacement with weight
+      exp(``popularity_weight``·log pop_i + ``view_affinity``·s_ui) (Gumbel top-``n_u``): browsing
+      follows popularity more than taste, plus ``browse``·b_ui, a browsing interest
+      (⟨p'_u, q'_i⟩, independent of s) that never drives a cart or a buy.
+    - cart ⊆ view: each viewed item is carted with probability σ(``cart_bias`` + s_ui); buy ⊆ cart:
+      each carted item is bought with probability σ(``buy_bias`` + s_ui). Buys are sampled from
+      preferences (no top-k); views that were not carted are the browsed items.
+    - Timestamps: per user a start time, each viewed pair at start + Exp(1 day) and its cart
+      and buy later still (view < cart < buy for every pair).
+    - ``noise_rate`` fake edges per real view and cart edge, ``uniform`` or ``popularity`` items,
+      labelled in ``data.noise`` (``inject_noise``; buy stays clean).
+    """
+    if n_users < 1 or n_items < 2:
+        raise ValueError("need at least 1 user and 2 items")
+    if not (views_per_user > 0 and activity_sigma >= 0 and popularity_exponent >= 0):
+        raise ValueError("views-per-user must be positive, activity-sigma and popularity-exponent >= 0")
+    rng = np.random.default_rng(seed)
+    log_pop = -popularity_exponent * np.log(rng.permutation(n_items) + 1.0)
+    p = rng.normal(size=(n_users, dim)) / np.sqrt(dim)
+    q = rng.normal(size=(n_items, dim))
+    s = affinity * (p @ q.T)  # ⟨p_u, q_i⟩ has unit variance
+    n_view = np.clip(np.round(views_per_user * np.exp(activity_sigma * rng.normal(size=n_users))),
+                     3, n_items - 1).astype(np.int64)
+    browsing = (rng.normal(size=(n_users, dim)) / np.sqrt(dim)) @ rng.normal(size=(n_items, dim)).T
+    keys = (popularity_weight * log_pop[None, :] + view_affinity * s + browse * browsing
+            + rng.gumbel(size=(n_users, n_items)))
+    order = np.argsort(-keys, axis=1)
+    vu = np.repeat(np.arange(n_users), n_view)
+    vi = order[np.arange(n_items)[None, :] < n_view[:, None]]  # row-major: each user's top n_u
+    sv = s[vu, vi]
+    carted = rng.random(len(vu)) < 1 / (1 + np.exp(-(cart_bias + sv)))
+    bought = carted & (rng.random(len(vu)) < 1 / (1 + np.exp(-(buy_bias + sv))))
+    day = 86400.0
+    t_view = rng.uniform(0, 180 * day, n_users)[vu] + rng.exponential(day, len(vu))
+    t_cart = t_view + rng.exponential(day / 24, len(vu))
+    t_buy = t_cart + rng.exponential(day / 24, len(vu))
+    edges = {"view": (vu, vi), "cart": (vu[carted], vi[carted]), "buy": (vu[bought], vi[bought])}
+    ts = {"view": t_view, "cart": t_cart[carted], "buy": t_buy[bought]}
+    data = MultiBehaviorData(n_users, n_items, edges, "buy", timestamps=ts)
+    return inject_noise(data, noise_rate, noise_kind, ["view", "cart"], seed=seed + 1) if noise_rate else data

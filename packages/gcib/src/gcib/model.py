@@ -50,9 +50,8 @@ class GCIBModel(nn.Module):
                                      requires_grad=cfg.train_scorer)
         t = lambda a: torch.as_tensor(a, device=dev)  # noqa: E731
         tu, ti = split.train[d.target]
-        if cfg.graphs == "merged":
-            keys = np.unique(np.concatenate([u * self.I + i for u, i in split.train.values()]))
-            tu, ti = keys // self.I, keys % self.I
+        if cfg.graphs in ("merged", "aux"):
+            tu, ti = graph_edges(split, cfg)
         self.adj_t = core.to_csr(core.normalized_adjacency(t(tu), t(ti), self.U, self.I))
         self.edges = [(t(split.train[b][0]), t(split.train[b][1])) for b in self.aux]
         self.adj_orig = [core.to_csr(core.normalized_adjacency(u, i, self.U, self.I)) for u, i in self.edges]
@@ -72,15 +71,20 @@ class GCIBModel(nn.Module):
                              for (u, i), m in zip(self.edges, self.random_masks, strict=True)]
         self.to(dev)
 
-    def keep_logits(self, b: int, z_t: torch.Tensor) -> torch.Tensor:
+    def keep_logits(self, b: int, z_t: torch.Tensor, normalized: bool = False) -> torch.Tensor:
+        """Keep logits of behaviour ``b``'s edges from the target embeddings ``z_t`` (unit-normalised
+        here unless ``normalized``: ``encode`` normalises once for every behaviour)."""
         u, i = self.edges[b]
         w = self.scorer_w[b]
-        z_t = torch.nn.functional.normalize(z_t, dim=1)
+        if not normalized:
+            z_t = torch.nn.functional.normalize(z_t, dim=1)
         node = z_t @ w[1:].T  # (U+I, 2): the z_u and z_i terms, computed per node
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             had = torch.sparse.sampled_addmm(self.ui_pattern[b], z_t[: self.U] * w[0], z_t[self.U:].T, beta=0.0).values()
-        return had + node[u, 0] + node[self.U + i, 1] + self.scorer_b[b]
+        # index_select (backward: index_add) rather than node[u, 0] (backward: index_put with
+        # accumulate, several times slower on CPU); same values, same gradients (issue 60, item 5)
+        return had + node[:, 0].index_select(0, u) + node[self.U:, 1].index_select(0, i) + self.scorer_b[b]
 
     def encode(self, mask_mode: str | float = "sample", gen: torch.Generator | None = None):
         """(fused h, Z_tgt, [Ẑ_b], [keep probabilities p_b or None]). ``mask_mode``: "sample"
@@ -88,10 +92,11 @@ class GCIBModel(nn.Module):
         L = self.cfg.layers
         z_t = core.propagate(self.adj_t, self.emb, L)
         zs, probs = [], []
+        z_n = torch.nn.functional.normalize(z_t.detach(), dim=1) if self.cfg.mask == "learned" else None
         for b in range(len(self.aux)):
             p = None
             if self.cfg.mask == "learned":
-                logits = self.keep_logits(b, z_t.detach())
+                logits = self.keep_logits(b, z_n, normalized=True)
                 p = torch.sigmoid(logits)
                 if mask_mode == "sample":
                     w = core.gumbel_sigmoid(logits, self.cfg.mask_temp, gen)
@@ -127,6 +132,20 @@ class TrainResult:
     curves: dict[str, list[float]] = field(default_factory=dict)
 
 
+def graph_edges(split: Split, cfg: TrainConfig) -> tuple[np.ndarray, np.ndarray]:
+    """The (user, item) training edges of the encoded graph, which are also the BPR positives of
+    ``lightgcn-aux``: the target's; every behaviour's merged (``lightgcn-merged``); or the auxiliary
+    behaviours' merged (``lightgcn-aux``, the pilot's auxiliary-only arm)."""
+    d = split.data
+    if cfg.graphs == "target" or cfg.graphs == "per-behaviour":
+        return split.train[d.target]
+    parts = [split.train[b] for b in d.edges if cfg.graphs == "merged" or b != d.target]
+    if not parts:
+        raise ValueError("lightgcn-aux needs at least one auxiliary behaviour")
+    keys = np.unique(np.concatenate([u * d.n_items + i for u, i in parts]))
+    return keys // d.n_items, keys % d.n_items
+
+
 def _neg_sample(users: np.ndarray, pos_keys: np.ndarray, n_items: int, rng) -> np.ndarray:
     neg = rng.integers(0, n_items, len(users))
     for _ in range(5):
@@ -149,17 +168,21 @@ def _losses(model: GCIBModel, u, i, j, gen, terms: dict[str, float] | None = Non
             terms[name] = terms.get(name, 0.0) + float(value.detach())
     h, z_t, zs, probs = model.encode("sample", gen)
     U = model.U
-    loss = core.bpr_loss((h[u] * h[U + i]).sum(1), (h[u] * h[U + j]).sum(1))
+    # index_select: its backward is index_add, several times faster on CPU than the index_put
+    # (accumulate) behind h[u]; same values and gradients (issue 60, item 5)
+    hu, hi, hj = (h.index_select(0, x) for x in (u, U + i, U + j))
+    loss = core.bpr_loss((hu * hi).sum(1), (hu * hj).sum(1))
     note("bpr", loss)
     e = model.emb
-    l2 = (e[u].pow(2).sum() + e[U + i].pow(2).sum() + e[U + j].pow(2).sum()) / (2 * len(u))
+    l2 = sum(e.index_select(0, x).pow(2).sum() for x in (u, U + i, U + j)) / (2 * len(u))
     note("reg", l2)
     loss = loss + cfg.reg * l2
     if not zs:
         return loss
     n = cfg.hsic_nodes // 2
-    uu = torch.unique(u)[torch.randperm(len(torch.unique(u)), generator=gen)[:n]]
-    ii = U + torch.unique(i)[torch.randperm(len(torch.unique(i)), generator=gen)[:n]]
+    uniq_u, uniq_i = torch.unique(u), torch.unique(i)  # once each (was computed twice)
+    uu = uniq_u[torch.randperm(len(uniq_u), generator=gen)[:n]]
+    ii = U + uniq_i[torch.randperm(len(uniq_i), generator=gen)[:n]]
     nodes = torch.cat([uu, ii])
     for b, zb in enumerate(zs):
         if cfg.gib_weight > 0:
@@ -209,7 +232,7 @@ def train(split: Split, cfg: TrainConfig, progress=None) -> TrainResult:
     model = GCIBModel(split, cfg)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     d = split.data
-    tu, ti = split.train[d.target]
+    tu, ti = graph_edges(split, cfg) if cfg.graphs == "aux" else split.train[d.target]
     pos_keys = np.sort(tu * d.n_items + ti)
     dev = torch.device(cfg.device)
     best_state, history, t_train = None, [], 0.0
