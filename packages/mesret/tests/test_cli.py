@@ -56,7 +56,7 @@ def all_nan():
     (["bench", "--suite", "{f}:bad_dim"], "zero: dim must be"),
     (["bench", "--suite", "{f}:bad_bounds"], "task 0: lower must be < upper"),
     (["bench", "--suite", "{f}:good", "--fe-per-task", "3"], "one generation per task"),
-    (["bench", "--suite", "{f}:good", "--backend", "jax"], "np-sphere"),
+    (["bench", "--suite", "{f}:good", "--backend", "jax"], "unrecognized arguments"),
     (["bench", "--suite", "{f}:nofunc"], "no function"),
     (["bench", "--tasks", "3", "--dims", "4", "--algos", "mfea", "--fe-per-task", "300"], "Initialization_MF"),
     (["bench", "--suite", "{f}:all_nan", "--algos", "mesret,indep-cma,mfea,openai-es"], "blank: fn returned no finite"),

@@ -18,9 +18,41 @@ from . import core
 from .config import MESRETConfig, default_popsize
 from .tasks import TaskSpec, check_first_generation, check_tasks, evaluate, to_real
 
+CURVE_POINTS = 50  # error-vs-evaluations checkpoints per run (+ the start) [R]
+
 
 def task_rng(seed: int, t: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence([int(seed), int(t), 7]))
+
+
+class CurveLog:
+    """Each task's best objective at ``k + 1`` evenly spaced checkpoints of a clock running from 0
+    to ``max_fe`` evaluations (all tasks together). Arms that interleave tasks (MES-RET, MFEA) use
+    the global evaluation count; arms that run the tasks one after another on an even split use
+    T × the task's own count, i.e. the clock of running them side by side. A checkpoint takes the
+    best after the first generation that reaches it (one generation of slack) [R]."""
+
+    def __init__(self, T: int, max_fe: int, k: int = CURVE_POINTS):
+        self.k, self.max_fe = int(k), max(int(max_fe), 1)
+        self.best = np.full((T, self.k + 1), np.nan)
+        self.last = np.full(T, -1, dtype=np.int64)
+
+    def log(self, t: int, clock: int, best: float) -> None:
+        j = min(self.k, int(clock) * self.k // self.max_fe)
+        if j > self.last[t]:
+            self.best[t, self.last[t] + 1: j + 1] = best
+            self.last[t] = j
+
+    def finish(self, best_f: np.ndarray) -> np.ndarray:
+        """``[T, k + 1]`` best objective per checkpoint (the final best carried to the end)."""
+        out = self.best.copy()
+        for t, j in enumerate(self.last):
+            out[t, j + 1:] = best_f[t]
+        return out
+
+    def fe_per_task(self, T: int) -> np.ndarray:
+        """The checkpoints in evaluations per task (clock / T)."""
+        return np.arange(self.k + 1) * self.max_fe / (self.k * max(T, 1))
 
 
 @dataclass
@@ -94,6 +126,8 @@ class MESRET:
         self.transferred = np.zeros(self.T)
         self.generations = np.zeros(self.T, dtype=np.int64)
         self.nonfinite = np.zeros(self.T, dtype=np.int64)  # NaN/inf objective values seen per task
+        self.curve = CurveLog(self.T, self.max_fe if max_fe is not None else 1)
+        self.reward_log: list[np.ndarray] = []  # the reward vector of every outer iteration
         self._init_all(self.N)
 
     # --- state ----------------------------------------------------------------------------------
@@ -155,6 +189,7 @@ class MESRET:
         if (cv[b], f[b]) < (self.best_cv[t], self.best_f[t]):
             self.best_cv[t], self.best_f[t] = cv[b], f[b]
             self.best_x[t] = to_real(self.tasks[t], X[b])
+        self.curve.log(t, self.clock(t), self.best_f[t])
         eps = core.epsilon_level(self.eps_fe(t), self.max_fe, self.cv_max[t], self.cfg.eps_fraction, self.cfg.eps_power)
         order = core.rank_samples(X, f, cv, eps, self.cfg.bound_low, self.cfg.bound_high)
         n_tr = self._pending.pop(t, 0)
@@ -213,6 +248,7 @@ class MESRET:
             if not progressed:
                 break
             reward = self.rewards()
+            self.reward_log.append(np.asarray(reward, float).copy())
             self.knowledge = core.extract_knowledge(reward, self.sigma_ratio, self.std_ratio, self.mdec,
                                                     ~self.stopped)
             if self.cfg.allocation != "none":
@@ -242,6 +278,10 @@ class MESRET:
         """The evaluation count the ε schedule reads (the global FE, as in MToP) [C]."""
         return self.fe
 
+    def clock(self, t: int) -> int:
+        """The evaluation count the error-vs-evaluations curve reads (global: tasks interleave)."""
+        return self.fe
+
     def _can_run(self, t: int) -> bool:
         if self.cfg.allocation == "none":  # no reward-weighted evaluation: the even split stays [R]
             share = self.max_fe // self.T
@@ -253,6 +293,8 @@ class MESRET:
             surv = np.where(self.transferred > 0, self.survived / self.transferred, np.nan)
         info = dict(restarts=self.restarts, transfer_survival=surv, extra_generations=alloc,
                     generations=self.generations.copy(), popsize=self.N,
-                    nonfinite=self.nonfinite.copy())
+                    nonfinite=self.nonfinite.copy(), curve=self.curve.finish(self.best_f),
+                    curve_fe=self.curve.fe_per_task(self.T),
+                    rewards=np.array(self.reward_log).reshape(-1, self.T))
         return Result(self.best_f.copy(), [x.copy() for x in self.best_x], self.fe_used.copy(),
                       list(trace_fe), list(trace_best), info)

@@ -11,7 +11,7 @@ import numpy as np
 from icml26_shared import UserError
 
 from . import core
-from .algorithm import MESRET, Result, TaskCMA, task_rng
+from .algorithm import MESRET, CurveLog, Result, TaskCMA, task_rng
 from .config import MESRETConfig, MFEAConfig, OpenAIESConfig, default_popsize
 from .tasks import check_first_generation, check_tasks, evaluate, to_real
 
@@ -78,6 +78,9 @@ class IndependentCMA(MESRET):
     def eps_fe(self, t: int) -> int:
         return int(self.fe_used[t]) * self.T  # the task's own share of the schedule
 
+    def clock(self, t: int) -> int:
+        return int(self.fe_used[t]) * self.T  # tasks run one after another: side-by-side clock
+
     def run(self) -> Result:
         share = self.max_fe // self.T
         for t in range(self.T):
@@ -107,9 +110,10 @@ def indep_sepcma(tasks, fe_per_task, seed=0, **config):
 class _Tracker:
     """Best-so-far and the evaluation counter for the non-CMA baselines."""
 
-    def __init__(self, tasks):
+    def __init__(self, tasks, max_fe: int = 1, per_task_clock: bool = False):
         self.tasks = check_tasks(tasks)
         T = len(self.tasks)
+        self.curve, self.per_task_clock = CurveLog(T, max_fe), per_task_clock
         self.best_f, self.best_cv = np.full(T, np.inf), np.full(T, np.inf)
         self.best_x = [np.full(t.dim, np.nan) for t in self.tasks]
         self.fe_used = np.zeros(T, dtype=np.int64)
@@ -123,9 +127,12 @@ class _Tracker:
         if (cv[b], f[b]) < (self.best_cv[t], self.best_f[t]):
             self.best_cv[t], self.best_f[t] = cv[b], f[b]
             self.best_x[t] = to_real(self.tasks[t], X[b])
+        T = len(self.tasks)
+        self.curve.log(t, self.fe_used[t] * T if self.per_task_clock else self.fe_used.sum(), self.best_f[t])
         return f + 1e12 * cv  # constraint violation dominates (static penalty) [R]
 
     def result(self, **info) -> Result:
+        info.update(curve=self.curve.finish(self.best_f), curve_fe=self.curve.fe_per_task(len(self.tasks)))
         return Result(self.best_f.copy(), [x.copy() for x in self.best_x], self.fe_used.copy(), info=info)
 
 
@@ -137,7 +144,7 @@ def openai_es(tasks, fe_per_task, seed=0, popsize=None, sigma=None, lr=None, mom
     base = OpenAIESConfig()
     sigma, lr = base.sigma if sigma is None else sigma, base.lr if lr is None else lr
     momentum = base.momentum if momentum is None else momentum
-    ev = _Tracker(tasks)
+    ev = _Tracker(tasks, fe_per_task * len(check_tasks(tasks)), per_task_clock=True)
     N = int(popsize or default_popsize(max(t.dim for t in ev.tasks)))
     N += N % 2
     for t, task in enumerate(ev.tasks):
@@ -226,7 +233,7 @@ def mfea(tasks, fe_per_task, seed=0, rmp=None, pop_per_task=None):
     if not 0.0 <= rmp <= 1.0:
         raise UserError(f"mfea: rmp must be in [0, 1], got {rmp!r}")
     P = int(pop_per_task or base.pop_per_task)
-    ev = _Tracker(tasks)
+    ev = _Tracker(tasks, fe_per_task * len(check_tasks(tasks)))
     T, Dmax = len(ev.tasks), max(t.dim for t in ev.tasks)
     n = T * P
     if n * T + n > fe_per_task * T:
@@ -255,19 +262,47 @@ def mfea(tasks, fe_per_task, seed=0, rmp=None, pop_per_task=None):
     return ev.result(rmp=rmp, pop_per_task=P)
 
 
-def optimize(tasks, algo: str = "mesret", fe_per_task: int = 10_000, seed: int = 0,
-             backend: str = "numpy", **config) -> Result:
-    """Run one algorithm on a task list with ``fe_per_task × T`` evaluations in all."""
+@register("mfea-rmp0")
+def mfea_rmp0(tasks, fe_per_task, seed=0, pop_per_task=None):
+    """MFEA with rmp 0: only same-task pairs mate, so no child crosses tasks — the per-task GA, MFEA's
+    own independent run (the same population, operators, initialisation and budget)."""
+    return mfea(tasks, fe_per_task, seed, rmp=0.0, pop_per_task=pop_per_task)
+
+
+@register("indep-pycma")
+def indep_pycma(tasks, fe_per_task, seed=0, popsize=None, sigma0=0.3):
+    """The reference arm: pycma's ``CMAEvolutionStrategy`` with its defaults per task, λ as the
+    other arms, σ0 0.3, ``bounds=[0, 1]`` (pycma's boundary handling), an even split of the budget
+    and no restart; a task whose pycma run stops early leaves the rest of its share unspent.
+    Needs pycma (``pip install cma``)."""
+    try:
+        import cma
+    except ImportError:
+        raise UserError("indep-pycma needs pycma (pip install cma), which is not installed") from None
+    ev = _Tracker(tasks, fe_per_task * len(check_tasks(tasks)), per_task_clock=True)
+    lam = int(popsize or default_popsize(max(t.dim for t in ev.tasks)))
+    for t, task in enumerate(ev.tasks):
+        rng = task_rng(seed, t)
+        x0 = rng.uniform(size=(lam, task.dim)).mean(axis=0)  # m0 as MES-RET's InitCMA
+        opts = {"popsize": lam, "bounds": [0, 1], "seed": int(rng.integers(1, 2**31 - 1)), "verbose": -9,
+                "maxfevals": fe_per_task}
+        es = cma.CMAEvolutionStrategy(x0, sigma0, opts)
+        while not es.stop() and ev.fe_used[t] + lam <= fe_per_task:
+            X = np.asarray(es.ask())
+            f = ev(t, X)
+            bad = ~np.isfinite(f)
+            if bad.any():  # pycma ranks finite values only: non-finite ones go last
+                f = np.where(bad, np.nanmax(np.where(bad, -np.inf, f)) + 1.0, f)
+            es.tell(list(X), f.tolist())
+    return ev.result(popsize=lam, sigma0=sigma0, pycma=cma.__version__)
+
+
+def optimize(tasks, algo: str = "mesret", fe_per_task: int = 10_000, seed: int = 0, **config) -> Result:
+    """Run one algorithm on a task list with ``fe_per_task × T`` evaluations in all (NumPy; for a
+    JAX-native many-task ES use evosax's strategies vmapped over tasks)."""
     tasks = check_tasks(tasks)
     if algo not in ALGOS:
         raise UserError(f"unknown algo {algo!r} (choose from {', '.join(ALGOS)})")
-    if backend not in ("numpy", "jax"):
-        raise UserError(f"unknown backend {backend!r} (numpy or jax)")
-    if backend == "jax":
-        from .jax_backend import check_jax_tasks, jit_tasks
-
-        check_jax_tasks(tasks)
-        tasks = jit_tasks(tasks)
     lam = int(config.get("popsize") or default_popsize(max(t.dim for t in tasks)))
     if isinstance(fe_per_task, bool) or not isinstance(fe_per_task, (int, np.integer)) or fe_per_task < lam + 1:
         raise UserError(f"fe_per_task must be an integer >= one generation per task ({lam + 1}), got {fe_per_task!r}")

@@ -3,6 +3,8 @@ counts with rank-sum tests, geometric-mean error ratios with paired intervals, m
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from icml26_shared import Results
@@ -13,19 +15,41 @@ from .baselines import optimize
 ERR_FLOOR = 1e-8  # errors below 1e-8 count as solved (the CEC convention) [R]
 
 
-def run_arms(tasks, algos, fe_per_task, seeds, configs=None, progress=None) -> dict:
-    """``{algo: {"best_f": [S, T], "fe_used": [S, T], "results": [Result]}}``."""
+def run_arms(tasks, algos, fe_per_task, seeds, configs=None, progress=None, workers=None) -> dict:
+    """``{algo: {"best_f": [S, T], "fe_used": [S, T], "results": [Result]}}``. ``workers`` (default:
+    the ``MESRET_WORKERS`` environment variable, else 1) runs the (algo, seed) jobs in forked
+    processes; every job is seeded on its own, so the results do not depend on it."""
     configs = configs or {}
+    workers = int(os.environ.get("MESRET_WORKERS", "1")) if workers is None else int(workers)
+    jobs = [(a, s) for a in algos for s in seeds]
+    if workers > 1 and len(jobs) > 1:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        global _JOB_STATE
+        _JOB_STATE = (tasks, fe_per_task, configs)
+        with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=mp.get_context("fork")) as ex:
+            done = dict(zip(jobs, ex.map(_job, jobs), strict=True))
+        _JOB_STATE = None
+    else:
+        done = {j: _job(j, (tasks, fe_per_task, configs)) for j in jobs}
     out = {}
     for a in algos:
-        runs = []
-        for s in seeds:
-            runs.append(optimize(tasks, a, fe_per_task=fe_per_task, seed=s, **configs.get(a, {})))
-            if progress:
+        runs = [done[(a, s)] for s in seeds]
+        if progress:
+            for s in seeds:
                 progress(a, s)
         out[a] = dict(best_f=np.array([r.best_f for r in runs]), fe_used=np.array([r.fe_used for r in runs]),
                       results=runs)
     return out
+
+
+_JOB_STATE: tuple | None = None
+
+
+def _job(job, state=None):
+    tasks, fe_per_task, configs = state or _JOB_STATE
+    return optimize(tasks, job[0], fe_per_task=fe_per_task, seed=job[1], **configs.get(job[0], {}))
 
 
 def errors(tasks, best_f) -> np.ndarray:

@@ -61,17 +61,11 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             raise UserError(f"unknown algo {a!r} (choose from {', '.join(ALGOS)})")
     tasks = _load_suite(args)
     seeds = list(range(args.seed, args.seed + args.seeds))
-    jobs = [(a, s) for a in algos for s in seeds]
-    results = _run_jobs(tasks, jobs, args.fe_per_task, args.backend, args.workers, optimize, args.popsize)
-    import numpy as np
-
-    runs = {a: dict(best_f=np.array([results[(a, s)].best_f for s in seeds]),
-                    fe_used=np.array([results[(a, s)].fe_used for s in seeds]),
-                    results=[results[(a, s)] for s in seeds]) for a in algos}
+    runs = _run_jobs(tasks, algos, seeds, args.fe_per_task, args.workers, optimize, args.popsize)
     res = Results(package=DESCRIPTOR.name, version=DESCRIPTOR.version, scale="quick", seed=args.seed)
     add_rows(res, f"bench_{Path(args.suite).name}", tasks, runs, seeds, per_task=True)
     res.notes.append(f"mesret bench --suite {args.suite} --algos {','.join(algos)} --fe-per-task "
-                     f"{args.fe_per_task} --seeds {args.seeds} --backend {args.backend}"
+                     f"{args.fe_per_task} --seeds {args.seeds}"
                      + (f" --popsize {args.popsize}" if args.popsize else ""))
     path = write_run_dir(args.out, res, force=args.force)
     if args.json:
@@ -89,31 +83,15 @@ def _arm_options(algo: str, popsize: int | None) -> dict:
     return {"pop_per_task": popsize} if algo == "mfea" else {"popsize": popsize}
 
 
-def _run_jobs(tasks, jobs, fe, backend, workers, optimize, popsize=None) -> dict:
-    """Each (algo, seed) job is seeded on its own, so results do not depend on ``workers``."""
-    if workers <= 1 or len(jobs) == 1:
-        return {j: optimize(tasks, j[0], fe_per_task=fe, seed=j[1], backend=backend, **_arm_options(j[0], popsize))
-                for j in jobs}
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
+def _run_jobs(tasks, algos, seeds, fe, workers, optimize, popsize=None) -> dict:
+    """``bench.run_arms`` over (algo, seed) jobs, each seeded on its own, so results do not depend
+    on ``workers``; with workers the first job runs here first, so a user's mistake is one line."""
+    from .bench import run_arms
 
-    optimize(tasks, jobs[0][0], fe_per_task=fe, seed=jobs[0][1], backend=backend,
-             **_arm_options(jobs[0][0], popsize))  # validate in-process
-    global _POOL_STATE
-    _POOL_STATE = (tasks, fe, backend, popsize)
-    with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) as ex:
-        out = list(ex.map(_pool_job, jobs))
-    return dict(zip(jobs, out, strict=True))
-
-
-_POOL_STATE: tuple | None = None
-
-
-def _pool_job(job):
-    from .baselines import optimize
-
-    tasks, fe, backend, popsize = _POOL_STATE
-    return optimize(tasks, job[0], fe_per_task=fe, seed=job[1], backend=backend, **_arm_options(job[0], popsize))
+    configs = {a: _arm_options(a, popsize) for a in algos}
+    if workers > 1 and len(algos) * len(seeds) > 1:
+        optimize(tasks, algos[0], fe_per_task=fe, seed=seeds[0], **configs[algos[0]])  # validate in-process
+    return run_arms(tasks, algos, fe, seeds, configs, workers=workers)
 
 
 def _cmd_policy(args: argparse.Namespace) -> int:
@@ -185,7 +163,6 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--fe-per-task", type=positive_int, default=2000, help="evaluations per task (budget = N x T)")
     b.add_argument("--seeds", type=positive_int, default=3, help="number of seeds")
     b.add_argument("--seed", type=int, default=0, help="first seed")
-    b.add_argument("--backend", choices=("numpy", "jax"), default="numpy")
     b.add_argument("--workers", type=positive_int, default=1, help="processes over (algo, seed) runs")
     b.add_argument("--out", type=Path, required=True, help="output folder (must not exist)")
     b.add_argument("--force", action="store_true", help="replace --out if it exists")

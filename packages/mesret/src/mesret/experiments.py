@@ -1,5 +1,6 @@
-"""The laptop-scale reproduction: the wcci20 many-task suite (mixed and low similarity, the curse
-sweep), the classic-control policy suite (semantic vs naive layout), and JAX vs NumPy speed.
+"""The laptop-scale reproduction: the wcci20 many-task suite (mixed similarity with every arm, both
+mechanisms and their traces in one run; the curse sweep at low similarity, each method against its
+own independent run), and the classic-control policy suite (semantic vs naive layout).
 
 Splits: every reported suite is the *test* instance (suite seed ``seed + 1000``); the baselines'
 own settings (OpenAI-ES σ and learning rate, MFEA's rmp) are chosen on a *dev* instance (suite
@@ -22,36 +23,43 @@ from icml26_shared.eval import paired_interval
 from icml26_shared.io import atomic_write_text
 from icml26_shared.runner import check_scale
 
-from .bench import add_rows, errors, geo_ratio, log_err, run_arms, win_loss
+from .bench import ERR_FLOOR, add_rows, errors, geo_ratio, log_err, run_arms, win_loss
 from .registry import CLAIMS, DESCRIPTOR
 from .suites import wcci20
 
 C = {c.id: c for c in CLAIMS}
 ALL_ARMS = ("mesret", "mesret-norwe", "mesret-uniform", "mesret-tau0", "smesret", "indep-cma", "indep-sepcma",
-            "openai-es", "mfea")
-BASELINES = ("indep-cma", "indep-sepcma", "openai-es", "mfea")
+            "openai-es", "mfea", "mfea-rmp0")
+BASELINES = ("indep-cma", "indep-sepcma", "openai-es", "mfea", "mfea-rmp0")
+CURSE_ARMS = ("mesret", "indep-cma", "mfea", "mfea-rmp0")  # each method and its own independent run
 CFG = {
     "smoke": dict(T=4, dims=(5,), fe=100, seeds=2, N=None, mfea_N=10, curse_T=(2,), curse_seeds=2, dev_T=None,
-                  policy=dict(envs=("CartPole-v1", "Pendulum-v1"), hidden=2, horizon=10, fe=60, seeds=2),
-                  jax=None),
+                  pycma_seeds=1,
+                  policy=dict(envs=("CartPole-v1", "Pendulum-v1"), hidden=2, horizon=10, fe=60, seeds=2)),
     # docs/experiments.md "Protocol": N = λ = 100 and 50,000 evaluations per task (MToP) [C]
-    "quick": dict(T=50, dims=(10, 20, 30), fe=50_000, seeds=4, N=100, mfea_N=100, curse_T=(2, 10, 30), curse_seeds=2, dev_T=10,
+    "quick": dict(T=50, dims=(10, 20, 30), fe=50_000, seeds=4, N=100, mfea_N=100, curse_T=(2, 10, 30), curse_seeds=2,
+                  dev_T=10, pycma_seeds=2,
                   policy=dict(envs=("CartPole-v1", "Acrobot-v1", "Pendulum-v1", "MountainCarContinuous-v0"),
-                              hidden=8, horizon=100, fe=600, seeds=3),
-                  jax=dict(T=50, D=30, gens=5)),
-    "full": dict(T=50, dims=(10, 20, 30), fe=50_000, seeds=30, N=100, mfea_N=100, curse_T=(2, 10, 30), curse_seeds=10, dev_T=10,
+                              hidden=8, horizon=100, fe=600, seeds=3)),
+    "full": dict(T=50, dims=(10, 20, 30), fe=50_000, seeds=30, N=100, mfea_N=100, curse_T=(2, 10, 30), curse_seeds=10,
+                 dev_T=10, pycma_seeds=30,
                  policy=dict(envs=("CartPole-v1", "Acrobot-v1", "Pendulum-v1", "MountainCarContinuous-v0"),
-                             hidden=16, horizon=200, fe=3000, seeds=10),
-                 jax=dict(T=50, D=30, gens=50)),
+                             hidden=16, horizon=200, fe=3000, seeds=10)),
 }
+
+
+def _have_pycma() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("cma") is not None
 
 
 def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
     check_scale(scale)
     if scale == "full" and os.environ.get("MESRET_FULL") != "1":
         raise UserError("the full scale is a long CPU run (hours: wcci20 at 50,000 evaluations per task, "
-                        "30 seeds) and the JAX timing across devices: set MESRET_FULL=1 to start it; "
-                        "cec17-mix needs opfunu and MuJoCo/MJX tasks need brax, neither is installed")
+                        "30 seeds): set MESRET_FULL=1 to start it; cec17-mix needs opfunu, which is not "
+                        "installed")
     cfg = CFG[scale]
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -62,14 +70,15 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
     mixed = _mixed(res, cfg, seeds, configs, out_dir)
     low = _curse(res, cfg, seed, seeds, configs)
     _policy(res, cfg["policy"], seed)
-    _jax_speed(res, cfg["jax"], seed)
     if scale == "smoke":  # the claims' statements name the protocol (T=50, ...): say what smoke ran
         ran = (f"smoke ran wcci20 T={cfg['T']}, D={list(cfg['dims'])}, {cfg['fe']} evaluations per task, "
                f"{cfg['seeds']} seeds, curse T={[*cfg['curse_T'], cfg['T']]}; not the claim's protocol")
         for chk in res.claims:
             chk.note = f"{ran}. {chk.note}" if chk.note else ran
-    if scale != "smoke":  # smoke: no figures (matplotlib's import alone takes seconds)
-        res.figures += _plots(out_dir, mixed, low)
+    if scale != "smoke":  # smoke: no plot (matplotlib's import alone takes seconds)
+        res.figures += ["mesret.png"] if _plots(out_dir, mixed, low) else []
+    res.figures += sorted(p.name for p in out_dir.glob("wcci20_*_errors.csv"))
+    res.figures += sorted(p.name for p in out_dir.glob("wcci20_*_traces.npz"))
     res.notes += [
         "Faithful [C]: MES-RET and sMES-RET as in the authors' MATLAB (MES_RET.m / sMES_RET.m): CMA-ES "
         "constants, fitness/diversity reward switched with probability 1 - FE/maxFE, reward-weighted "
@@ -92,8 +101,9 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
 def _dev_selection(res: Results, cfg: dict, seed: int) -> dict:
     """Each baseline's own selection rule, on the dev instance: the setting with the lowest
     geometric-mean error (one run each). Smoke skips it (defaults)."""
-    base = {a: dict(popsize=cfg["N"]) for a in (*ALL_ARMS[:-1], "openai-es")} if cfg["N"] else {}
-    base["mfea"] = dict(pop_per_task=cfg["mfea_N"])  # N = λ for every arm (the protocol)
+    base = {a: dict(popsize=cfg["N"]) for a in (*ALL_ARMS, "indep-pycma")} if cfg["N"] else {}
+    for a in ("mfea", "mfea-rmp0"):
+        base[a] = dict(pop_per_task=cfg["mfea_N"])  # N = λ for every arm (the protocol)
     if cfg["dev_T"] is None:
         return base
     dev = wcci20(cfg["dev_T"], cfg["dims"], "mixed", seed=seed + 2000)
@@ -112,6 +122,13 @@ def _dev_selection(res: Results, cfg: dict, seed: int) -> dict:
     return chosen
 
 
+def _ratio_row(res, exp, tasks, runs, a, b, seeds) -> tuple[float, float, float, object]:
+    ratio, iv = geo_ratio(tasks, runs, a, b)
+    lo, hi = 10 ** iv.low, 10 ** iv.high
+    res.add(exp, f"{a}/{b}", "geomean_error_ratio", ratio, seeds=seeds, interval=[lo, hi])
+    return ratio, lo, hi, iv
+
+
 def _mixed(res: Results, cfg: dict, seeds, configs, out_dir: Path) -> dict:
     tasks = wcci20(cfg["T"], cfg["dims"], "mixed", seed=seeds[0] + 1000)
     runs = run_arms(tasks, ALL_ARMS, cfg["fe"], seeds, configs)
@@ -124,7 +141,7 @@ def _mixed(res: Results, cfg: dict, seeds, configs, out_dir: Path) -> dict:
     res.add(exp, "mesret_vs_indep-cma", "fraction_of_tasks_better", wl["win_fraction"], seeds=seeds,
             interval_minus_0_7=[iv.low, iv.high], sig_better=wl["better_fraction"], sig_worse=wl["worse_fraction"])
     res.claims.append(ClaimCheck.compare(C["wcci20_win_fraction"], wl["win_fraction"], threshold=0.7,
-                                         note=f"win fraction − 0.7 = {iv} (bootstrap over tasks); held "
+                                         note=f"win fraction − 0.7 = {iv} (over tasks); held "
                                               f"requires the interval above 0"))
     res.claims[-1].held = bool(iv.clears(0.0, "higher")) if res.claims[-1].held is not None else None
     res.claims.append(ClaimCheck.compare(C["wcci20_sig_worse"], wl["worse_fraction"], threshold=0.05,
@@ -134,67 +151,138 @@ def _mixed(res: Results, cfg: dict, seeds, configs, out_dir: Path) -> dict:
         res.claims[-1].note += f"; not checkable with {len(seeds)} seeds (rank-sum p >= 0.1)"
 
     for other in ALL_ARMS[1:]:
-        ratio, iv = geo_ratio(tasks, runs, "mesret", other)
-        res.add(exp, f"mesret/{other}", "geomean_error_ratio", ratio, seeds=seeds,
-                interval=[10 ** iv.low, 10 ** iv.high])
-    for cid, b in (("wcci20_ratio_indep", "indep-cma"), ("wcci20_ratio_mfea", "mfea")):
-        target = 0.7 if b == "indep-cma" else 0.5
-        ratio, iv = geo_ratio(tasks, runs, "mesret", b)
-        res.claims.append(_ratio_claim(C[cid], ratio, iv, target, b, "lower"))
+        _ratio_row(res, exp, tasks, runs, "mesret", other, seeds)
+    _ratio_row(res, exp, tasks, runs, "mfea", "mfea-rmp0", seeds)
+    ratio, iv = geo_ratio(tasks, runs, "mesret", "indep-cma")  # its row is in the loop above
+    res.claims.append(_ratio_claim(C["wcci20_ratio_indep"], ratio, iv, 0.7, "indep-cma", "lower"))
     best = min(BASELINES, key=lambda b: log_err(tasks, runs[b]["best_f"]).mean())
     ratio, iv = geo_ratio(tasks, runs, "mesret", best)
     res.claims.append(_ratio_claim(C["wcci20_ratio_best"], ratio, iv, 1.0, best, "lower"))
-    for abl in ("mesret-norwe", "mesret-tau0"):
-        surv = np.nanmean([np.nanmean(r.info["transfer_survival"]) for r in runs[abl]["results"]]) \
-            if abl == "mesret-norwe" else float("nan")
-        res.add(exp, abl, "transfer_survival", float(surv), seeds=seeds)
-    surv = [float(np.nanmean(r.info["transfer_survival"])) for r in runs["mesret"]["results"]]
-    res.add(exp, "mesret", "transfer_survival", surv, seeds=seeds,
-            note="fraction of transferred samples among the mu selected (mu/lambda = 0.5 is neutral)")
+    for cid, abl in (("rwe_vs_uniform", "mesret-uniform"), ("transfer_vs_tau0", "mesret-tau0")):
+        ratio, iv = geo_ratio(tasks, runs, "mesret", abl)
+        res.claims.append(_ratio_claim(C[cid], ratio, iv, 1.0, abl, "lower"))
+    for abl in ("mesret", "mesret-norwe", "mesret-uniform"):
+        surv = [float(np.nanmean(r.info["transfer_survival"])) for r in runs[abl]["results"]]
+        res.add(exp, abl, "transfer_survival", surv, seeds=seeds,
+                note="fraction of transferred samples among the mu selected (mu/lambda = 0.5 is neutral)")
     extra = np.mean([r.info["extra_generations"] for r in runs["mesret"]["results"]], axis=0)
     res.add(exp, "mesret", "extra_generations_max_over_min_task", float(extra.max() / max(extra.min(), 1)),
             seeds=seeds)
+    _traces(res, exp, tasks, runs, seeds, cfg["fe"], out_dir)
+    _pycma_anchor(res, cfg, tasks, seeds[: cfg["pycma_seeds"]], configs, runs)
     return dict(tasks=tasks, runs=runs)
+
+
+def _fn_class(task) -> str:
+    """wcci20 names tasks ``T<i>-<function>-D<dim>``; other suites: the whole name."""
+    parts = (task.name or "").split("-")
+    return parts[1] if len(parts) == 3 and parts[0].startswith("T") else (task.name or "task")
+
+
+def _traces(res: Results, exp: str, tasks, runs, seeds, fe: int, out_dir: Path) -> None:
+    """Item 4 of issue 53, all from the one mixed run: each arm's error-vs-evaluations curve
+    (median over seeds of the mean log10 error over tasks), the per-iteration rewards and the extra
+    generations per task of the MES-RET arms (``<exp>_traces.npz``), and the share of the extra
+    generations by function class."""
+    f_opt = np.array([t.f_opt for t in tasks])
+    arrays: dict[str, np.ndarray] = {"tasks": np.array([t.label(i) for i, t in enumerate(tasks)]),
+                                     "function_class": np.array([_fn_class(t) for t in tasks]), "seeds": np.array(seeds)}
+    for a, r in runs.items():
+        curve = np.stack([x.info["curve"] for x in r["results"]])  # [S, T, K+1]
+        steps = r["results"][0].info["curve_fe"]
+        logerr = np.log10(np.maximum(curve - f_opt[None, :, None], ERR_FLOOR))
+        arrays[f"error_curve/{a}"] = 10 ** logerr
+        per_seed = np.nanmean(logerr, axis=1)  # [S, K+1]
+        res.add_curve(exp, a, "mean_log10_error", steps, np.nanmedian(per_seed, axis=0), "test", None,
+                      direction="lower", budget=fe)
+        arrays[f"curve_fe/{a}"] = steps
+        if "extra_generations" in r["results"][0].info:
+            arrays[f"extra_generations/{a}"] = np.stack([x.info["extra_generations"] for x in r["results"]])
+            for s, x in zip(seeds, r["results"], strict=True):
+                arrays[f"rewards/{a}/seed{s}"] = x.info["rewards"]
+    classes = arrays["function_class"]
+    for a in ("mesret", "mesret-tau0", "mesret-uniform"):
+        extra = arrays[f"extra_generations/{a}"].astype(float)  # [S, T]
+        for c in sorted(set(classes)):
+            m = classes == c
+            share = list(extra[:, m].sum(axis=1) / np.maximum(extra.sum(axis=1), 1))
+            res.add(exp, a, "extra_generation_share", share, seeds=seeds, function_class=str(c),
+                    task_share=float(m.mean()))
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)
+    tmp = out_dir / f".{exp}_traces.npz.tmp"
+    tmp.write_bytes(buf.getvalue())
+    tmp.replace(out_dir / f"{exp}_traces.npz")
+
+
+def _pycma_anchor(res: Results, cfg: dict, tasks, seeds, configs, runs) -> None:
+    """indep-pycma (pycma's defaults, the same λ, σ0 0.3, bounds [0, 1], an even split) as the
+    reference: our indep-cma within 2× of its error (a check of our CMA-ES, not a paper claim)."""
+    exp = f"wcci20_mixed_T{cfg['T']}"
+    if not _have_pycma():
+        res.claims.append(ClaimCheck.compare(C["pycma_anchor"], None,
+                                             note="not run: pycma is not installed (pip install cma)"))
+        return
+    pr = run_arms(tasks, ["indep-pycma"], cfg["fe"], seeds, configs)["indep-pycma"]
+    sub = {"indep-pycma": pr, "indep-cma": {k: (v[: len(seeds)]) for k, v in runs["indep-cma"].items()}}
+    add_rows(res, exp + "_pycma", tasks, sub, seeds)
+    ratio, iv = geo_ratio(tasks, sub, "indep-cma", "indep-pycma")
+    lo, hi = 10 ** iv.low, 10 ** iv.high
+    res.add(exp + "_pycma", "indep-cma/indep-pycma", "geomean_error_ratio", ratio, seeds=seeds, interval=[lo, hi])
+    chk = _ratio_claim(C["pycma_anchor"], ratio, iv, 2.0, "indep-pycma", "lower")
+    chk.note += f"; {len(seeds)} seeds (the first of the mixed run's)"
+    res.claims.append(chk)
 
 
 def _ratio_claim(claim, ratio, iv, target, baseline, direction):
     lo, hi = 10 ** iv.low, 10 ** iv.high
+    if not iv.defined:
+        chk = ClaimCheck.compare(claim, ratio, threshold=target, baseline_name=baseline)
+        return chk.mark_not_evaluated("fewer than 3 tasks: no interval")
     held = hi < target if direction == "lower" else lo > target
     chk = ClaimCheck.compare(claim, ratio, threshold=target,
                              note=f"ratio to {baseline} {ratio:.3g}, 95% interval [{lo:.3g}, {hi:.3g}] "
-                                  f"(paired by task, bootstrap of mean log10 error); target {target:g}")
+                                  f"(paired by task, interval of the mean log10 error difference); target {target:g}")
     chk.held = bool(held)
     chk.baseline_name = baseline
     return chk
 
 
 def _curse(res: Results, cfg: dict, seed: int, seeds, configs) -> dict:
-    arms = ("mesret", "indep-cma", "mfea")
+    """The curse against each method's own independent run, at every T (low similarity): MFEA at
+    MToP's rmp 0.3 over MFEA rmp 0 (the per-task GA), MES-RET over independent CMA-ES."""
     table = {}
     Ts = [*cfg["curse_T"], cfg["T"]]
+    sds = seeds[: cfg["curse_seeds"]]
+    conf = {**configs, "mfea": dict(rmp=0.3, pop_per_task=cfg["mfea_N"])}  # MToP's MFEA, not dev-tuned
+    pairs = (("mesret", "indep-cma"), ("mfea", "mfea-rmp0"))
     for T in Ts:
-        sds = seeds if T == cfg["T"] else seeds[: cfg["curse_seeds"]]
         tasks = wcci20(T, cfg["dims"], "low", seed=seed + 1000)
-        runs = run_arms(tasks, arms, cfg["fe"], sds, configs)
+        runs = run_arms(tasks, CURSE_ARMS, cfg["fe"], sds, conf)
         exp = f"wcci20_low_T{T}"
         add_rows(res, exp, tasks, runs, sds)
-        for a in ("mesret", "mfea"):
-            ratio, iv = geo_ratio(tasks, runs, a, "indep-cma")
-            table[(a, T)] = (ratio, 10 ** iv.low, 10 ** iv.high)
-            res.add(exp, f"{a}/indep-cma", "geomean_error_ratio", ratio, seeds=sds,
-                    interval=[10 ** iv.low, 10 ** iv.high])
-    r, lo, hi = table[("mfea", cfg["T"])]
-    chk = ClaimCheck.compare(C["curse_mfea"], r, threshold=1.0,
-                             note=f"T={cfg['T']}: {r:.3g} [{lo:.3g}, {hi:.3g}]")
+        for a, b in pairs:
+            ratio, lo, hi, iv = _ratio_row(res, exp, tasks, runs, a, b, sds)
+            table[(a, T)] = (ratio, lo, hi, iv.defined)
+    for a, b in pairs:  # the trend: least-squares slope of log10 ratio on log10 T (points: the rows above)
+        slope = float(np.polyfit(np.log10(Ts), [np.log10(table[(a, T)][0]) for T in Ts], 1)[0])
+        res.add("wcci20_low_curse", f"{a}/{b}", "log10_ratio_slope_over_log10_T", slope, seeds=sds, Ts=Ts)
+    parts = {a: "; ".join(f"T={T}: {table[(a, T)][0]:.3g}" + (f" [{table[(a, T)][1]:.3g}, {table[(a, T)][2]:.3g}]"
+                                                              if table[(a, T)][3] else " (no interval: < 3 tasks)")
+                          for T in Ts) for a, _ in pairs}
+    r, lo, hi, ok = table[("mfea", cfg["T"])]
+    chk = ClaimCheck.compare(C["curse_mfea"], r, threshold=1.0, baseline_name="mfea-rmp0",
+                             note=f"MFEA (rmp 0.3) / MFEA rmp 0 per T: {parts['mfea']}; held needs the "
+                                  f"T={cfg['T']} lower bound > 1")
     chk.held = bool(lo > 1.0)
     res.claims.append(chk)
-    worst = max(Ts, key=lambda T: table[("mesret", T)][2])
-    parts = "; ".join(f"T={T}: {table[('mesret', T)][0]:.3g} [{table[('mesret', T)][1]:.3g}, "
-                      f"{table[('mesret', T)][2]:.3g}]" for T in Ts)
+    defined = [T for T in Ts if table[("mesret", T)][3]]
     chk = ClaimCheck.compare(C["curse_mesret"], max(table[("mesret", T)][0] for T in Ts), threshold=1.0,
-                             note=f"MES-RET / indep-cma per T: {parts}; held needs every upper bound <= 1 "
-                                  f"(worst at T={worst})")
-    chk.held = bool(all(table[("mesret", T)][2] <= 1.0 for T in Ts))
+                             baseline_name="indep-cma",
+                             note=f"MES-RET / indep-cma per T: {parts['mesret']}; held needs every upper "
+                                  "bound <= 1 (a T with < 3 tasks: its ratio <= 1)")
+    chk.held = bool(all(table[("mesret", T)][2] <= 1.0 for T in defined)
+                    and all(table[("mesret", T)][0] <= 1.0 for T in Ts if T not in defined))
     res.claims.append(chk)
     return table
 
@@ -235,24 +323,6 @@ def _policy(res: Results, pc: dict, seed: int) -> None:
     res.claims.append(chk)
 
 
-def _jax_speed(res: Results, jc: dict | None, seed: int) -> None:
-    if jc is None:
-        return
-    try:
-        from .jax_backend import generations_per_second
-    except ImportError as exc:
-        res.claims.append(ClaimCheck.compare(C["jax_speed"], None, note=f"not measured: {exc}"))
-        return
-    gps = generations_per_second(jc["T"], jc["D"], jc["gens"], seed)
-    for k, v in gps.items():
-        res.add(f"speed_T{jc['T']}_D{jc['D']}", k, "generations_per_second_throughput", v, seeds=[seed])
-    ratio = gps["jax"] / gps["numpy"]
-    res.add(f"speed_T{jc['T']}_D{jc['D']}", "jax/numpy", "speedup_generations_per_s", ratio, seeds=[seed])
-    res.claims.append(ClaimCheck.compare(C["jax_speed"], ratio, threshold=5.0,
-                                         note="medians of interleaved rounds (icml26_shared.eval.compare), "
-                                              "CPU, shared machine"))
-
-
 def _write_csv(path: Path, tasks, runs) -> None:
     buf = io.StringIO(newline="")
     w = csv.writer(buf)
@@ -264,36 +334,38 @@ def _write_csv(path: Path, tasks, runs) -> None:
     atomic_write_text(path, buf.getvalue())
 
 
-def _plots(out_dir: Path, mixed: dict, low: dict) -> list[str]:
+def _plots(out_dir: Path, mixed: dict, low: dict) -> bool:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     Ts = sorted({T for _, T in low})
-    for a, style in (("mesret", "o-"), ("mfea", "s--")):
-        ys = [low[(a, T)][0] for T in Ts]
-        lo = [low[(a, T)][0] - low[(a, T)][1] for T in Ts]
-        hi = [low[(a, T)][2] - low[(a, T)][0] for T in Ts]
-        ax1.errorbar(Ts, ys, yerr=[lo, hi], fmt=style, label=f"{a} / indep-cma", capsize=3)
+    for a, style, lab in (("mesret", "o-", "mesret / indep-cma"), ("mfea", "s--", "mfea (rmp 0.3) / mfea rmp 0")):
+        ys = np.array([low[(a, T)][0] for T in Ts])
+        lo = np.array([low[(a, T)][1] if low[(a, T)][3] else low[(a, T)][0] for T in Ts])
+        hi = np.array([low[(a, T)][2] if low[(a, T)][3] else low[(a, T)][0] for T in Ts])
+        ax1.errorbar(Ts, ys, yerr=[ys - lo, hi - ys], fmt=style, label=lab, capsize=3)
     ax1.axhline(1.0, color="gray", lw=0.8)
-    ax1.set(xlabel="number of tasks T", ylabel="geometric-mean error ratio", yscale="log",
-            title="The curse (low similarity)")
+    ax1.set(xlabel="number of tasks T", ylabel="geometric-mean error ratio (95% interval over tasks)",
+            xscale="log", yscale="log", title="The curse (low similarity): method / its independent run")
+    ax1.set_xticks(Ts, [str(T) for T in Ts])
+    ax1.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax1.legend(fontsize=8)
     tasks, runs = mixed["tasks"], mixed["runs"]
-    r0 = runs["mesret"]["results"][0]
-    if r0.trace_fe:
-        fe = np.array(r0.trace_fe) / len(tasks)
-        best = np.array(r0.trace_best)
-        f_opt = np.array([t.f_opt for t in tasks])
-        ax2.plot(fe, np.log10(np.maximum(best - f_opt, 1e-8)).mean(axis=1), label="mesret (seed 0)")
-    for i, a in enumerate(runs):
-        ax2.axhline(float(log_err(tasks, runs[a]["best_f"]).mean()), lw=0.9, ls=":", color=f"C{i + 1}",
-                    label=f"{a} final (mean of seeds)")
-    ax2.set(xlabel="evaluations per task", ylabel="mean log10 error", title=f"wcci20 mixed, T={len(tasks)}")
-    ax2.legend(fontsize=6)
+    f_opt = np.array([t.f_opt for t in tasks])
+    for i, (a, r) in enumerate(runs.items()):
+        curve = np.stack([x.info["curve"] for x in r["results"]])
+        per_seed = np.log10(np.maximum(curve - f_opt[None, :, None], ERR_FLOOR)).mean(axis=1)  # [S, K+1]
+        steps = r["results"][0].info["curve_fe"]
+        ax2.plot(steps, np.median(per_seed, axis=0), color=f"C{i}", lw=1.2, label=a)
+        ax2.fill_between(steps, per_seed.min(axis=0), per_seed.max(axis=0), color=f"C{i}", alpha=0.12, lw=0)
+    ax2.set(xlabel="evaluations per task", ylabel="mean log10 error over tasks",
+            title=f"wcci20 mixed, T={len(tasks)}: median and range over {len(runs['mesret']['best_f'])} seeds")
+    ax2.legend(fontsize=6, ncol=2)
     fig.tight_layout()
     fig.savefig(out_dir / "mesret.png", dpi=110)
     plt.close(fig)
-    return ["mesret.png", *sorted(p.name for p in out_dir.glob("wcci20_*_errors.csv"))]
+    return True

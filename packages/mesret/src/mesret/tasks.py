@@ -85,8 +85,6 @@ def check_first_generation(task: TaskSpec, index: int, f: np.ndarray) -> None:
 
 
 def _vector(out: Any, n: int, label: str, what: str) -> np.ndarray:
-    if type(out).__module__.startswith("jax"):
-        out = np.asarray(out)
     arr = np.asarray(out, dtype=float).reshape(-1) if np.ndim(out) <= 1 else np.asarray(out, float)
     if arr.shape != (n,):
         raise UserError(f"{label}: {what} must map [n, dim] to [n] values, got shape {np.shape(out)}")
