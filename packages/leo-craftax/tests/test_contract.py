@@ -7,6 +7,9 @@ from icml26_shared.testing import ContractTests
 
 class TestContract(ContractTests):
     package = "leo-craftax"
+    # timings, named with their units: the per-update ratio, the recompute cost, env steps/s
+    nondeterministic_metrics = (*ContractTests.nondeterministic_metrics, "per_update_ratio",
+                                "recompute_cost", "env_steps_per_s", "step_ratio")
 
     @pytest.fixture(scope="class")
     @classmethod

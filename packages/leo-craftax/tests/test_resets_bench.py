@@ -203,3 +203,18 @@ def test_cost_model_at_paper_sizes():
     assert m["flop_ceiling_her_all_factored"] < m["flop_ceiling_her_all"] / 2
     small = cost_model(512)
     assert small["flop_ceiling_her_all"] == pytest.approx(59.5, abs=1)
+
+
+def test_smoke_reports_both_speed_units(smoke_reproduction):
+    """The per-update ratio, HER-all's recompute cost and the whole-step env steps/s are rows
+    of their own, each named with its unit."""
+    res, _ = smoke_reproduction
+    got = {(r.experiment, r.metric): r for r in res.rows}
+    for metric in ("per_update_ratio", "her_all_recompute_cost"):
+        row = got[("speed", metric)]
+        assert np.isfinite(row.value) and row.value > 0
+    assert "per update" in got[("speed", "per_update_ratio")].extra["note"]
+    for metric in ("env_steps_per_s_leo", "env_steps_per_s_her_all", "step_ratio"):
+        row = got[("speed (whole training step)", metric)]
+        assert np.isfinite(row.value) and row.value > 0
+    assert got[("speed (whole training step)", "env_steps_per_s_leo")].unit == "env steps/s"

@@ -20,7 +20,7 @@ _LAZY = {
     "train_seeds": "train", "evaluate": "train",
     "build_algo": "algos", "register": "algos", "save_checkpoint": "io",
     "load_checkpoint": "io", "craftax_classic_goal_set": "craftax_goals",
-    "craftax_goal_set": "craftax_goals", "speed_table": "bench",
+    "craftax_goal_set": "craftax_goals", "speed_table": "bench", "train_step_table": "bench",
 }
 __all__ = ["__version__", *_LAZY]
 

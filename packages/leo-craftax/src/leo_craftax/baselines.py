@@ -80,18 +80,18 @@ def _factored_q(net, v, obs, goals, train: bool = False):
     return (nn.sigmoid(qv) if net.sigmoid else qv), stats
 
 
-def her_all_q(net, v, obs, chunk: int = 0, factored: bool = False, train: bool = False):
+def her_all_q(net, v, obs, chunk: int = 0, factored: bool = False, train: bool = False,
+              remat: bool = True):
     """Q(s, g, ·) for every state and all K goals, ``obs [N, D] -> ([N, K, A], batch_stats)``, as
     all-goals relabelling computes it: one goal-conditioned pass per (state, goal) pair. Goals are
-    taken ``chunk`` at a time (``lax.map``, each chunk rematerialised in the backward pass) so
-    that the N·K rows fit in memory at Craftax sizes; ``factored`` shares the first layer's
+    taken ``chunk`` at a time (``lax.map``; ``remat``: each chunk's forward pass recomputed in
+    the backward pass, ``jax.checkpoint``) so that the N·K rows fit in memory at Craftax sizes; ``factored`` shares the first layer's
     observation part across goals (``_factored_q``). Same values either way. ``train``: the
     loss pass (BatchRenorm on batch statistics — those of the N observations, whichever chunk);
     the new statistics are the first chunk's."""
     n, k = obs.shape[0], net.num_goals
     c = _chunk_size(k, chunk)
 
-    @jax.checkpoint
     def one(start):
         goals = start + jnp.arange(c)
         if factored:
@@ -103,6 +103,8 @@ def her_all_q(net, v, obs, chunk: int = 0, factored: bool = False, train: bool =
             q, stats = apply_eval(net, v, rows, jnp.tile(goals, n)), v["batch_stats"]
         return q.reshape(n, c, -1), stats
 
+    if remat:
+        one = jax.checkpoint(one)
     if c == k:
         return one(0)
     out, stats = jax.lax.map(one, jnp.arange(0, k, c))                    # [K/C, N, C, A]
@@ -119,7 +121,8 @@ def _build_pqn(cfg: TrainConfig, k: int, a: int, mode: str) -> AlgoSpec:
         return init_vars(net, rng, obs, jnp.zeros(obs.shape[:1], jnp.int32))
 
     def q_all(v, obs, train=False):
-        return her_all_q(net, v, obs, cfg.her_all_chunk, cfg.her_all_factored, train)
+        return her_all_q(net, v, obs, cfg.her_all_chunk, cfg.her_all_factored, train,
+                         cfg.her_all_remat)
 
     def prepare(v, traj, rng):
         t, e = traj["goal"].shape

@@ -20,7 +20,7 @@ from icml26_shared.io import atomic_write_text, dumps_json, write_json
 NAME = "leo-craftax"
 ALGOS = ("leo", "leo_commanded", "pqn", "pqn_her", "ppo_gc", "dual_leo_pqn", "dual_leo_ppo")
 ENVS = ("gridworld", "craftax-classic", "craftax")
-NORMS = ("batchrenorm", "layernorm", "none")
+NORMS = ("batchrenorm", "none")
 COMPILING = ("train", "eval", "bench", "reproduce")  # commands whose stderr XLA may litter (quiet.py)
 
 
@@ -234,36 +234,55 @@ def _cmd_goals(args) -> int:
     return 0
 
 
+def _int_list(flag: str, text: str) -> list[int]:
+    try:
+        ks = [int(k) for k in text.split(",")]
+    except ValueError:
+        raise UserError(f"{flag} must be comma-separated integers, got {text!r}") from None
+    if not ks or min(ks) < 1:
+        raise UserError(f"{flag} must list positive numbers")
+    return ks
+
+
 def _cmd_bench(args) -> int:
-    from .bench import ARMS, PRESETS
+    from .bench import ARMS, PRESETS, STEP_PAPER, speed_table, train_step_table
 
     if args.preset not in PRESETS:
         raise UserError(f"unknown preset {args.preset!r} (choose one of {', '.join(PRESETS)})")
-    ks = None
-    if args.goals is not None:
-        try:
-            ks = [int(k) for k in args.goals.split(",")]
-        except ValueError:
-            raise UserError(f"--goals must be comma-separated integers, got {args.goals!r}") from None
-        if not ks or min(ks) < 1:
-            raise UserError("--goals must list positive numbers of goals")
+    ks = None if args.goals is None else _int_list("--goals", args.goals)
+    sides = [] if args.sides == "none" else _int_list("--sides", args.sides)
+    if sides and min(sides) < 2:
+        raise UserError("--sides must be gridworld sides >= 2")
     over = {} if args.batch is None else {"batch": args.batch}
-    from .bench import speed_table
-
     p = {**PRESETS[args.preset], **over}
     print(f"preset {args.preset}: batch {p['batch']}, obs {p['obs_dim']}, {p['layers']}x{p['width']} "
-          f"MLP, {p['num_actions']} actions; HER-all = K goal-conditioned passes, factored = its "
-          f"first layer's observation part shared", flush=True)
+          f"MLP, {p['num_actions']} actions; HER-all = K goal-conditioned passes (recomputed in the "
+          f"backward pass), factored = its first layer's observation part shared", flush=True)
+    print("per-update time (targets + one gradient step on one minibatch; no acting, no other "
+          "minibatch): ratio = HER-all / LEO")
     print(f"{'K':>6} {'LEO ms':>9} {'HER-all ms':>11} {'ratio':>7} {'FLOP ceil':>9} "
-          f"{'bytes ceil':>10} {'factored ms':>11} {'ratio':>7} {'FLOP ceil':>9}")
+          f"{'bytes ceil':>10} {'factored ms':>11} {'ratio':>7} {'no-remat ms':>11} "
+          f"{'recompute':>9}")
     rows = speed_table(ks, preset=args.preset, repeats=args.repeats, arms=ARMS, **over)
     for r in rows:
         print(f"{r['K']:>6} {1e3 * r['leo_s']:>9.2f} {1e3 * r['her_all_s']:>11.2f} "
-              f"{r['speedup_her_all']:>6.1f}x {r['flop_ceiling_her_all']:>8.1f}x "
+              f"{r['per_update_ratio_her_all']:>6.1f}x {r['flop_ceiling_her_all']:>8.1f}x "
               f"{r['bytes_ceiling_her_all']:>9.1f}x {1e3 * r['her_all_factored_s']:>11.2f} "
-              f"{r['speedup_her_all_factored']:>6.1f}x {r['flop_ceiling_her_all_factored']:>8.1f}x")
+              f"{r['per_update_ratio_her_all_factored']:>6.1f}x "
+              f"{1e3 * r['her_all_no_remat_s']:>11.2f} {r['recompute_cost']:>8.2f}x")
+    steps = []
+    if sides:
+        step_over = STEP_PAPER if args.preset == "paper" else {}
+        print("whole training step (acting + targets + every minibatch and epoch) on an NxN "
+              "gridworld, K = N^2; ratio = HER-all time / LEO time", flush=True)
+        print(f"{'K':>6} {'env steps':>9} {'LEO steps/s':>12} {'HER-all steps/s':>16} {'ratio':>7}")
+        steps = train_step_table(sides, repeats=args.repeats, **step_over)
+        for r in steps:
+            print(f"{r['K']:>6} {r['env_steps_per_update']:>9} {r['env_steps_per_s_leo']:>12.0f} "
+                  f"{r['env_steps_per_s_her_all']:>16.0f} {r['step_ratio']:>6.1f}x")
     if args.json:
-        atomic_write_text(args.json, dumps_json(rows, indent=1))
+        atomic_write_text(args.json, dumps_json({"per_update": rows, "train_step": steps},
+                                                indent=1))
     return 0
 
 
@@ -324,7 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--width", type=positive_int, default=None, help="MLP width (default 1024 on Craftax)")
     t.add_argument("--layers", type=positive_int, default=None, help="MLP layers (default 4 on Craftax)")
     t.add_argument("--norm", default="batchrenorm", choices=NORMS, help="input normalisation of "
-                   "the Q networks: batchrenorm (the paper's), layernorm or none")
+                   "the Q networks: batchrenorm (the paper's) or none")
     t.add_argument("--obs", default="symbolic", choices=("symbolic", "pixels"), help="Craftax "
                    "observations: symbolic (the paper's) or pixels (a conv encoder)")
     t.add_argument("--out", default="leo-checkpoint.msgpack", help="checkpoint file")
@@ -355,12 +374,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--env", default="gridworld", help=f"one of {', '.join(ENVS)}")
     g.add_argument("--size", type=int, default=10, help="gridworld side")
     g.set_defaults(fn=_cmd_goals)
-    b = sub.add_parser("bench", help="time per update: LEO vs all-goals relabelling as K grows")
+    b = sub.add_parser("bench", help="LEO vs all-goals relabelling as K grows: time per update "
+                       "and env steps/s of a whole training step")
     b.add_argument("--preset", default="cpu", help="cpu (width 128, seconds) or paper (Craftax "
                    "sizes: obs 8268, 4x1024, 43 actions, minibatch 512; for a GPU)")
     b.add_argument("--goals", default=None, help="comma-separated K (default: the preset's)")
     b.add_argument("--batch", type=positive_int, default=None, help="minibatch (default: the preset's)")
     b.add_argument("--repeats", type=positive_int, default="5")
+    b.add_argument("--sides", default="4,12,23", help="gridworld sides N of the whole-step table "
+                   "(K = N^2; default %(default)s: K 16, 144, 529); none: skip it")
     b.add_argument("--json", default=None, help="write the rows as JSON")
     b.set_defaults(fn=_cmd_bench)
     x = sub.add_parser("export", help="one trained seed's final per-goal success as a JSON "

@@ -12,7 +12,7 @@ import numpy as np
 
 from icml26_shared import UserError
 
-NORMS = ("batchrenorm", "layernorm", "none")
+NORMS = ("batchrenorm", "none")
 OBS = ("symbolic", "pixels")
 ALGOS = ("leo", "leo_commanded", "pqn", "pqn_her", "ppo_gc", "dual_leo_pqn", "dual_leo_ppo")
 HER_MODES = ("none", "random", "positive", "mixed", "all")
@@ -50,7 +50,7 @@ class TrainConfig:
     width: int = 1024                  # [C] --network_layer_width 1024
     layers: int = 4                    # [C] --network_dense_layers 4
     norm: str = "batchrenorm"          # [C] --norm_input: BatchRenorm on the input of the Q
-                                       #     networks; layernorm (0.2's stand-in) | none [R]
+                                       #     networks; none [R]
     ppo_norm: str = "none"             # [C] actor_critic_gc: no input normalisation
     brn_momentum: float = 0.999        # [C] models/batch_renorm.py
     brn_warmup: int = 1000             # [C] training steps of plain batch norm before renorm
@@ -70,6 +70,8 @@ class TrainConfig:
     distill_goals: str = "commanded"   # [C] commanded goal; "commanded+random" adds a uniform goal [R]
     her_all_chunk: int = 0             # [R] HER-all: goals per chunk (0 = all K at once)
     her_all_factored: bool = False     # [R] HER-all: first layer's observation part computed once
+    her_all_remat: bool = True         # [R] HER-all: recompute each goal chunk's forward pass in the
+                                       #     backward pass (jax.checkpoint: memory for time)
     reset_ratio: int = 16              # [C] Craftax baselines: optimistic resets, num_envs/16 fresh
                                        #     states per step shared by the envs that end
     # PPO (ppo.py / dual_leo_ppo.py)
@@ -218,8 +220,6 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, d: dict) -> TrainConfig:
         d = dict(d)
-        if "norm_input" in d:  # 0.2 checkpoints: LayerNorm on the input, or nothing
-            d["norm"] = "layernorm" if d.pop("norm_input") else "none"
         if "her_ratio" in d:  # up to 0.3.7: PQN + HER replaced a fraction of the goals
             d.pop("her_ratio")
             if d.get("algo") == "pqn_her" and d.get("her_mode") != "all":

@@ -20,7 +20,7 @@ from .norm import InputNorm, apply_eval
 
 class Encoder(nn.Module):
     """The observation's input layers: ``norm`` on the input (BatchRenorm, the paper's [C];
-    ``layernorm`` / ``none`` as options), then, for ``image_shape`` (pixels, flat in the
+    ``none`` as the option), then, for ``image_shape`` (pixels, flat in the
     observation), a small conv stack [R: 2 × (Conv 32, 3×3, stride 2 → LayerNorm → ReLU),
     as PQN's pixel torsos; the authors' conv reads Craftax's symbolic map], flattened."""
 

@@ -167,8 +167,14 @@ class GymnaxGC:
         return jnp.ravel(obs).astype(jnp.float32), state
 
     def step(self, rng, state, action):
-        obs, state, _, done, *_ = self.env.step_env(rng, state, action, self.params)
-        return jnp.ravel(obs).astype(jnp.float32), state, jnp.asarray(done, bool)
+        """``(obs, state, done)``. gymnax's ``step_env`` returns ``(obs, state, reward, done,
+        info)`` with the time limit inside ``done``; an environment returning ``(obs, state,
+        reward, terminated, truncated, info)`` ends its episode on either flag."""
+        out = self.env.step_env(rng, state, action, self.params)
+        obs, state, done = out[0], out[1], jnp.asarray(out[3], bool)
+        if len(out) >= 6:
+            done = done | jnp.asarray(out[4], bool)
+        return jnp.ravel(obs).astype(jnp.float32), state, done
 
 
 class CraftaxGC(GymnaxGC):

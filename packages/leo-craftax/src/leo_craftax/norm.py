@@ -22,7 +22,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from .config import NORMS  # noqa: F401  (batchrenorm | layernorm | none)
+from .config import NORMS  # noqa: F401  (batchrenorm | none)
 
 
 class BatchRenorm(nn.Module):
@@ -67,7 +67,7 @@ class BatchRenorm(nn.Module):
 
 
 class InputNorm(nn.Module):
-    """``batchrenorm`` (the paper's) | ``layernorm`` (0.2's stand-in, no scale or bias) | ``none``."""
+    """``batchrenorm`` (the paper's) | ``none``."""
 
     kind: str = "batchrenorm"
     opts: tuple = ()           # BatchRenorm fields, e.g. (("momentum", 0.99),)
@@ -76,8 +76,6 @@ class InputNorm(nn.Module):
     def __call__(self, x, train: bool = False):
         if self.kind == "batchrenorm":
             return BatchRenorm(**dict(self.opts), name="brn")(x, train)
-        if self.kind == "layernorm":
-            return nn.LayerNorm(use_scale=False, use_bias=False, name="ln")(x)
         if self.kind == "none":
             return x
         raise ValueError(f"unknown norm {self.kind!r}")
