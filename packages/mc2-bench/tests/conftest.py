@@ -16,10 +16,10 @@ def _one_torch_thread():
 def _toy_on_digits(cfg):
     """A toy trained with ``cfg`` on the training digits, with 40 dev and 40 test items (disjoint
     digits): ``(adapter, dev_items, test_items)``."""
-    from mc2_bench.adapters import ToyAdapter
-    from mc2_bench.experiments import _split
-    from mc2_bench.io import digits_items
-    from mc2_bench.toy import load_digits, train_toy
+    from mc2_bench.offline.digits import digits_items
+    from mc2_bench.offline.experiments import _split
+    from mc2_bench.offline.toy import load_digits, train_toy
+    from mc2_bench.offline.toy_adapter import ToyAdapter
 
     X, y = load_digits()
     tr, dv, te = _split(len(y))

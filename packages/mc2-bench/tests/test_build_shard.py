@@ -26,10 +26,10 @@ def _data(ws):
 
 
 def test_build_keeps_only_items_passing_both_single_modality_checks(ws, tmp_path, capsys):
-    from mc2_bench.adapters import ToyAdapter
     from mc2_bench.commands import digits_generator
     from mc2_bench.core import MC2Item
-    from mc2_bench.toy import load_toy
+    from mc2_bench.offline.toy import load_toy
+    from mc2_bench.offline.toy_adapter import ToyAdapter
 
     items = json.loads((ws / "items" / "items.json").read_text())
     vqa = [{"id": r["id"], "image_id": r["image_id"], "question": r["question"],
@@ -75,10 +75,10 @@ def test_pca_projection_separates_planted_groups():
 
 
 def test_merged_shards_equal_one_pass(ws):
-    from mc2_bench.adapters import ToyAdapter
     from mc2_bench.io import load_mc2
+    from mc2_bench.offline.toy import load_toy
+    from mc2_bench.offline.toy_adapter import ToyAdapter
     from mc2_bench.protocol import evaluate, evaluate_records
-    from mc2_bench.toy import load_toy
 
     ad = ToyAdapter(load_toy(ws / "toy"))
     items = load_mc2(ws / "items" / "items.json", ws / "items")
@@ -113,8 +113,8 @@ def test_two_process_accelerate_eval_equals_one_process(ws, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_smol_vlm_reloads_by_the_auto_classes_alone(tmp_path, monkeypatch):
-    from mc2_bench.smolvlm import SmolVLMConfig, build_smol_vlm
-    from mc2_bench.toy import load_digits
+    from mc2_bench.offline.smolvlm import SmolVLMConfig, build_smol_vlm
+    from mc2_bench.offline.toy import load_digits
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     X, y = load_digits()

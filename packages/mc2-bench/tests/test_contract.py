@@ -14,8 +14,9 @@ class TestContract(ContractTests):
         from icml26_shared.testing import strict_json_loads
 
         per = tmp_path / "per.jsonl"
-        per.write_text("".join(dumps_json({"modality_order0": None, "modality_order1": None},
-                                          indent=None) + "\n" for _ in range(3)))
+        per.write_text("".join(dumps_json({"id": f"i{k}", "modality_order0": None,
+                                           "modality_order1": None}, indent=None) + "\n"
+                                for k in range(3)))
         capsys.readouterr()
         assert main(["report", str(per), "--json"]) == 0
         out = capsys.readouterr().out

@@ -10,17 +10,18 @@ import numpy as np
 import pytest
 import torch
 from mc2_bench.core import options
-from mc2_bench.io import digits_items, load_mc2, write_digits_items
+from mc2_bench.io import load_mc2
+from mc2_bench.offline.digits import digits_items, write_digits_items
 from mc2_bench.steering import SteeringHook
 
-FAMILIES = ("llava", "idefics3")
-N_IMAGE_TOKENS = {"llava": 16, "idefics3": 4}
+FAMILIES = ("llava", "idefics3", "qwen2_vl")
+N_IMAGE_TOKENS = {"llava": 16, "idefics3": 4, "qwen2_vl": 4}  # qwen: 16x16 px, 4x4 patches, 2x2 merge
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     from mc2_bench.hf import HFVisionChatAdapter
-    from mc2_bench.tiny import FAMILIES as BUILD
+    from mc2_bench.offline.tiny import FAMILIES as BUILD
 
     root = tmp_path_factory.mktemp("hf")
     rng = np.random.default_rng(0)
@@ -45,6 +46,9 @@ def _hand(ad, it, mode, order, ids_after=None):
     if ids_after is not None:
         enc["input_ids"] = torch.cat([enc["input_ids"], torch.tensor([ids_after])], 1)
         enc["attention_mask"] = torch.ones_like(enc["input_ids"])
+        if "mm_token_type_ids" in enc:  # Qwen2-VL: the appended option is text
+            enc["mm_token_type_ids"] = torch.cat([enc["mm_token_type_ids"],
+                                                  torch.zeros(1, len(ids_after), dtype=torch.long)], 1)
     with torch.no_grad():
         return torch.log_softmax(ad.model(**enc).logits[0].float(), -1), enc["input_ids"][0]
 
@@ -58,13 +62,14 @@ def test_letter_logprob_equals_hand_computation(setup, fam, mode):
         recs = ad.answer(items, mode, order, "letter-logprob")  # batch 3: padded batches
         for it, rec in zip(items, recs):
             lp, _ = _hand(ad, it, mode, order)
-            a, b = float(lp[-1, ad.letter_ids[0]]), float(lp[-1, ad.letter_ids[1]])
+            a, b = (float(lp[-1, ids].logsumexp(-1)) for ids in ad.letter_ids)  # "A" and " A"
             assert rec["letter"] == ("A" if a >= b else "B")
             assert rec["scores"] == pytest.approx([a, b], abs=2e-4)
             assert rec["prompt"] == ad.chat_prompt(it, mode, order)
 
 
-@pytest.mark.parametrize("fam,mode", [("llava", "single"), ("idefics3", "single"), ("llava", "base_text")])
+@pytest.mark.parametrize("fam,mode", [("llava", "single"), ("idefics3", "single"), ("qwen2_vl", "single"),
+                                      ("llava", "base_text")])
 def test_option_logprob_equals_scoring_prompt_plus_option(setup, fam, mode):
     _, items, ads = setup
     ad = ads[fam]
@@ -80,6 +85,16 @@ def test_option_logprob_equals_scoring_prompt_plus_option(setup, fam, mode):
             want.append(sum(float(lp[n - 1 + j, oid[j]]) for j in range(len(oid))))
         assert rec["scores"] == pytest.approx(want, abs=5e-4)
         assert rec["letter"] == ("A" if want[0] >= want[1] else "B")
+
+
+@pytest.mark.parametrize("fam", FAMILIES)
+def test_letter_logprob_scores_every_spelling_of_the_letter(setup, fam):
+    _, _, ads = setup
+    ad = ads[fam]
+    for letter, ids in zip("AB", ad.letter_ids):
+        spellings = {ad.tok.decode([i]) for i in ids}
+        want = {t for t in (letter, " " + letter) if len(ad.tok.encode(t, add_special_tokens=False)) == 1}
+        assert spellings == want and want, (fam, spellings)
 
 
 @pytest.mark.parametrize("fam", FAMILIES)
@@ -125,6 +140,24 @@ def test_positions_touch_only_what_they_name(setup, fam, positions):
     changed = (out - ref).abs().sum(-1) > 0
     named = {"image_tokens": img, "text_tokens": ~img, "context": ctx}[positions]
     assert changed[named].all() and not changed[~named].any()
+    attended = ad._encode(items[:2], "single", 0, None)[0]["attention_mask"].bool()
+    assert hook.touched[1] == int((named & attended).sum())  # left padding is not counted
+
+
+@pytest.mark.parametrize("fam", FAMILIES)
+@pytest.mark.parametrize("positions", ["all", "text_tokens"])
+def test_touched_counts_attended_positions_of_a_left_padded_batch(setup, fam, positions):
+    import dataclasses
+
+    _, items, ads = setup
+    ad = ads[fam]
+    batch = [items[0], dataclasses.replace(items[1], context=items[1].context + " Report 1: two three four.")]
+    enc, _ = ad._encode(batch, "single", 0, None)
+    att = enc["attention_mask"].bool()
+    assert not att[0].all() and att[1].all()  # the short prompt is left-padded
+    hook = SteeringHook([1], np.ones(32), 0.5, positions=positions)
+    _layer_out(ad, batch, 1, hook)
+    named = att if positions == "all" else att & (enc["input_ids"] != ad.image_token_id)
     assert hook.touched[1] == int(named.sum())
 
 
@@ -182,15 +215,17 @@ def test_prefix_cache_replays_the_unsteered_layers_exactly(setup, fam, answer_mo
     assert list(ad._layer_list) == ad.layer_modules()  # the real layers are back
 
 
-def test_cli_eval_on_a_hf_folder(setup, capsys):
+@pytest.mark.parametrize("fam", ["llava", "qwen2_vl"])
+def test_cli_eval_on_a_hf_folder(setup, fam, capsys):
     from mc2_bench.cli import main
 
     root, _, _ = setup
-    per = root / "per_hf.jsonl"
-    assert main(["eval", "--model", str(root / "llava"), "--data", str(root / "items" / "items.json"),
+    per = root / f"per_{fam}.jsonl"
+    assert main(["eval", "--model", str(root / fam), "--data", str(root / "items" / "items.json"),
                  "--images", str(root / "items"), "--answer-mode", "letter-logprob", "--json",
                  "--per-item", str(per)]) == 0
     res = json.loads(capsys.readouterr().out)
     assert res["invalid_rate"] == 0.0 and res["vision_ratio"] + res["text_ratio"] == pytest.approx(1.0)
     recs = [json.loads(x) for x in per.read_text().splitlines()]
-    assert recs[0]["prompt_order0"].startswith("<|user|>\n<image>")
+    image = {"llava": "<image>", "qwen2_vl": "<|vision_start|><|image_pad|><|vision_end|>"}[fam]
+    assert recs[0]["prompt_order0"].startswith("<|user|>\n" + image)

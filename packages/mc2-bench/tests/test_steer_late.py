@@ -11,8 +11,8 @@ import pytest
 import torch
 from mc2_bench.baselines import direction
 from mc2_bench.config import ToyConfig
+from mc2_bench.offline.toy import N_PATCH, ToyVLM, load_digits
 from mc2_bench.protocol import alpha_sweep, amps_stats, hidden_pairs
-from mc2_bench.toy import N_PATCH, ToyVLM, load_digits
 
 LAYER = 2  # the gather layer's output: what the deciding last layer reads with
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from mc2_bench.adapters import ToyAdapter
 from mc2_bench.config import ToyConfig
 from mc2_bench.core import steer_update
-from mc2_bench.io import digits_items
+from mc2_bench.offline.digits import digits_items
+from mc2_bench.offline.toy import N_PATCH, ToyVLM
+from mc2_bench.offline.toy_adapter import ToyAdapter
 from mc2_bench.steering import SteeringHook
-from mc2_bench.toy import N_PATCH, ToyVLM
 
 
 @pytest.fixture(scope="module")

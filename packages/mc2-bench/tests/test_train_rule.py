@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from mc2_bench import experiments
 from mc2_bench.config import ToyConfig
-from mc2_bench.experiments import _split, _train_to_dev_targets
-from mc2_bench.io import digits_items
-from mc2_bench.toy import load_digits, train_toy
+from mc2_bench.offline import experiments
+from mc2_bench.offline.digits import digits_items
+from mc2_bench.offline.experiments import _split, _train_to_dev_targets
+from mc2_bench.offline.toy import load_digits, train_toy
 
 CFG = dict(steps=3, batch=8, arch="late", restarts=2, restart_steps=2)
 
@@ -50,14 +50,16 @@ def test_rule_restarts_until_dev_targets_then_stops(monkeypatch):
         return out
 
     monkeypatch.setattr(experiments, "evaluate", fake)
-    _, steps, fit = _train_to_dev_targets(0.5, CFG, X, y, dev, images, seed=0)
+    _, steps, fit, curve = _train_to_dev_targets(0.5, CFG, X, y, dev, images, seed=0)
     assert steps == 3 + 2 and fit["instruction_following"] == 1.0
+    assert curve["dev_steps"] == [3, 5] and curve["dev"] == [0.4, 0.0]  # the dev curve per round
     assert all(items is dev for items in seen)
 
 
 def test_rule_stops_at_the_step_cap():
     X, y, dev, images = _data()
-    _, steps, fit = _train_to_dev_targets(0.5, CFG, X, y, dev, images, seed=0)
+    _, steps, fit, curve = _train_to_dev_targets(0.5, CFG, X, y, dev, images, seed=0)
+    assert curve["loss_steps"][0] == 1 and len(curve["loss"]) == len(curve["loss_steps"]) >= 3
     assert steps == 3 + 2 * 2  # a 3-step toy misses the targets: every restart runs, then the cap
     assert np.isfinite(fit["vision_ratio"]) and set(fit) == {
         "vision_ratio", "order_consistency", "instruction_following"}

@@ -36,10 +36,10 @@ def gather(records: list, state) -> list:
 
 
 def cmd_smol_vlm(args) -> int:
-    from .experiments import _split
     from .io import refuse_existing
-    from .smolvlm import SmolVLMConfig, cached_smol_vlm, copy_model
-    from .toy import load_digits
+    from .offline.experiments import _split
+    from .offline.smolvlm import SmolVLMConfig, cached_smol_vlm, copy_model
+    from .offline.toy import load_digits
 
     refuse_existing(args.out)
     X, y = load_digits()
@@ -54,7 +54,7 @@ def cmd_smol_vlm(args) -> int:
 
 def digits_generator(q: dict) -> tuple[str, str]:
     """The built-in generator for digit VQA items: another digit, asserted by a numbered report."""
-    from .toy import DIGITS
+    from .config import DIGITS
 
     if q["answer"] not in DIGITS:
         raise UserError(f"item {q.get('id')}: the digits generator needs a digit-name answer, got {q['answer']!r}")

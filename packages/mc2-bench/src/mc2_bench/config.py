@@ -10,7 +10,7 @@ POSITIONS = ("all", "generated", "image_tokens", "text_tokens", "context")  # [R
 #: where directions are fitted: the last prompt position [C] pca.py, or the mean over a position set [R]
 STATE_AT = ("last", "image_tokens", "text_tokens", "context")
 TOY_ARCHS = ("early", "late")  # [R] where the toy may decide its answer source (ToyConfig.arch)
-DIRECTIONS = ("diffmean", "pca", "probe", "random")  # diffmean = [C] pca.py centroid arrows; rest [R]
+DIRECTIONS = ("diffmean", "pca", "probe", "random", "permuted")  # diffmean = [C] pca.py centroid arrows; rest [R]
 
 #: the authors' prompt pieces [C] (steer_qwen_search_scale.py / prompt.py)
 CONTEXT_PREFIX = "Text context: "
@@ -67,3 +67,5 @@ class SteerConfig:
     direction: str = "diffmean"  # [C] centroid difference of follow-image vs follow-text
     positions: str = "all"  # [R]
     adaptive: str | None = None  # None = uniform alpha; "amps" = per-instance scale [R] (AMPS 2602.12533)
+
+DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")

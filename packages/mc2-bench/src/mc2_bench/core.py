@@ -89,7 +89,8 @@ def preference_metrics(mod0: Sequence[str | None], mod1: Sequence[str | None]) -
 
     vision_ratio = #vision / #valid answers (both orders pooled), text_ratio likewise;
     order_consistency = share of items valid in both orders whose two answers name one modality;
-    invalid_rate = share of the 2n answers that were invalid."""
+    invalid_rate = share of the 2n answers that were invalid; n_valid = #valid answers. With no
+    valid answer the ratios are NaN (``null`` in JSON, "n/a" in text)."""
     if len(mod0) != len(mod1):
         raise ValueError("both orders need one answer per item")
     answers = list(mod0) + list(mod1)
@@ -102,13 +103,56 @@ def preference_metrics(mod0: Sequence[str | None], mod1: Sequence[str | None]) -
         "order_consistency": sum(a == b for a, b in both) / len(both) if both else float("nan"),
         "invalid_rate": 1.0 - nv / len(answers) if answers else float("nan"),
         "n_items": float(len(mod0)),
+        "n_valid": nv,
+        "n_valid_both_orders": len(both),
     }
 
 
 def item_scores(mod0: Sequence[str | None], mod1: Sequence[str | None], target: str) -> np.ndarray:
-    """Per-item share of the two orders answered with ``target`` (invalid counts as 0): the unit
-    that bootstrap intervals resample."""
+    """Per-item share of the two orders answered with ``target`` (invalid counts as 0). This is
+    the basis of instruction following (all answers) and of the paired steering figures; the
+    ratios' own intervals are ``ratio_intervals``."""
     return np.array([((a == target) + (b == target)) / 2.0 for a, b in zip(mod0, mod1)])
+
+
+def ratio_intervals(mod0: Sequence[str | None], mod1: Sequence[str | None], n_resamples: int = 1999,
+                    confidence: float = 0.95, seed: int = 0) -> dict:
+    """Percentile bootstrap intervals on the ratios' own basis [R]: items are resampled (an item's
+    two orders together); each resample's vision (text) ratio is #vision (#text) / #valid answers,
+    as for the point estimate, and its order consistency is #consistent / #items valid in both
+    orders. Resamples without a valid answer (or without an item valid in both orders) are
+    dropped and counted. Returns ``{"vision_ratio_ci", "text_ratio_ci", "order_consistency_ci",
+    "resamples_dropped": {"ratios", "order_consistency"}}``; an interval is [NaN, NaN] when no
+    answer is valid. (A percentile bootstrap: the core's ``paired_interval`` resamples means of
+    per-unit values, not a ratio of two sums.)"""
+    if len(mod0) != len(mod1):
+        raise ValueError("both orders need one answer per item")
+    a, b = np.array(mod0, dtype=object), np.array(mod1, dtype=object)
+    vis = (a == "vision").astype(float) + (b == "vision")
+    txt = (a == "text").astype(float) + (b == "text")
+    valid = vis + txt
+    both = ((a != None) & (b != None)).astype(float)  # noqa: E711
+    cons = both * (a == b)
+    nan2 = [float("nan"), float("nan")]
+    out = {"vision_ratio_ci": nan2, "text_ratio_ci": nan2, "order_consistency_ci": nan2,
+           "resamples_dropped": {"ratios": n_resamples, "order_consistency": n_resamples}}
+    n = len(a)
+    if n == 0:
+        return out
+    idx = np.random.default_rng(seed).integers(0, n, size=(n_resamples, n))
+    q = [(1 - confidence) / 2, (1 + confidence) / 2]
+
+    def ci(num, den, key):
+        d = den[idx].sum(1)
+        keep = d > 0
+        out["resamples_dropped"][key] = int((~keep).sum())
+        if not keep.any():
+            return nan2
+        return [float(x) for x in np.quantile(num[idx].sum(1)[keep] / d[keep], q)]
+    out["vision_ratio_ci"] = ci(vis, valid, "ratios")
+    out["text_ratio_ci"] = ci(txt, valid, "ratios")
+    out["order_consistency_ci"] = ci(cons, both, "order_consistency")
+    return out
 
 
 # --- directions ----------------------------------------------------------------------------------

@@ -104,26 +104,25 @@ class HFVisionChatAdapter:
         self._prefix_layer: int | None = None
         self._prefix: dict = {}
         self.image_token_id = self._image_token_id()
-        self.letter_ids = [self._first_id("A"), self._first_id("B")]
+        self.letter_ids = [self._letter_ids("A"), self._letter_ids("B")]
         self._family = type(processor).__name__
+        # Qwen2-VL / Qwen2.5-VL compute their 3-D M-RoPE positions from the image grid themselves:
+        # they get no position_ids from here (the 1-D ones below are for the other families)
+        inner = getattr(model, "model", model)
+        self._mrope = hasattr(inner, "get_rope_index")
         params = inspect.signature(model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
 
     @classmethod
     def from_pretrained(cls, path, device: str | None = None, dtype=None, **kw) -> HFVisionChatAdapter:
-        """Load a local folder with the Auto classes alone (no download: ``local_files_only``).
-        ``device`` ("cuda", "cuda:1", "cpu"): the weights load straight onto it (``device_map``,
-        accelerate), so a 7B model never sits in host memory in full; inputs follow the model."""
-        from transformers import AutoModelForImageTextToText, AutoProcessor
-        from transformers.utils import logging as hf_logging
+        """Load a local folder through the core's loader (``icml26_shared.hf.load_pretrained``,
+        kind ``vlm``: the folder is checked first, nothing is downloaded, every failure is one
+        ``UserError`` line). ``device`` ("cuda", "cuda:1", "cpu"; default auto): the weights load
+        straight onto it; ``dtype`` (float32, bfloat16, float16; default auto: float32 on CPU,
+        bfloat16 on a GPU that has it)."""
+        from icml26_shared.hf import load_pretrained
 
-        hf_logging.set_verbosity_error()
-        hf_logging.disable_progress_bar()
-        path = Path(path)
-        proc = AutoProcessor.from_pretrained(path, local_files_only=True)
-        model = AutoModelForImageTextToText.from_pretrained(
-            path, local_files_only=True, dtype=dtype or torch.float32,
-            **({"device_map": str(torch.device(device))} if device else {}))
+        model, proc = load_pretrained(Path(path), "vlm", dtype=dtype or "auto", device=device or "auto")
         return cls(model, proc, device=device, **kw)
 
     def _image_token_id(self) -> int | None:
@@ -134,6 +133,19 @@ class HFVisionChatAdapter:
         if tid is None:
             tid = getattr(self.model.config, "image_token_id", getattr(self.model.config, "image_token_index", None))
         return None if tid is None else int(tid)
+
+    def _letter_ids(self, letter: str) -> list[int]:
+        """Every single-token spelling of an answer letter a chat template can lead to: the bare
+        letter ("A", after "<|assistant|>\\n") and the spaced one (" A", after SmolVLM's
+        "Assistant:"); ``letter-logprob`` scores their log-sum-exp."""
+        ids = []
+        for text in (letter, " " + letter):
+            enc = self.tok.encode(text, add_special_tokens=False)
+            if len(enc) == 1 and self.tok.decode(enc).strip() == letter and enc[0] not in ids:
+                ids.append(int(enc[0]))
+        if not ids:
+            ids.append(self._first_id(letter))
+        return ids
 
     def _first_id(self, text: str) -> int:
         ids = self.tok.encode(text, add_special_tokens=False)
@@ -198,11 +210,15 @@ class HFVisionChatAdapter:
                               "attention_mask": enc["attention_mask"].bool().cpu(),
                               "context_mask": ctx if ctx is not None and ctx.shape == ids.shape else None}
 
+    def _inputs(self, enc) -> dict:
+        """What the model is called with: ``enc`` less the 1-D position ids on M-RoPE models."""
+        return {k: v for k, v in enc.items() if not (self._mrope and k == "position_ids")}
+
     def _run(self, enc, **kw):
         self._set_info(enc)
         try:
             if self._prefix_layer is None or kw.get("use_cache"):
-                return self.model(**enc, **kw)
+                return self.model(**self._inputs(enc), **kw)
             return self._run_prefixed(enc, **kw)
         finally:
             self.position_info = {}
@@ -222,7 +238,7 @@ class HFVisionChatAdapter:
         L = self._prefix_layer
         hooked = [i for i, m in enumerate(self._layers) if m._forward_hooks or m._forward_pre_hooks]
         if hooked and min(hooked) <= L:
-            return self.model(**enc, **kw)
+            return self.model(**self._inputs(enc), **kw)
         kw = {**kw, "use_cache": False}  # no KV cache is read from these passes
         h = hashlib.sha1()
         for k in sorted(enc):
@@ -234,14 +250,14 @@ class HFVisionChatAdapter:
             try:
                 for i, st in enumerate(stubs):
                     self._layer_list[i] = st
-                return self.model(**enc, **kw)
+                return self.model(**self._inputs(enc), **kw)
             finally:
                 for i in range(L + 1):
                     self._layer_list[i] = self._layers[i]
         store = {}
         grab = self._layers[L].register_forward_hook(lambda m, a, o: store.setdefault("out", o))
         try:
-            res = self.model(**enc, **kw)
+            res = self.model(**self._inputs(enc), **kw)
         finally:
             grab.remove()
         self._prefix[key] = store["out"]
@@ -293,7 +309,8 @@ class HFVisionChatAdapter:
 
     def _letter_logprob(self, enc, chunk, order):
         logits = self._run(enc, logits_to_keep=1).logits[:, -1].float()
-        lp = torch.log_softmax(logits, -1)[:, self.letter_ids]
+        full = torch.log_softmax(logits, -1)
+        lp = torch.stack([full[:, ids].logsumexp(-1) for ids in self.letter_ids], 1)
         return [{"letter": "A" if float(a) >= float(b) else "B",
                  "text": f"logprob A={float(a):.4f} B={float(b):.4f}",
                  "scores": [float(a), float(b)]} for a, b in lp]
@@ -319,6 +336,9 @@ class HFVisionChatAdapter:
             if L > 1:
                 am = torch.cat([enc["attention_mask"], valid.long()], 1)
                 pos = enc["position_ids"][:, -1:] + torch.arange(1, L, device=ids.device)
+                if self._mrope:  # text after the prompt: 1-D position + the prompt's M-RoPE delta
+                    deltas = getattr(self.model, "model", self.model).rope_deltas
+                    pos = (pos + deltas.to(pos.device)).unsqueeze(0).expand(3, -1, -1)
                 self.position_info = {"image_mask": None, "prompt_len": enc["input_ids"].shape[1],
                                       "offset": enc["input_ids"].shape[1]}
                 try:

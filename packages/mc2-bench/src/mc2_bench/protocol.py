@@ -9,7 +9,14 @@ import numpy as np
 
 from icml26_shared.eval import paired_interval
 
-from .core import MC2Item, item_scores, letter_to_modality, preference_direction, preference_metrics
+from .core import (
+    MC2Item,
+    item_scores,
+    letter_to_modality,
+    preference_direction,
+    preference_metrics,
+    ratio_intervals,
+)
 from .steering import SteeringHook
 
 
@@ -38,7 +45,8 @@ def evaluate(adapter, items: Sequence[MC2Item], mode: str = "single", answer_mod
         r0 = _modalities(adapter, items, mode, 0, answer_mode, fol)
         r1 = _modalities(adapter, items, mode, 1, answer_mode, fol)
         for it, a, b in zip(items, r0, r1):
-            records.append({"id": it.id, "task": it.task, "mode": mode, "follow": fol,
+            records.append({"id": it.id, "task": it.task, "mode": mode, "answer_mode": answer_mode,
+                            "follow": fol,
                             "prompt_order0": a["prompt"], "prompt_order1": b["prompt"],
                             "answer_order0": a["text"], "answer_order1": b["text"],
                             "letter_order0": a["letter"], "letter_order1": b["letter"],
@@ -50,45 +58,79 @@ def evaluate(adapter, items: Sequence[MC2Item], mode: str = "single", answer_mod
     return out
 
 
-def evaluate_records(records: Sequence[dict], items: Sequence[MC2Item], mode: str,
-                     answer_mode: str) -> dict:
-    """``evaluate``'s summary from its per-item records (what sharded processes gather)."""
-    items = list(items)
-    follows = list(dict.fromkeys(r["follow"] for r in records))
-    out: dict = {"mode": mode, "answer_mode": answer_mode, "n_items": len(items)}
-    tasks = sorted({it.task for it in items})
+def with_intervals(m0, m1) -> dict:
+    """``preference_metrics`` plus its intervals on the same basis (``core.ratio_intervals``)."""
+    met = preference_metrics(m0, m1)
+    met.update(ratio_intervals(m0, m1))
+    return met
+
+
+def evaluate_records(records: Sequence[dict], items: Sequence[MC2Item] | None = None,
+                     mode: str | None = None, answer_mode: str | None = None) -> dict:
+    """``evaluate``'s summary from its per-item records (what sharded processes gather, and what
+    ``report`` reads back from ``--per-item``: without ``items`` the tasks and the mode come from
+    the records)."""
+    records = list(records)
+    if mode is None:
+        mode = records[0].get("mode", "single") if records else "single"
+    if answer_mode is None:
+        answer_mode = records[0].get("answer_mode") if records else None
+    follows = list(dict.fromkeys(r.get("follow") for r in records))
+    ids = list(dict.fromkeys(r["id"] for r in records)) if items is None else [it.id for it in items]
+    tasks = sorted({r.get("task", "unknown") for r in records} if items is None else {it.task for it in items})
+    out: dict = {"mode": mode, "answer_mode": answer_mode, "n_items": len(ids)}
     for fol in follows:
-        recs = [r for r in records if r["follow"] == fol]
+        recs = [r for r in records if r.get("follow") == fol]
         m0, m1 = [r["modality_order0"] for r in recs], [r["modality_order1"] for r in recs]
-        met = preference_metrics(m0, m1)
-        met["vision_ratio_ci"] = _ci(item_scores(m0, m1, "vision"))
-        met["per_task"] = {t: preference_metrics([r["modality_order0"] for r in recs if r["task"] == t],
-                                                 [r["modality_order1"] for r in recs if r["task"] == t])
+        met = with_intervals(m0, m1)
+        met["per_task"] = {t: with_intervals([r["modality_order0"] for r in recs if r.get("task", "unknown") == t],
+                                             [r["modality_order1"] for r in recs if r.get("task", "unknown") == t])
                            for t in tasks}
         if fol is not None:
             sc = item_scores(m0, m1, fol)
             met["instruction_following"] = float(sc.mean())
             met["instruction_following_ci"] = _ci(sc)
+            met["instruction_following_basis"] = "all answers (an invalid answer counts as not following)"
         out[f"follow_{fol}" if fol else "all"] = met
     if mode == "icc":
         out["instruction_following"] = float(np.mean([out[f"follow_{f}"]["instruction_following"]
                                                       for f in follows]))
+        out["instruction_following_basis"] = "all answers (an invalid answer counts as not following)"
         for k in ("vision_ratio", "text_ratio", "order_consistency", "invalid_rate"):
             out[k] = float(np.mean([out[f"follow_{f}"][k] for f in follows]))
+        out["n_valid"] = int(sum(out[f"follow_{f}"]["n_valid"] for f in follows))
         out["per_task"] = out[f"follow_{follows[0]}"]["per_task"]
     else:
         out.update(out.pop("all"))
-    out["records"] = list(records)
+    out["records"] = records
     return out
 
 
-def metrics_from_records(records: Sequence[dict]) -> dict[str, float]:
-    """Recompute the ratios from per-item records (what ``--per-item`` writes)."""
-    return preference_metrics([r["modality_order0"] for r in records],
-                              [r["modality_order1"] for r in records])
+def metrics_from_records(records: Sequence[dict]) -> dict:
+    """``evaluate``'s JSON recomputed from per-item records (what ``--per-item`` writes)."""
+    out = evaluate_records(records)
+    out.pop("records")
+    return out
 
 
 CONTRASTS = ("instruction", "answer")
+
+
+def split_fit_eval(items: Sequence[MC2Item], fraction: float = 0.5, seed: int = 0):
+    """(fit items, evaluation items): within each task a seeded random ``fraction`` of the items
+    (at least one, and at least one left when the task has two) fits; both lists keep the input
+    order. ``steer``'s default, so a direction is never scored on the items it was fitted on."""
+    items = list(items)
+    rng = np.random.default_rng(seed)
+    fit_idx: set[int] = set()
+    for task in sorted({it.task for it in items}):
+        idx = [i for i, it in enumerate(items) if it.task == task]
+        k = int(round(fraction * len(idx)))
+        k = min(max(k, 1), len(idx) - 1) if len(idx) >= 2 else 0
+        fit_idx.update(int(i) for i in rng.permutation(idx)[:k])
+    fit = [it for i, it in enumerate(items) if i in fit_idx]
+    evaluated = [it for i, it in enumerate(items) if i not in fit_idx]
+    return fit, evaluated
 
 
 def state_position(positions: str) -> str:

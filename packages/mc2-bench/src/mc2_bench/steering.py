@@ -72,7 +72,11 @@ class SteeringHook:
                 amps = amps[layer]
             new = steer_update(h, self.v_hats[layer].to(h.device), self.alpha,
                                None if mask is None else mask.to(h.device), amps)
-            n = h.shape[0] * h.shape[1] if mask is None else int(mask.sum())
+            att = (self._adapter.position_info if self._adapter is not None else {}).get("attention_mask")
+            if att is None or tuple(att.shape) != tuple(h.shape[:2]):
+                att = torch.ones(h.shape[:2], dtype=torch.bool)
+            att = att.bool().cpu()
+            n = int(att.sum()) if mask is None else int((mask.cpu() & att).sum())  # attended only
             self.touched[layer] = self.touched.get(layer, 0) + (n if self.alpha != 0.0 else 0)
             if isinstance(output, tuple):
                 return (new, *output[1:])

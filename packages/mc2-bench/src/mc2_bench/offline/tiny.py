@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .config import ANSWER_INSTRUCTION, CONTEXT_PREFIX, FOLLOW
-from .toy import DIGITS
+from ..config import ANSWER_INSTRUCTION, CONTEXT_PREFIX, DIGITS, FOLLOW
 
 _CORPUS = " ".join([CONTEXT_PREFIX, ANSWER_INSTRUCTION, *FOLLOW.values(), "Which digit is shown?",
                     "Report the handwritten digit in the picture is", *DIGITS, "A. B."])
@@ -105,4 +104,36 @@ def tiny_idefics3(path, seed: int = 0, layers: int = 3) -> Path:
     return _save(Idefics3ForConditionalGeneration, cfg, proc, path, seed)
 
 
-FAMILIES = {"llava": tiny_llava, "idefics3": tiny_idefics3}
+def tiny_qwen2_vl(path, seed: int = 0, layers: int = 3) -> Path:
+    """Save a random-init tiny Qwen2-VL (images resized to 16x16, 4x4 patches, 2x2 merge: 4
+    ``<|image_pad|>`` tokens between ``<|vision_start|>`` and ``<|vision_end|>``; M-RoPE), with
+    ``Qwen2VLImageProcessor`` and ``Qwen2VLVideoProcessor`` (torchvision) as in the real folders."""
+    from transformers import (
+        Qwen2VLConfig,
+        Qwen2VLForConditionalGeneration,
+        Qwen2VLImageProcessor,
+        Qwen2VLProcessor,
+        Qwen2VLVideoProcessor,
+    )
+
+    tok = _tokenizer(["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"])
+    px = dict(min_pixels=256, max_pixels=256, patch_size=4, merge_size=2, temporal_patch_size=2)
+    ip = Qwen2VLImageProcessor(size={"shortest_edge": 256, "longest_edge": 256}, **px)
+    vp = Qwen2VLVideoProcessor(size={"shortest_edge": 256, "longest_edge": 256}, **px)
+    proc = Qwen2VLProcessor(image_processor=ip, tokenizer=tok, video_processor=vp,
+                            chat_template=_template("<|vision_start|><|image_pad|><|vision_end|>"))
+    ids = tok.convert_tokens_to_ids
+    text = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=512,
+                rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
+                bos_token_id=None, eos_token_id=ids("<|end|>"), pad_token_id=ids("<|pad|>"))
+    cfg = Qwen2VLConfig(
+        text_config=text,
+        vision_config=dict(depth=2, embed_dim=16, hidden_size=32, num_heads=2, patch_size=4,
+                           spatial_merge_size=2, temporal_patch_size=2, mlp_ratio=2),
+        image_token_id=ids("<|image_pad|>"), video_token_id=ids("<|video_pad|>"),
+        vision_start_token_id=ids("<|vision_start|>"), vision_end_token_id=ids("<|vision_end|>"))
+    return _save(Qwen2VLForConditionalGeneration, cfg, proc, path, seed)
+
+
+FAMILIES = {"llava": tiny_llava, "idefics3": tiny_idefics3, "qwen2_vl": tiny_qwen2_vl}

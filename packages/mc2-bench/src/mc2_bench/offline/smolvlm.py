@@ -22,7 +22,7 @@ import numpy as np
 
 from icml26_shared.io import dumps_json
 
-from .toy import DIGITS
+from ..config import DIGITS
 
 #: SmolLM2's own chat format, image first in the user turn, without the default system turn [R]
 CHAT_TEMPLATE = (

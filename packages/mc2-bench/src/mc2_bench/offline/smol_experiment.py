@@ -14,10 +14,10 @@ import numpy as np
 from icml26_shared import ClaimCheck, Results
 from icml26_shared.eval import paired_interval
 
-from .core import item_scores, preference_direction
-from .io import digits_items
-from .protocol import alpha_sweep, evaluate
-from .registry import CLAIMS
+from ..core import item_scores, preference_direction
+from ..protocol import alpha_sweep, evaluate
+from ..registry import CLAIMS
+from .digits import digits_items
 from .smolvlm import SmolVLMConfig, _to_rgb16, cached_smol_vlm
 
 SMOL = {
@@ -29,6 +29,9 @@ SMOL = {
                  control_accuracy=True),
 }
 ANSWER = "option-logprob"
+# dev single-modality accuracy (both image alone and text alone) a model needs before its steering
+# claims are evaluated: the smol_single_modality target, fixed before any run (issue 56)
+PRECONDITION = 0.9
 
 
 def _claim(cid):
@@ -41,8 +44,8 @@ def run_tiny_llava(res: Results, X, y, splits, seed: int, n_items: int = 8) -> N
     touched. Random weights: the figures exercise the harness, nothing else."""
     import tempfile
 
-    from .hf import HFVisionChatAdapter
-    from .protocol import hidden_pairs
+    from ..hf import HFVisionChatAdapter
+    from ..protocol import hidden_pairs
     from .tiny import tiny_llava
 
     _, dv, te = splits
@@ -92,7 +95,7 @@ def _dev_states(ad, dev):
 
 
 def run_smol(res: Results, scale: str, X, y, splits, seed: int) -> None:
-    from .hf import HFVisionChatAdapter
+    from ..hf import HFVisionChatAdapter
 
     cfg = SMOL[scale]
     tr, dv, te = splits
@@ -103,13 +106,23 @@ def run_smol(res: Results, scale: str, X, y, splits, seed: int) -> None:
     dev, test = [p[0] for p in dev_pairs], [p[0] for p in test_pairs]
     ad = HFVisionChatAdapter.from_pretrained(path, batch=24, image_loader=images.__getitem__)
     name = "smol_vlm"
+    # the precondition (issue 56), on dev: a model that cannot name a digit from each modality
+    # alone cannot host a preference experiment; below the preset threshold the steering claims
+    # are "not evaluated" and no sweep is run
+    pre = {m: evaluate(ad, dev, m, ANSWER)[k] for m, k in (("base_image", "vision_ratio"),
+                                                          ("base_text", "text_ratio"))}
+    for m, v in pre.items():
+        res.add("smol_dev", name, f"dev_{m}_accuracy", v, n=len(dev), threshold=PRECONDITION)
+    host = min(pre.values()) >= PRECONDITION
+    res.add("smol_dev", name, "precondition_met", float(host))
     # dev first (nothing here depends on test): the layer window, then every unsteered answer pass
     # keeps the output of the layer below the window, so the steered passes replay it exactly
     # (``cache_prefix_at``: layers below the window are not recomputed for each alpha and direction)
-    hv, ht, mv, mt = _dev_states(ad, dev)
-    sep = mv.mean(0) - mt.mean(0)
-    layers = choose_window(sep, cfg["window"])
-    ad.cache_prefix_at(layers[0] - 1)
+    if host:
+        hv, ht, mv, mt = _dev_states(ad, dev)
+        sep = mv.mean(0) - mt.mean(0)
+        layers = choose_window(sep, cfg["window"])
+        ad.cache_prefix_at(layers[0] - 1)
     bi = evaluate(ad, test, "base_image", ANSWER, per_item=True)
     bt = evaluate(ad, test, "base_text", ANSWER, per_item=True)
     single = evaluate(ad, test, "single", ANSWER, per_item=True)
@@ -127,7 +140,13 @@ def run_smol(res: Results, scale: str, X, y, splits, seed: int) -> None:
         res.add("smol_preference", name, k, single[k])
     iv = paired_interval(acc_img - acc_blank, n_resamples=1999)
     res.add("smol_single", name, "image_minus_blank_accuracy", iv.mean, interval=[iv.low, iv.high])
-
+    if not host:
+        _smol_claims(res, acc_img, acc_txt, None, None, None, "",
+                     precondition=f"not evaluated: precondition failed (dev single-modality accuracy "
+                                  f"image {pre['base_image']:.3f}, text {pre['base_text']:.3f}; both must "
+                                  f"reach {PRECONDITION:g}: a model that cannot read each modality alone "
+                                  "cannot host the preference experiment)")
+        return
     for L, s in enumerate(sep):
         res.add("smol_dev", "logit_lens", f"separation_layer{L}", float(s))
     res.add("smol_dev", "logit_lens", "chosen_first_layer", layers[0], layers=list(layers))
@@ -167,7 +186,7 @@ def _choose_contrast(res, ad, dev, layers, hv_icc, ht_icc, cfg, seed):
     instruction contrast has no difference there: the context precedes the instruction). The
     candidate whose dev sweep (single mode, alpha = +-a) moves the vision ratio furthest,
     monotonically, wins."""
-    from .protocol import _modalities, amps_stats
+    from ..protocol import _modalities, amps_stats
 
     hs, hc, mods = [], [], []
     for o in (0, 1):
@@ -198,13 +217,17 @@ def _choose_contrast(res, ad, dev, layers, hv_icc, ht_icc, cfg, seed):
     return best[1], best[2], best[3], best[4], dev_vr
 
 
-def _smol_claims(res, acc_img, acc_txt, sweeps, layers, flip, chosen) -> None:
+def _smol_claims(res, acc_img, acc_txt, sweeps, layers, flip, chosen, precondition: str = "") -> None:
     worst, which = (acc_img, "image") if acc_img.mean() <= acc_txt.mean() else (acc_txt, "text")
     iv = paired_interval(worst, n_resamples=1999)
     res.claims.append(ClaimCheck.compare(
         _claim("smol_single_modality"), float(worst.mean()), threshold=0.9, interval=(iv.low, iv.high),
         note=f"worse modality: {which} alone (image {acc_img.mean():.3f}, text {acc_txt.mean():.3f}); "
              f"option-logprob, {len(worst)} held-out digits, both orders"))
+    if precondition:
+        for cid in ("smol_sweep_movement", "smol_accuracy_at_flip", "smol_amps_vs_uniform"):
+            res.claims.append(ClaimCheck.compare(_claim(cid), None).mark_not_evaluated(precondition))
+        return
     rows, rnd = sweeps["diffmean"], sweeps["random"]
     vr = [r["vision_ratio"] for r in rows]
     mono = bool(np.all(np.diff(vr) >= -1e-12))

@@ -7,8 +7,8 @@ import numpy as np
 from icml26_shared import ClaimCheck, Results
 from icml26_shared.eval import paired_interval
 
-from .core import monotone_share
-from .registry import CLAIMS
+from ..core import monotone_share
+from ..registry import CLAIMS
 
 
 def _claim(cid):
@@ -29,6 +29,7 @@ def steering_claims(res: Results, sweeps: dict, uniform: dict, amps: dict, flip_
     """``uniform``: the diffmean test row at its dev-chosen flip alpha; ``amps``: AMPS test rows at
     alpha 0 and at its own dev-chosen flip alpha ``flip_a`` (core.choose_flip_alpha on dev)."""
     dm, rnd = sweeps["diffmean"], sweeps["random"]
+    perm = sweeps.get("permuted")
     flip = uniform["alpha"]
     lo, hi = dm[0]["alpha"], dm[-1]["alpha"]
     move = np.asarray(_at(dm, hi)["vision_scores"]) - np.asarray(_at(dm, lo)["vision_scores"])
@@ -38,21 +39,31 @@ def steering_claims(res: Results, sweeps: dict, uniform: dict, amps: dict, flip_
     res.add("steer_test", "diffmean", "movement", float(move.mean()))
     res.add("steer_test", "random", "movement", float(move_r.mean()))
     m, iv = _iv(move)
+    design = ("the late toy (0.2.3) was built so a step at the middle layers reaches the answer "
+              "position's decision; the early toy of 0.2.2 moved only +0.245 over its sweep")
     res.claims.append(ClaimCheck.compare(
         _claim("sweep_movement"), m if mono == 1.0 else min(m, 0.0), threshold=0.8, interval=iv,
         note=f"vision ratio at alpha={hi:+g} minus at {lo:+g}, layer {layer}, {positions} positions, "
              f"{contrast} contrast (all three chosen on dev); "
-             f"monotone share {mono:.2f} (a non-monotone sweep counts as 0)"))
-    m, iv = _iv(move - 5.0 * move_r)
-    chk = ClaimCheck.compare(
-        _claim("sweep_vs_random"), float(move.mean()), 5.0 * float(move_r.mean()),
-        "5 x random direction", interval=iv,
-        note="paired per item: movement(diffmean) - 5 x movement(random), same layer and alphas "
-             "(per-item vision share; an invalid answer counts as not vision)")
-    if mono < 1.0 and chk.held:  # a non-monotone sweep does not steer, whatever its end points say
-        chk.held = False
-        chk.note += f"; diffmean sweep not monotone (share {mono:.2f}): not held"
-    res.claims.append(chk)
+             f"monotone share {mono:.2f} (a non-monotone sweep counts as 0); {design}"))
+    def versus_null(claim_id: str, move_null, name: str, note: str) -> None:
+        m, iv = _iv(move - 5.0 * move_null)
+        chk = ClaimCheck.compare(_claim(claim_id), float(move.mean()), 5.0 * float(move_null.mean()),
+                                 f"5 x {name}", interval=iv, note=note)
+        if mono < 1.0 and chk.held:  # a non-monotone sweep does not steer, whatever its end points say
+            chk.held = False
+            chk.note += f"; diffmean sweep not monotone (share {mono:.2f}): not held"
+        res.claims.append(chk)
+
+    versus_null("sweep_vs_random", move_r, "random direction",
+                "paired per item: movement(diffmean) - 5 x movement(random), same layer and alphas "
+                "(per-item vision share; an invalid answer counts as not vision)")
+    if perm is not None:  # the label null: same states, labels permuted
+        move_p = np.asarray(_at(perm, hi)["vision_scores"]) - np.asarray(_at(perm, lo)["vision_scores"])
+        res.add("steer_test", "permuted", "movement", float(move_p.mean()))
+        versus_null("sweep_vs_permuted", move_p, "permuted-label direction",
+                    "paired per item: movement(diffmean) - 5 x movement(diffmean of the same states "
+                    "with the follow-image / follow-text labels permuted), same layer, positions and alphas")
     acc0 = np.asarray(_at(dm, 0.0)["accuracy_scores"])
     accf = np.asarray(uniform["accuracy_scores"])
     shift_u = uniform["vision_ratio"] - _at(dm, 0.0)["vision_ratio"]

@@ -28,10 +28,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from .config import ToyConfig
-from .core import MC2Item, options
+from ..config import DIGITS, ToyConfig
+from ..core import MC2Item, options
 
-DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 N_PATCH = 4  # 4 patches of 4x4 pixels [R] (16 of 2x2 cost 4x the compute on 2 shared cores)
 SPECIAL = ("PAD", "IMG", "NOIMG", "CTX", "NOCTX", "INS_NONE", "INS_VIS", "INS_TXT", "Q", "A", "B",
            "ANS")
