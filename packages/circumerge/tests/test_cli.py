@@ -99,3 +99,16 @@ def test_reproduce_full_scale_says_what_it_needs(tmp_path, capsys):
 def test_peft_space_refuses_rules_peft_lacks(capsys):
     assert main(["merge", "a", "--out", "o", "--space", "peft", "--rule", "tsv"]) == 2
     _one_line_error(capsys, "peft")
+
+
+def test_bench_times_ta_for_core_circulant_and_peft_cat_by_default(tmp_path, capsys):
+    pytest.importorskip("transformers")
+    js = tmp_path / "b.json"
+    assert main(["bench", "--shapes", "64x48", "--tasks", "3", "--rank", "2", "--repeats", "1",
+                 "--warmup", "0", "--json", str(js)]) == 0
+    capsys.readouterr()
+    by = {(r["space"], r["rule"]): r for r in json.loads(js.read_text())}
+    assert {("core", "ta"), ("circulant", "ta"), ("peft", "ta")} <= set(by)
+    assert ("peft", "ties") not in by  # peft's ties is dense: only at --peft-at
+    assert by[("peft", "ta")]["median_s"] is not None and by[("peft", "ta")]["merged_rank"] == 6
+    assert by[("peft", "ta")]["rel_error_to_core"] < 1e-5  # cat is exact

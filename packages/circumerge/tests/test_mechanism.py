@@ -1,6 +1,7 @@
 """The shared circulant transform is what makes uniform sampling work on coherent factors
 (issue 61): with the transform removed (sampling alone), a stacked factor whose energy sits on a
-few rows has a Gram error above 1; with it, ≈ 0.1–0.2 at the same sketch size."""
+few rows has a Gram error above 1; with it, ≈ 0.12–0.13 at the same sketch size (d = 4096,
+R = 64, s = 1024, energy on 32 rows: the issue's fixture)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from circumerge.gram import merge_from_grams
 from circumerge.spaces import SpaceOptions, merge_layer
 from circumerge.synthetic import relative_error
 
-D, R, S, K = 1024, 16, 256, 8  # rows, stacked rank, sampled rows, rows holding the energy
+D, R, S, K = 4096, 64, 1024, 32  # rows, stacked rank, sampled rows, rows holding the energy (issue 61)
 SEEDS = range(5)
 
 
@@ -45,8 +46,8 @@ def test_transform_makes_sampling_work_on_coherent_factors():
         assert s == S
         with_t.append(gram_error(G, X))
         without.append(gram_error(sample_only_gram(X, S, 100 + seed), X))
-    assert max(with_t) <= 0.3, with_t  # ≈ 0.10–0.15
-    assert sum(without) / len(without) >= 1.0, without  # ≈ 1.0–2.1: sampling alone fails
+    assert max(with_t) <= 0.3, with_t  # ≈ 0.12–0.13
+    assert min(without) >= 1.0, without  # ≈ 1.24–1.56: sampling alone fails
 
 
 def coherent_adapters(T=4, r=4, m=384, n=512, k=6, seed=0):

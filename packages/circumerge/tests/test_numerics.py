@@ -11,7 +11,7 @@ from circumerge.gram import merge_from_grams
 from circumerge.spaces import SpaceOptions, merge_layer
 from circumerge.synthetic import relative_error, shared_init_factors
 
-RULES = ("ta", "ties", "magnitude_prune", "dare", "dare_ties", "tsv", "iso")
+RULES = ("ta", "ties", "magnitude_prune", "dare_linear", "dare_ties", "tsv", "iso")
 NONE = SpaceOptions(sketch_size="none")
 
 

@@ -236,7 +236,7 @@ def test_refuses_existing_out_unless_forced(adapters, tmp_path, capsys):
     assert _siblings(out) == ["merged"]
     # --force replaces only a folder a run wrote: never a file the user put there
     _refused(["merge", *map(str, dirs), "--out", str(out), "--force", "--quiet"], capsys,
-             "holds files that no run wrote (keep.txt)")
+             "not written by circumerge")
     assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
     (out / "keep.txt").unlink()
     for _ in range(2):  # an empty folder, then the run's own folder
@@ -321,10 +321,10 @@ def test_force_never_replaces_an_input_or_a_folder_holding_one(adapters, tmp_pat
     (tmp_path / "link").symlink_to(x, target_is_directory=True)
     before = _snapshot(work)
     monkeypatch.chdir(work)
-    for out, match in [("x", "is the input adapter"), ("./x/", "is the input adapter"),
-                       (str(tmp_path / "link"), "symbolic link"), (".", "contains the input adapter"),
-                       (str(tmp_path), "contains the input adapter"), ("prev", "is the input adapter"),
-                       ("x/sub", "inside the input adapter")]:
+    for out, match in [("x", "is the input"), ("./x/", "is the input"),
+                       (str(tmp_path / "link"), "symbolic link"), (".", "contains the input"),
+                       (str(tmp_path), "contains the input"), ("prev", "is the input"),
+                       ("x/sub", "inside the input")]:
         inputs = ["prev", "y"] if out == "prev" else ["x", "y"]
         _refused(["merge", *inputs, "--out", out, "--force", "--quiet"], capsys, match)
         assert _snapshot(work) == before
@@ -402,8 +402,9 @@ def test_negative_weights_match_peft_cat_through_the_cli(adapters, tmp_path, cap
 def test_ties_with_a_negative_weight_matches_peft(peft_factors):
     """TIES with weights (1, −0.5, 0.8): full space and peft's own ``ties_svd`` agree with peft's
     ``ties`` on the dense stack, truncated to the stacked rank Σ r_t as both spaces return it."""
-    from circumerge.rules import peft_merge_utils
     from circumerge.spaces import merge_layer
+
+    from icml26_shared.merge import peft_merge_utils
 
     As, Bs = peft_factors["q"]
     w = [1.0, -0.5, 0.8]

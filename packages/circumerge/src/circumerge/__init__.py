@@ -9,7 +9,7 @@ except PackageNotFoundError:  # pragma: no cover
     __version__ = "0+unknown"
 
 __all__ = ["MergeConfig", "__version__", "effective_rank", "inspect_adapters", "merge_adapters",
-           "merge_layer", "merge_lora", "RULES", "SPACES", "register_rule", "register_space"]
+           "merge_layer", "merge_lora", "RULES", "SPACES", "register_space"]
 
 
 def __getattr__(name: str):  # lazy: `import circumerge` stays light, torch loads on first use
@@ -19,9 +19,9 @@ def __getattr__(name: str):  # lazy: `import circumerge` stays light, torch load
     if name in ("merge_layer", "SPACES", "register_space"):
         from . import spaces
         return getattr(spaces, name)
-    if name in ("RULES", "register_rule"):
-        from . import rules
-        return getattr(rules, name)
+    if name == "RULES":  # the rules live once, in the core (shared with orthomerge)
+        from icml26_shared.merge import RULES
+        return RULES
     if name == "effective_rank":
         from .core import effective_rank
         return effective_rank

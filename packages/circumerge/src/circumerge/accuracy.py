@@ -88,9 +88,14 @@ def train_base(base, steps: int, seed: int) -> tuple[MLP, nn.Linear]:
     return net.requires_grad_(False), head
 
 
-def train_lora(net: MLP, task: Task, rank: int, steps: int, seed: int):
-    """LoRA (rank ``rank``, B initialised at 0) on fc1 and fc2 plus a task head; returns
-    ({layer: (A, B)}, head)."""
+def train_lora(net: MLP, task: Task, rank: int, steps: int, seed: int, *, eval_every: int = 10,
+               patience: int = 5):
+    """LoRA (rank ``rank``, B initialised at 0) on fc1 and fc2 plus a task head, trained for at
+    most ``steps`` steps; the step kept is chosen on dev (``EarlyStopping``, evaluated every
+    ``eval_every`` steps; the best dev point's weights are restored). Returns ({layer: (A, B)},
+    head, log) with log = {"steps", "train", "dev" (accuracies), "stopped_at", "best_at"}."""
+    from icml26_shared.train import EarlyStopping
+
     g = torch.Generator().manual_seed(seed)
     lora = {}
     for name in LAYERS:
@@ -101,13 +106,38 @@ def train_lora(net: MLP, task: Task, rank: int, steps: int, seed: int):
     head = nn.Linear(256, task.classes)
     opt = torch.optim.Adam([p for ab in lora.values() for p in ab] + list(head.parameters()), lr=1e-2)
     X, y = task.splits["train"]
-    for _ in range(steps):
+    stop = EarlyStopping(patience=patience, mode="max")
+    log = {"steps": [], "train": [], "dev": []}
+    best = None
+
+    def snapshot():
+        return ({k: (A.detach().clone(), B.detach().clone()) for k, (A, B) in lora.items()},
+                {k: v.detach().clone() for k, v in head.state_dict().items()})
+
+    for step in range(1, steps + 1):
         idx = torch.randint(0, len(y), (BATCH,), generator=g)
         opt.zero_grad()
         deltas = {k: B @ A for k, (A, B) in lora.items()}
         F.cross_entropy(head(net.features(X[idx], deltas)), y[idx]).backward()
         opt.step()
-    return {k: (A.detach(), B.detach()) for k, (A, B) in lora.items()}, head.requires_grad_(False)
+        if step % eval_every and step != steps:
+            continue
+        with torch.no_grad():
+            deltas = {k: B @ A for k, (A, B) in lora.items()}
+            train_acc = accuracy(net, head, deltas, (X, y))
+            dev_acc = accuracy(net, head, deltas, task.splits["dev"])
+        log["steps"].append(step)
+        log["train"].append(train_acc)
+        log["dev"].append(dev_acc)
+        halt = stop.step(dev_acc, at=step)
+        if stop.improved:
+            best = snapshot()
+        if halt:
+            break
+    factors, head_state = best if best is not None else snapshot()
+    head.load_state_dict(head_state)
+    log.update(stopped_at=stop.stopped_at, best_at=stop.best_at)
+    return factors, head.requires_grad_(False), log
 
 
 @torch.no_grad()
@@ -127,20 +157,26 @@ def run_accuracy(names: Sequence[str], *, seed: int, rank: int, base_steps: int,
     """One seed: train, merge every (space, rule) with λ picked on dev, score on test.
 
     Returns {"individual": {task: acc}, "merged": {(space, rule): {"norm_acc", "lambda",
-    "merge_s", "per_task", "per_example"}}, "adapters": [{layer: (A, B)}]}; ``per_example`` (one per test example) averages the
-    example's normalized correctness over the tasks.
+    "merge_s", "per_task", "per_example"}}, "adapters": [{layer: (A, B)}], "base_norm_acc" (the
+    unmerged base with each task's head), "lora_logs": {task: train/dev curve}};
+    ``per_example`` (one per test example) averages the example's normalized correctness over
+    the tasks.
     """
     base, tasks = make_tasks(names, seed)
     net, _ = train_base(base, base_steps, seed)
-    adapters, heads = [], []
+    adapters, heads, logs = [], [], {}
     for t, task in enumerate(tasks):
-        lora, head = train_lora(net, task, rank, lora_steps, seed * 100 + t)
+        lora, head, log = train_lora(net, task, rank, lora_steps, seed * 100 + t)
         adapters.append(lora)
         heads.append(head)
+        logs[task.name] = log
     individual = {task.name: accuracy(net, heads[t], {k: B @ A for k, (A, B) in adapters[t].items()},
                                       task.splits["test"]) for t, task in enumerate(tasks)}
     indiv_dev = {task.name: accuracy(net, heads[t], {k: B @ A for k, (A, B) in adapters[t].items()},
                                      task.splits["dev"]) for t, task in enumerate(tasks)}
+    # anchor: the unmerged base with each task's head (no adapter), normalized like the merges
+    base_norm = float(np.mean([accuracy(net, heads[t], {}, task.splits["test"]) / individual[task.name]
+                               for t, task in enumerate(tasks)]))
     merged = {}
     for label in spaces:  # "circulant@64" = the circulant space with a 64-row sketch
         space, opts = _label_opts(label, sketch_size)
@@ -167,4 +203,5 @@ def run_accuracy(names: Sequence[str], *, seed: int, rank: int, base_steps: int,
             per_example = np.mean([hits[k] / individual[k] for k in individual], axis=0)
             merged[(label, rule)] = {"norm_acc": norm, "lambda": lam, "merge_s": merge_s,
                                      "per_task": per_task, "per_example": per_example}
-    return {"individual": individual, "merged": merged, "adapters": adapters}
+    return {"individual": individual, "merged": merged, "adapters": adapters, "base_norm_acc": base_norm,
+            "lora_logs": logs}

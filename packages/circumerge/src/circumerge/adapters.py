@@ -50,11 +50,12 @@ def merge_lora(adapters: Sequence[Mapping[str, Factors]], config: MergeConfig | 
 
 
 def _warm_up(cfg: MergeConfig) -> None:
-    """Import what the merge needs (peft's rule code; peft itself, and so transformers, for the
-    ``peft`` space) before the timed loop, so the merge time is the merge's alone."""
-    from .rules import PEFT_RULE_FUNCTIONS, peft_merge_utils
+    """Import what the merge needs (peft's rule code, which pulls transformers, for TA / TIES /
+    DARE; peft's model for the ``peft`` space) before the timed loop, so the merge time is the
+    merge's alone."""
+    from icml26_shared.merge import peft_merge_utils
 
-    if cfg.rule in PEFT_RULE_FUNCTIONS:
+    if cfg.rule not in ("tsv", "iso"):  # the rules whose code is peft's
         peft_merge_utils()
     if cfg.space == "peft":
         from .peft_baseline import _require_peft
@@ -74,14 +75,16 @@ def merge_adapters(dirs: Sequence[str | Path], out: str | Path, config: MergeCon
     (the merges alone), ``io_seconds`` (reading and writing factors), ``setup_seconds`` (opening,
     checks, imports the merge needs).
     """
-    from .io import PeftAdapter, check_compatible, iter_layers, output_config, prepare_out
+    from icml26_shared.merge import prepare_out
+
+    from .io import PeftAdapter, check_compatible, iter_layers, output_config
     from .writer import StreamingAdapterWriter
 
     t_setup = time.perf_counter()
     cfg = config or MergeConfig()
     if not dirs:
         raise UserError("give at least one adapter folder")
-    prepare_out(out, force, list(dirs))
+    prepare_out(out, force, list(dirs), tool="circumerge")
     if cfg.weights is not None and len(cfg.weights) != len(dirs):
         raise UserError(f"--weights has {len(cfg.weights)} values for {len(dirs)} adapters")
     adapters = [PeftAdapter.open(d) for d in dirs]

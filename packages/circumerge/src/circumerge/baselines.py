@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import torch
 
+from icml26_shared.merge import apply_rule
+
 from .gram import gram64, merge_from_grams
-from .rules import apply_rule
 from .spaces import SpaceOptions, rank_blocks, register_space
 
 

@@ -48,6 +48,14 @@ def _weights(text: str) -> tuple[float, ...]:
     return values
 
 
+def _rule(text: str) -> str:
+    from .config import rule_error
+
+    if text == "dare":  # argparse's "invalid choice" would not say which DARE to pick
+        raise argparse.ArgumentTypeError(rule_error(text))
+    return text
+
+
 def _ints(text: str, count: int, example: str) -> tuple[int, ...]:
     try:
         values = tuple(int(x) for x in text.lower().split("x"))
@@ -128,15 +136,25 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
     from .synthetic import bench, format_records
 
+    if args.spaces is None:  # default: core, circulant and peft's cat (TA) where peft is installed
+        import importlib.util
+
+        args.spaces = ["core", "circulant"]
+        if importlib.util.find_spec("transformers") is not None:
+            args.spaces.append("peft")
+        else:
+            print("peft not timed: pip install 'circumerge[peft]'", file=sys.stderr)
     for s in args.spaces:  # "circulant@512" / "circulant@none": the circulant space, sketch size given
         space, at, size = s.partition("@")
         if space not in SPACES:
             raise UserError(f"unknown space {space!r} (choose from {', '.join(SPACES)})")
         if at and not (size in ("auto", "none") or (size.isdigit() and int(size) > 0)):
             raise UserError(f"bad sketch size in {s!r} (use auto, none or a positive integer)")
+    from .config import rule_error
+
     for r in [*args.rules, *args.error_rules]:
-        if r not in RULES:
-            raise UserError(f"unknown rule {r!r} (choose from {', '.join(RULES)})")
+        if rule_error(r):
+            raise UserError(rule_error(r))
     for path in (args.json, args.plot):
         if path is not None and path.exists() and not args.force:
             raise UserError(f"{path} already exists (pass --force to replace it)")
@@ -147,11 +165,12 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     records = []
     try:
-        runs = [(m, n, T, r, args.spaces) for m, n in args.shapes for T in args.tasks for r in args.rank]
+        runs = [(m, n, T, r, args.spaces, False) for m, n in args.shapes for T in args.tasks
+                for r in args.rank]
         if args.peft_at is not None:
             m, n, T, r = args.peft_at
-            runs.append((m, n, T, r, ["core", "circulant", "peft"]))
-        for m, n, T, r, spaces in runs:
+            runs.append((m, n, T, r, ["core", "circulant", "peft"], True))
+        for m, n, T, r, spaces, peft_dense in runs:
             keep = [s for s in spaces if T * r <= (_cap_of(caps, s) or T * r)]
             for s in spaces:
                 if s not in keep:
@@ -161,7 +180,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                 keep = ["core", *keep]  # every ratio and error is to core, measured in the same rounds
             new = bench(m, n, T, r, spaces=keep, rules=args.rules, error_rules=args.error_rules,
                         sketch_size=args.sketch_size, seed=args.seed, repeats=args.repeats,
-                        warmup=args.warmup)
+                        warmup=args.warmup, peft_dense=peft_dense)
             records += new
             if args.verbose:
                 print(format_records(new), file=sys.stderr, flush=True)
@@ -194,7 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--out", type=Path, required=True, help="output adapter folder (must not exist)")
     m.add_argument("--space", choices=SPACES, default="core",
                    help="merge space (default: %(default)s, exact; circulant is the reconstructed sketch, opt-in)")
-    m.add_argument("--rule", choices=RULES, default="ta", help="merge rule (default: %(default)s)")
+    m.add_argument("--rule", type=_rule, choices=RULES, default="ta",
+                   help="merge rule (default: %(default)s; TIES trims each layer on its own, as Core Space's code does)")
     m.add_argument("--weights", type=_weights, default=None, help="per-adapter weights, either sign, e.g. 1,0.5,-0.5 (-1 negates a task)")
     m.add_argument("--density", type=float_in(0.0, 1.0, low_open=True), default=None,
                    help="TIES/DARE/magnitude_prune kept fraction in (0, 1] (default: ties 0.2, dare 0.5)")
@@ -219,14 +239,17 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--shapes", type=_shape, nargs="+", default=[(4096, 4096)], help="MxN (default 4096x4096)")
     b.add_argument("--tasks", type=positive_int, nargs="+", default=[8], help="T values (default 8)")
     b.add_argument("--rank", type=positive_int, nargs="+", default=[16], help="LoRA ranks r (default 16)")
-    b.add_argument("--spaces", nargs="+", default=["core", "circulant"],
-                   help="spaces to time; circulant@N / circulant@none fix the sketch size")
+    b.add_argument("--spaces", nargs="+", default=None,
+                   help="spaces to time (default: core circulant peft); circulant@N / circulant@none "
+                        "fix the sketch size; peft times TA only (its factored cat), its dense "
+                        "*_svd rules run at --peft-at")
     b.add_argument("--rules", nargs="+", default=["ta", "ties"], help="rules to time")
     b.add_argument("--error-rules", nargs="+", default=[], help="rules whose error to core (not time) is also recorded")
     b.add_argument("--max-R", type=_cap, nargs="+", default=[], metavar="SPACE=R",
                    help="run SPACE (or a label such as circulant@none) only where T·r <= R, e.g. knots=256")
     b.add_argument("--peft-at", type=_peft_at, default=None, metavar="MxNxTxR",
-                   help="also time core, circulant and peft's add_weighted_adapter at this shape")
+                   help="also time core, circulant and peft's add_weighted_adapter (every rule it "
+                        "has, the dense *_svd ones included) at this shape")
     b.add_argument("--threads", type=positive_int, default=1, help="torch threads (default: %(default)s)")
     b.add_argument("--warmup", type=int, choices=(0, 1, 2), default=1,
                    help="untimed calls per method before the rounds (default: %(default)s)")

@@ -6,9 +6,29 @@ import math
 from dataclasses import dataclass
 
 SPACE_NAMES = ("full", "knots", "core", "core_svd", "circulant", "peft")
-RULE_NAMES = ("ta", "ties", "magnitude_prune", "dare", "dare_ties", "tsv", "iso")
+RULE_NAMES = ("ta", "ties", "magnitude_prune", "dare_linear", "dare_ties", "tsv", "iso")
 #: the rules peft's add_weighted_adapter has (the ``peft`` space)
-PEFT_RULES = ("ta", "ties", "magnitude_prune", "dare", "dare_ties")
+PEFT_RULES = ("ta", "ties", "magnitude_prune", "dare_linear", "dare_ties")
+#: TIES / magnitude-prune trim each layer's R×R core matrices on their own (the shared layer's
+#: ``trim_scope="tensor"``), as Core Space's code does [C]: apanariello4/core-space-merging,
+#: ``task_merger.py``, ``MatrixPerLayerMerger.merge`` (merge_space "core") calls ``_merge_tensors``
+#: → ``_process_ties`` per layer key, which runs ``ties_merging`` on that layer's core matrices only.
+TRIM_SCOPE = "tensor"
+
+
+def rule_error(name: str) -> str | None:
+    """Why ``name`` is not a merge rule (None if it is): a bare ``dare`` names its two meanings."""
+    if name == "dare":
+        return ("rule 'dare' is ambiguous: choose dare_linear (DARE then task arithmetic, peft's "
+                "and mergekit's 'dare') or dare_ties (DARE then TIES' sign election)")
+    if name in RULE_NAMES:
+        return None
+    # a rule added to the core's registry (icml26_shared.merge) is one too
+    from icml26_shared.merge import RULES
+
+    if name in RULES:
+        return None
+    return f"unknown rule {name!r} (choose one of {', '.join(RULE_NAMES)})"
 
 
 @dataclass(frozen=True)
@@ -20,9 +40,10 @@ class MergeConfig:
     route) [C], ``peft`` (peft's ``add_weighted_adapter`` itself) [C], ``circulant`` (CircuMerge,
     ICML'26 abstract; algorithm reconstructed; opt-in) [R]."""
     rule: str = "ta"
-    """Merge rule applied inside the space: ta, ties, magnitude_prune, dare, dare_ties, tsv, iso
+    """Merge rule applied inside the space: ta, ties, magnitude_prune, dare_linear, dare_ties, tsv, iso
     [C] (the rules the KnOTS / Core Space / peft code ships; ``iso`` is Iso-C / CART-style
-    spectrum flattening)."""
+    spectrum flattening), from the core's ``icml26_shared.merge`` (peft's code for TA / TIES /
+    DARE); TIES trims per layer (``TRIM_SCOPE``). A bare ``dare`` is refused (ambiguous)."""
     weights: tuple[float, ...] | None = None
     """Per-adapter weights λ_t (default 1 each; finite, either sign, not all zero: −1 negates a
     task) [C] (task-arithmetic scaling; passed to the rule as peft's ``add_weighted_adapter`` does)."""
@@ -46,8 +67,8 @@ class MergeConfig:
     def __post_init__(self) -> None:
         if self.space not in SPACE_NAMES:
             raise ValueError(f"unknown space {self.space!r} (choose one of {', '.join(SPACE_NAMES)})")
-        if self.rule not in RULE_NAMES:
-            raise ValueError(f"unknown rule {self.rule!r} (choose one of {', '.join(RULE_NAMES)})")
+        if rule_error(self.rule):
+            raise ValueError(rule_error(self.rule))
         if self.weights is not None:
             bad = [w for w in self.weights if not math.isfinite(w)]
             if bad:

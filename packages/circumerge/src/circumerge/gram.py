@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from .rules import apply_rule
+from icml26_shared.merge import apply_rule
 
 
 def _blocks(As) -> list[slice]:

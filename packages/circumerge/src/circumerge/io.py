@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,7 +20,6 @@ from typing import Any
 import torch
 
 from icml26_shared import UserError
-from icml26_shared.io import check_replaceable
 
 CONFIG_NAME = "adapter_config.json"
 WEIGHTS_NAME = "adapter_model.safetensors"
@@ -165,59 +163,3 @@ def output_config(template: dict[str, Any], rank: int) -> dict[str, Any]:
     cfg.update(r=rank, lora_alpha=rank, rank_pattern={}, alpha_pattern={}, use_rslora=False,
                use_dora=False, peft_type="LORA")
     return cfg
-
-
-def _written_by_circumerge(folder: Path) -> bool:
-    """An empty folder, or one whose manifest names circumerge as its writer, or whose weights
-    carry circumerge's metadata (outputs of 0.3.1, whose manifest names no writer)."""
-    import json as _json
-
-    from icml26_shared.io import MANIFEST
-
-    if not any(folder.iterdir()):
-        return True
-    try:
-        writer = _json.loads((folder / MANIFEST).read_text(encoding="utf-8")).get("writer")
-    except (OSError, ValueError, AttributeError):
-        return False
-    if isinstance(writer, str) and writer.split(" ")[0] == "circumerge":
-        return True
-    try:
-        from safetensors import safe_open
-
-        with safe_open(str(folder / WEIGHTS_NAME), framework="pt") as f:
-            return "circumerge" in (f.metadata() or {})
-    except Exception:
-        return False
-
-
-def prepare_out(out: str | Path, force: bool, inputs: list[str | Path] | tuple = ()) -> Path:
-    """Check the output folder before any work: refuse a symlink, an ``out`` that is an input
-    adapter, contains one or lies inside one (symlinks followed), an existing one unless
-    ``force``, and with ``force`` any folder that is not an earlier circumerge output."""
-    out = Path(out)
-    if out.is_symlink():
-        raise UserError(f"--out {out} is a symbolic link (to {os.readlink(out)}); give a real folder")
-    real = out.resolve()
-    for d in inputs:
-        d_real = Path(d).resolve()
-        if real == d_real:
-            raise UserError(f"--out {out} is the input adapter {d}; choose another folder")
-        if real in d_real.parents:
-            raise UserError(f"--out {out} contains the input adapter {d}; choose another folder")
-        if d_real in real.parents:
-            raise UserError(f"--out {out} lies inside the input adapter {d}; choose another folder")
-    if out.exists() and not force:
-        raise UserError(f"output {out} already exists (pass --force to replace it)")
-    if out.exists() and not out.is_dir():
-        raise UserError(f"output {out} exists and is not a directory")
-    check_replaceable(out)  # --force replaces only a folder a run wrote, never a user's files
-    if out.is_dir() and not _written_by_circumerge(out):
-        raise UserError(f"{out} was not written by circumerge; --force replaces only an earlier "
-                        "circumerge output")
-    parent = out.absolute().parent
-    if not parent.is_dir():
-        raise UserError(f"parent folder of --out {out} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise UserError(f"cannot write into {parent}")
-    return out

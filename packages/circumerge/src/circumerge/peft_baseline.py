@@ -1,8 +1,10 @@
 """peft's own ``add_weighted_adapter`` as a baseline row [C] (the tool users compare against).
 
 The T adapters are loaded into a one-layer ``PeftModel`` (``prepare``, not timed) and merged by
-peft itself with the ``*_svd`` combination types (dense ΔW_t, peft's rule, one SVD of the m×n
-result, ``svd_full_matrices=False`` — peft at its best), output rank ``svd_rank = Σ r_t``.
+peft itself at its best for each rule: TA by ``cat`` (the factors concatenated, A_t scaled by
+w_t: exact, no SVD, rank Σ r_t); the non-linear rules by the ``*_svd`` combination types (dense
+ΔW_t, peft's rule, one SVD of the m×n result, ``svd_full_matrices=False``), output rank
+``svd_rank = Σ r_t``.
 peft draws DARE's masks from torch's global generator: it is seeded from our seed inside
 ``torch.random.fork_rng`` so that the caller's random state is left alone.
 Needs the ``peft`` extra (``pip install circumerge[peft]``).
@@ -13,7 +15,7 @@ from __future__ import annotations
 import torch
 
 #: our rule name -> peft's combination_type
-COMBINATION = {"ta": "svd", "ties": "ties_svd", "dare": "dare_linear_svd",
+COMBINATION = {"ta": "cat", "ties": "ties_svd", "dare_linear": "dare_linear_svd",
                "dare_ties": "dare_ties_svd", "magnitude_prune": "magnitude_prune_svd"}
 
 
@@ -68,19 +70,22 @@ class PeftMerger:
         """(A*, B*) of peft's merge; ``rule`` one of ``COMBINATION``."""
         import warnings
 
-        from .rules import DEFAULT_DENSITY
+        from icml26_shared.merge import DEFAULT_DENSITY
 
         if rule not in COMBINATION:
             raise ValueError(f"peft has no combination type for rule {rule!r} "
                              f"(it has: {', '.join(COMBINATION)})")
         w = [float(x) for x in (torch.ones(len(self.names)) if weights is None else weights)]
         dens = density if density is not None else DEFAULT_DENSITY.get(rule, 1.0)
-        kwargs = {} if rule == "ta" else {"density": dens}
+        if rule == "ta":  # cat: exact and factored, no SVD (svd_* arguments do not apply)
+            kwargs = {}
+        else:
+            kwargs = {"density": dens, "svd_rank": self.rank, "svd_full_matrices": False}
         with torch.random.fork_rng(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.manual_seed(int(seed))
             self.model.add_weighted_adapter(self.names, w, "merged", combination_type=COMBINATION[rule],
-                                            svd_rank=self.rank, svd_full_matrices=False, **kwargs)
+                                            **kwargs)
         lin = self.model.base_model.model.lin
         A = lin.lora_A["merged"].weight.detach().clone()
         B = (lin.lora_B["merged"].weight * lin.scaling["merged"]).detach().clone()

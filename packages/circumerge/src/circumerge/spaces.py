@@ -80,12 +80,12 @@ def merge_layer(As: Sequence[torch.Tensor], Bs: Sequence[torch.Tensor], *, space
     ``As[t]``: (r_t, n); ``Bs[t]``: (m, r_t); ranks may differ. Returns A* (k, n), B* (m, k) with
     k ≤ Σ r_t (≤ ``out_rank`` when given). Deterministic for (seed, layer_index).
     """
-    from .rules import RULES
+    from .config import rule_error
 
     if space not in SPACES:
         raise ValueError(f"unknown merge space {space!r} (known: {', '.join(SPACES)})")
-    if rule not in RULES:
-        raise ValueError(f"unknown merge rule {rule!r} (known: {', '.join(sorted(RULES))})")
+    if rule_error(rule):
+        raise ValueError(rule_error(rule))
     check_factors(As, Bs)
     out_dtype = torch.promote_types(As[0].dtype, Bs[0].dtype)
     # half-precision factors are upcast losslessly to float32 to compute (no FFT / SVD in bf16 on

@@ -6,7 +6,7 @@ Factors have decaying spectra (σ_i ∝ decay^i) and partly shared subspaces: ea
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -86,32 +86,39 @@ def _label_opts(label: str, sketch_size: int | str) -> tuple[str, SpaceOptions]:
 
 def bench(m: int, n: int, T: int, r: int, *, spaces: Sequence[str], rules: Sequence[str],
           sketch_size: int | str = "auto", seed: int = 0, repeats: int = 5, warmup: int = 1,
-          error_rules: Sequence[str] = (),
-          ) -> list[dict]:
+          error_rules: Sequence[str] = (), label_rules: Mapping[str, Sequence[str]] | None = None,
+          peft_dense: bool = False, error_labels: Sequence[str] | None = None) -> list[dict]:
     """Time every (space, rule) side by side on one synthetic set (interleaved rounds,
     ``icml26_shared.eval.compare``); return one record each, with the median/p20/p80 seconds, the
     per-round times, the ratio to ``core`` (same rule), the sketch sizes, the relative error
-    ‖ΔW* − ΔW*_core‖/‖ΔW*_core‖ and the effective rank of the merged update. ``error_rules``:
-    further rules whose error (not time) is recorded. ``peft`` is timed without building its model."""
+    ‖ΔW* − ΔW*_core‖/‖ΔW*_core‖ and the effective rank of the merged update.
+
+    ``label_rules``: the rules timed for a label instead of ``rules``; ``error_rules``: further
+    rules whose error (not time) is recorded, for the labels in ``error_labels`` (default: every
+    label; keep ``core``, the reference). ``peft`` is peft's ``add_weighted_adapter``, timed
+    without building its model: TA runs ``cat`` (factored, at any shape); its dense ``*_svd``
+    rules run only with ``peft_dense`` (they hold T dense m×n matrices)."""
     As, Bs = make_factors(T, r, m, n, seed=seed)
     fns, outputs = {}, {}
     for label in spaces:
         space, opts = _label_opts(label, sketch_size)
+        timed = list((label_rules or {}).get(label, rules))
         merger = None
         if space == "peft":
             from .peft_baseline import COMBINATION, PeftMerger
 
             merger = PeftMerger(As, Bs)
-        for rule in dict.fromkeys([*rules, *error_rules]):
-            if merger is not None and rule not in COMBINATION:
-                continue  # peft's add_weighted_adapter has no TSV / Iso
+        extra = error_rules if error_labels is None or label in error_labels else ()
+        for rule in dict.fromkeys([*timed, *extra]):
+            if merger is not None and (rule not in COMBINATION or (rule != "ta" and not peft_dense)):
+                continue  # peft has no TSV / Iso; its non-TA rules are dense
             if merger is not None:
                 def fn(rule=rule, merger=merger):
                     return merger.merge(rule, None, seed=seed)
             else:
                 def fn(space=space, rule=rule, opts=opts):
                     return merge_layer(As, Bs, space=space, rule=rule, seed=seed, opts=opts)
-            if rule in rules:
+            if rule in timed:
                 fns[(label, rule)] = fn
             outputs[(label, rule)] = (fn(), opts)
     timings = compare({f"{s}/{r}": f for (s, r), f in fns.items()}, warmup=warmup, repeats=repeats)
