@@ -30,8 +30,11 @@ def test_fit_predict_eval_round_trip(files, capsys):
     assert main(["fit", str(files / "v0.npy"), str(files / "v1.csv"), "--sensitive", str(files / "g.csv"),
                  "--sensitive-column", "sex", "--n-clusters", "3", "--alpha", "0.3", "--max-iter", "5",
                  "--out", str(out)]) == 0
+    assert "not converged" in capsys.readouterr().out  # 5 iterations: one line says so
     fit = json.loads((out / "fit.json").read_text())
     assert fit["fairness_terms_active"] == {"alpha": True, "beta": True, "gamma": True}
+    assert fit["converged"] is False and len(fit["block_gaps"]) == fit["n_iter"]
+    assert set(fit["weights_raw"]) == {"alpha", "beta", "gamma"}
     assert len(fit["objective"]) == fit["n_iter"] + 1
     lines = (out / "assignments.csv").read_text().splitlines()
     assert lines[0] == "index,cluster" and len(lines) == 241
@@ -52,6 +55,7 @@ def _bad_files(files):
     nan[17, 2] = np.nan
     np.save(files / "nan.npy", nan)
     (files / "gshort.csv").write_text("sex\n1\n0\n")
+    (files / "g1.csv").write_text("sex\n" + "a\n" * 240)
     (files / "v73.mat").write_bytes(b"MATLAB 7.3 MAT-file, Platform: GLNXA64, HDF5 schema 1.00" + b" " * 80)
 
 
@@ -62,6 +66,8 @@ def _bad_files(files):
     (["fit", "{f}/v0.npy", "--sensitive", "{f}/g.csv", "--sensitive-column", "age"], "no column"),
     (["fit", "{f}/v73.mat"], "v7.3"),
     (["fit", "{f}/missing.npy", "--sensitive", "{f}/g.csv"], "does not exist"),
+    (["fit", "{f}/v0.npy", "--sensitive", "{f}/g1.csv"], "one group"),
+    (["fit", "{f}/v0.npy", "--sensitive", "{f}/g.csv", "--sensitive-column", "sex", "--rho", "2"], "--rho"),
     (["fit", "{f}/v0.npy", "--sensitive", "{f}/g.csv", "--sensitive-column", "sex", "--alpha", "nan"], "--alpha"),
     (["front", "{f}/v0.npy", "--sensitive", "{f}/g.csv", "--sensitive-column", "sex", "--labels",
       "{f}/y.csv", "--methods", "cdal,magic"], "unknown method"),

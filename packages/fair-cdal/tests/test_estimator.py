@@ -46,11 +46,11 @@ def test_one_seed_one_result(small):
 
 
 def test_fairness_mechanism_raises_balance(small):
-    """With the α term on, clusters mix the groups that the data's shift separates; with the
+    """With the α term on (authors' k-means final step), clusters mix the groups that the data's shift separates; with the
     mechanism off (α = β = γ = 0) they follow the groups (fails if α's update were dropped)."""
     views, y, g = small
-    off = CDAL(n_clusters=3, alpha=0.0, beta=0.0, gamma=0.0, max_iter=20, random_state=0)
-    on = CDAL(n_clusters=3, alpha=0.3, max_iter=20, random_state=0)
+    off = CDAL(n_clusters=3, alpha=0.0, beta=0.0, gamma=0.0, max_iter=20, random_state=0, assign="kmeans")
+    on = CDAL(n_clusters=3, alpha=3.0, max_iter=20, random_state=0, assign="kmeans")
     b_off = metrics.balance(off.fit_predict(views, sensitive_features=g), g)
     b_on = metrics.balance(on.fit_predict(views, sensitive_features=g), g)
     assert on.fairness_terms_active_ == {"alpha": True, "beta": True, "gamma": True}
@@ -73,7 +73,8 @@ def test_memory_of_an_iteration_at_20000_is_far_below_dense():
     from fair_cdal.solver import CDALSolver, Views
 
     views, y, g = make_fair_multiview(SyntheticConfig(n=20000, k=3, dims=(4, 4)), seed=0)
-    solver = CDALSolver(Views(views), g, 2, 6, SolverConfig(alpha=1e-3, kmeans_n_init=1), seed=0)
+    solver = CDALSolver(Views(views), g, 2, 6, SolverConfig(alpha=1e-3, kmeans_n_init=1, qp_max_iter=10),
+                        seed=0)
     tracemalloc.start()
     solver.step()
     _, peak = tracemalloc.get_traced_memory()

@@ -14,13 +14,14 @@ from icml26_shared import UserError, cli_entry
 from icml26_shared.cli import ArgumentParser as _Parser
 from icml26_shared.cli import (
     add_reproduce_arguments,
+    float_in,
     nonneg_float,
     positive_int,
     reproduce_from_args,
 )
 
-METHODS = ("cdal", "concat_kmeans", "anchor_mvc", "fair_spectral", "vfc",
-           "cdal_alpha0", "cdal_beta0", "cdal_gamma0", "cdal_all0")
+METHODS = ("cdal", "cdal_kmeans", "fair_kmeans", "concat_kmeans", "anchor_mvc", "fair_spectral",
+           "vfc", "cdal_prox_only", "cdal_alpha0", "cdal_beta0", "cdal_gamma0", "cdal_all0")
 
 
 def _anchors(text: str):
@@ -52,19 +53,33 @@ def _write_assignments(path: Path, labels) -> None:
         f.writelines(f"{i},{int(c)}\n" for i, c in enumerate(labels))
 
 
+def _threads(args):
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(args.threads)
+
+
 def _cmd_fit(args) -> int:
+    import warnings
+
     import joblib
 
     from .estimator import CDAL
     from .io import staged_dir, write_json
 
     views, _, g = _load(args)
+    if len(set(map(str, g.reshape(len(g), -1).tolist()))) < 2:
+        raise UserError("the sensitive column holds one group only: nothing for the fairness terms "
+                        "to act on (check --sensitive-column)")
     est = CDAL(n_clusters=args.n_clusters, n_anchors=args.n_anchors, alpha=args.alpha, beta=args.beta,
-               gamma=args.gamma, chunk_size=args.chunk_size, max_iter=args.max_iter, random_state=args.seed)
-    with staged_dir(args.out) as tmp:
+               gamma=args.gamma, assign=args.assign, rho=args.rho, chunk_size=args.chunk_size,
+               max_iter=args.max_iter, n_init=args.n_init, random_state=args.seed)
+    with staged_dir(args.out) as tmp, _threads(args):
         t0 = time.perf_counter()
         try:
-            est.fit(views, sensitive_features=g)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # reported below as one line
+                est.fit(views, sensitive_features=g)
         except ValueError as exc:
             raise UserError(str(exc)) from None
         seconds = time.perf_counter() - t0
@@ -74,9 +89,15 @@ def _cmd_fit(args) -> int:
             "objective": est.objective_.tolist(), "n_iter": est.n_iter_, "seconds": seconds,
             "fairness_terms_active": est.fairness_terms_active_, "n_groups": est.n_groups_,
             "n_anchors": est.n_anchors_, "objective_terms": est.objective_terms_,
+            "converged": est.converged_, "block_gaps": est.block_gaps_,
+            "weights_raw": {"alpha": est.alpha_raw_, "beta": est.beta_raw_, "gamma": est.gamma_raw_},
+            "hsic_zu": est.hsic_, "anchor_balance": est.anchor_balance_, "balance": est.balance_,
             "params": {k: v for k, v in est.get_params().items()}})
     print(f"{len(est.labels_)} samples, {args.n_clusters} clusters, {est.n_iter_} iterations in "
           f"{seconds:.1f} s -> {args.out}")
+    if not est.converged_:
+        print(f"not converged: stopped at --max-iter {args.max_iter} with the objective still moving "
+              f"(raise --max-iter)")
     return 0
 
 
@@ -133,7 +154,6 @@ def _cmd_front(args) -> int:
 
     from .baselines import BASELINES, KNOBS
     from .core import group_codes
-    from .experiments import alpha_scale
     from .io import staged_dir
     from .metrics import evaluate
     from .plots import pareto_plot
@@ -145,15 +165,13 @@ def _cmd_front(args) -> int:
     views, y, g = _load(args, need_labels=True)
     g = group_codes(g)[0]
     rows, mean = [], {}
-    with staged_dir(args.out) as tmp:
+    with staged_dir(args.out) as tmp, _threads(args):
         for meth in methods:
             knob, settings, default = KNOBS[meth]
-            if meth == "cdal":  # the knob a, α = a·Σd/n (README)
-                settings, default = (0.1, 0.3, 1.0, 3.0, 10.0), 1.0
             for s in settings or (None,):
-                kw = {} if knob is None else ({"alpha": s * alpha_scale(views)} if meth == "cdal" else {knob: s})
+                kw = {} if knob is None else {knob: s}
                 m = evaluate(y, BASELINES[meth](views, g, args.n_clusters, args.seed, **kw), g)
-                label = "default" if s is None else f"{knob if meth != 'cdal' else 'a'}={s:g}"
+                label = "default" if s is None else f"{knob}={s:g}"
                 mean[(meth, label)] = m
                 rows.append([meth, label + (" *" if s == default else ""),
                              *(f"{m[k]:.4f}" for k in ("acc", "nmi", "balance_ratio", "mnce"))])
@@ -179,7 +197,10 @@ def _cmd_scale(args) -> int:
         if not math.isfinite(v) or v < 100:
             raise UserError(f"--n: every size must be a finite number >= 100, got {part!r}")
         ns.append(int(v))
-    run_scale(ns, args.iters, args.chunk_size, args.out, args.seed)
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(args.threads):
+        run_scale(ns, args.iters, args.chunk_size, args.out, args.seed)
     return 0
 
 
@@ -196,12 +217,20 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--n-clusters", type=positive_int, required=True)
         q.add_argument("--seed", type=int, default=0)
         q.add_argument("--out", type=Path, required=True, help="output folder (must not exist)")
+        q.add_argument("--threads", type=positive_int, default=1,
+                       help="BLAS threads (default 1: the machine may be shared)")
 
     f = sub.add_parser("fit", help="fit CDAL; write assignments.csv, model.joblib, fit.json")
     views_and_groups(f)
     f.add_argument("--n-anchors", type=_anchors, default="2k", help="integer or like 2k (default)")
     for name in ("alpha", "beta", "gamma"):
-        f.add_argument(f"--{name}", type=nonneg_float, default=1.0)
+        f.add_argument(f"--{name}", type=nonneg_float, default=1.0,
+                       help="scale-free weight (raw = this × the stated scale, README)")
+    f.add_argument("--assign", choices=("fair", "kmeans"), default="fair",
+                   help="final step: fair assignment under the share bound (default) or k-means")
+    f.add_argument("--rho", type=float_in(0.0, 1.0), default=0.8,
+                   help="share bound: every cluster's group shares within [rho, 1/rho] x the data's")
+    f.add_argument("--n-init", type=positive_int, default=1, help="fits from several seeds, keep the best")
     f.add_argument("--max-iter", type=positive_int, default=50)
     f.add_argument("--chunk-size", type=positive_int, default=None, help="stream views in row blocks")
     f.set_defaults(fn=_cmd_fit)
@@ -232,6 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--n", default="1e4,1e5,1e6", help="comma-separated sizes")
     s.add_argument("--iters", type=positive_int, default=2)
     s.add_argument("--chunk-size", type=positive_int, default=None)
+    s.add_argument("--threads", type=positive_int, default=1, help="BLAS threads (default 1)")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--out", type=Path, required=True)
     s.set_defaults(fn=_cmd_scale)

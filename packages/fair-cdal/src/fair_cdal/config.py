@@ -16,16 +16,20 @@ ZU_SOLVERS = ("linearized_qp", "pgd")
 
 @dataclass(frozen=True)
 class SolverConfig:
-    alpha: float = 1.0  # weight of the linearised-HSIC term α‖Z_u Ĝᵀ‖² [S]; default = estimator's
-    beta: float = 1.0  # weight of the anchor orthogonality Σ_v‖A^uᵀA^s‖² [S]
-    gamma: float = 1.0  # weight of the group-explanation term ‖G − WᵀZ_s‖² [S]
+    alpha: float = 1.0  # RAW weight of the linearised-HSIC term α‖Z_u Ĝᵀ‖² [S] (the estimator
+    #                     passes its scale-free knob times ``weight_scales`` here)
+    beta: float = 1.0  # raw weight of the anchor orthogonality Σ_v‖A^uᵀA^s‖² [S]
+    gamma: float = 1.0  # raw weight of the group-explanation term ‖G − WᵀZ_s‖² [S]
     max_iter: int = 50  # outer iterations [S: 50]
     tol: float = 1e-3  # stop at relative objective change < tol [S: 1e-3]
     zu_solver: str = "linearized_qp"  # "pgd" = the modified copy's 5 steps at 1/L [S]; the
     #                                   linearised HSIC + proximal (MM) QP is our reading [R]
     pgd_steps: int = 5  # projected-gradient steps per Z_u update in "pgd" [S: 5]
-    qp_max_iter: int = 30  # FISTA iterations per simplex QP, warm-started (replaces quadprog) [R]
-    qp_tol: float = 1e-7  # per-row stopping rule of the simplex QPs (max-abs step) [R]
+    qp_max_iter: int = 300  # cap on FISTA iterations per simplex QP, warm-started; rows that hit
+    #                         it are counted (replaces quadprog, which solves to optimality) [R]
+    qp_tol: float = 1e-3  # every QP row stops at relative Frank–Wolfe gap <= qp_tol [R]
+    hsic_gradient: bool = True  # False = the ``prox_only`` ablation: the proximal weight αλ is
+    #                             kept, the linearised HSIC gradient dropped [R]
     ridge: float = 1e-10  # relative ridge on ZᵀZ in the Sylvester blocks (solvability) [R]
     init_sample: int = 20000  # k-means anchor init on at most this many rows (O(n) init) [R]
     kmeans_n_init: int = 3  # restarts of the anchor-init k-means [R]
@@ -40,6 +44,12 @@ class SolverConfig:
             raise ValueError(f"zu_solver must be one of {ZU_SOLVERS}, got {self.zu_solver!r}")
         if not (isinstance(self.max_iter, int) and self.max_iter >= 1):
             raise ValueError(f"max_iter must be a positive integer, got {self.max_iter!r}")
+        for name in ("qp_max_iter",):
+            v = getattr(self, name)
+            if not (isinstance(v, int) and v >= 1):
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if not (self.qp_tol == self.qp_tol and self.qp_tol > 0):
+            raise ValueError(f"qp_tol must be > 0, got {self.qp_tol!r}")
         if not (self.tol == self.tol and self.tol >= 0):
             raise ValueError(f"tol must be >= 0, got {self.tol!r}")
 

@@ -1,4 +1,4 @@
-"""``fair-cdal scale``: time per CDAL iteration and traced memory vs n on synthetic views that are
+"""``fair-cdal scale``: time per CDAL iteration (default scale-free weights) and traced memory vs n on synthetic views that are
 generated block by block into float32 memmaps (never whole in memory)."""
 
 from __future__ import annotations
@@ -39,8 +39,11 @@ def time_fit(views, groups, k: int, c: int, iters: int, chunk_size, seed: int, w
     (NumPy buffers and Python objects; memmapped pages are not counted)."""
     tracemalloc.start()
     t0 = time.perf_counter()
+    from .estimator import weight_scales
+
+    w = weight_scales(views[0].shape[0], [v.shape[1] for v in views], 2 * k)  # the default knobs
     solver = CDALSolver(Views(views, chunk_size), np.asarray(groups, dtype=np.int64), c, 2 * k,
-                        SolverConfig(alpha=1e-3), seed=seed, workdir=workdir)
+                        SolverConfig(**w), seed=seed, workdir=workdir)
     t_init = time.perf_counter() - t0
     steps = []
     for _ in range(iters):

@@ -72,6 +72,10 @@ class CDALState:
     objective: list = field(default_factory=list)
     terms: dict = field(default_factory=dict)
     n_iter: int = 0
+    #: per outer iteration: worst relative Frank–Wolfe gap of the Z_s and Z_u blocks, QP rows that
+    #: hit ``qp_max_iter`` above ``qp_tol``, and the Z_u re-linearisation rounds used
+    blocks: list = field(default_factory=list)
+    converged: bool = False
 
 
 class CDALSolver:
@@ -176,10 +180,13 @@ class CDALSolver:
         cross = sum(a @ b.T for a, b in zip(s.Au, s.As))  # A^u A^sᵀ, m×m
         st.ZsZs[:], st.ZuZs[:], st.ZsG[:] = 0.0, 0.0, 0.0
         st.ZsX = [0.0] * len(s.As)
+        zs_gap, capped = 0.0, 0
         for sl in self.X.blocks():
             xb, zu, G = self.X.all(sl), np.asarray(s.Zu[sl]), self._G(sl)
             C = sum(x @ a.T for x, a in zip(xb, s.As)) - zu @ cross + cfg.gamma * G @ s.W.T
-            zs = core.simplex_qp(Q, C, np.asarray(s.Zs[sl]), max_iter=cfg.qp_max_iter, tol=cfg.qp_tol)
+            zs, info = core.simplex_qp(Q, C, np.asarray(s.Zs[sl]), max_iter=cfg.qp_max_iter,
+                                       tol=cfg.qp_tol, return_info=True)
+            zs_gap, capped = max(zs_gap, info["max_gap"]), capped + info["n_capped"]
             s.Zs[sl] = zs
             st.ZsZs += zs.T @ zs
             st.ZuZs += zu.T @ zs
@@ -189,30 +196,43 @@ class CDALSolver:
         s.Au = [core.solve_anchors(st.ZuZu, st.ZuX[i] - st.ZuZs @ s.As[i], cfg.beta, s.As[i],
                                    self._ridge(st.ZuZu)) for i in range(len(s.As))]
         # 5. Z_u
-        self._update_zu()
+        zu = self._update_zu()
+        s.blocks.append({"zs_gap": zs_gap, "zu_gap": zu["gap"], "qp_capped": capped + zu["capped"],
+                         "zu_iters": zu["rounds"]})
         self.stats = self._stats()
         s.objective.append(self._objective())
         s.n_iter += 1
         return s.objective[-1]
 
-    def _update_zu(self) -> None:
+    def _update_zu(self) -> dict:
         s, cfg = self.state, self.cfg
         P = sum(a @ a.T for a in s.Au)
         cross_t = sum(b @ a.T for a, b in zip(s.Au, s.As))  # A^s A^uᵀ
         a, lam = cfg.alpha, self.lam
+        h = 1.0 if cfg.hsic_gradient else 0.0  # 0: the prox_only ablation
         T = self._GcZu(self.stats)
         if cfg.zu_solver == "linearized_qp":
-            # HSIC linearised at the current Z_u plus the proximal term αλ‖Z − Z_u‖² (a majoriser,
-            # so the block never increases the objective); rows become independent QPs [R]
-            Q = P + a * lam * np.eye(self.m)
+            # the whole Z_u block to its relative Frank–Wolfe gap qp_tol, exact HSIC coupling
+            # (FISTA on the block, core.simplex_qp_coupled) [R]. The authors' linearisation with a
+            # proximal weight αλ is its majoriser; iterated to tolerance it reaches the same point,
+            # so no proximal weight damps Z_u any more. ``prox_only`` keeps only the proximal pull
+            # towards the previous Z_u (weight αλ) and drops the HSIC gradient.
+            C0 = np.empty((self.X.n, self.m))
+            Gc = np.empty((self.X.n, self.c))
             for sl in self.X.blocks():
-                xb, zu0, zs = self.X.all(sl), np.asarray(s.Zu[sl]), np.asarray(s.Zs[sl])
-                Gc = self._G(sl) - self.p
-                C = (sum(x @ au.T for x, au in zip(xb, s.Au)) - zs @ cross_t - a * Gc @ T
-                     + a * lam * zu0)
-                s.Zu[sl] = core.simplex_qp(Q, C, zu0, max_iter=cfg.qp_max_iter, tol=cfg.qp_tol)
-            return
-        # "pgd": the modified copy's projected-gradient steps at 1/L [S]
+                C0[sl] = sum(x @ au.T for x, au in zip(self.X.all(sl), s.Au)) - np.asarray(s.Zs[sl]) @ cross_t
+                Gc[sl] = self._G(sl) - self.p
+            zu0 = np.asarray(s.Zu)
+            if h:
+                z, info = core.simplex_qp_coupled(P, C0, Gc, a, zu0, max_iter=cfg.qp_max_iter,
+                                                  tol=cfg.qp_tol)
+            else:
+                z, info = core.simplex_qp(P + a * lam * np.eye(self.m), C0 + a * lam * zu0, zu0,
+                                          max_iter=cfg.qp_max_iter, tol=cfg.qp_tol, return_info=True)
+            s.Zu[:] = z
+            return {"gap": info["max_gap"], "capped": info["n_capped"], "rounds": info["iters"]}
+        # "pgd": the modified copy's projected-gradient steps at 1/L [S]; a fixed number of steps,
+        # so its gap is not driven to qp_tol (reported as NaN)
         L = 2 * float(eigh(P, eigvals_only=True, subset_by_index=[self.m - 1, self.m - 1])[0]) + 2 * a * lam
         for k in range(cfg.pgd_steps):
             if k:
@@ -223,14 +243,17 @@ class CDALSolver:
                 xb, zu, zs = self.X.all(sl), np.asarray(s.Zu[sl]), np.asarray(s.Zs[sl])
                 Gc = self._G(sl) - self.p
                 grad = (2 * zu @ P - 2 * (sum(x @ au.T for x, au in zip(xb, s.Au)) - zs @ cross_t)
-                        + 2 * a * Gc @ T)
+                        + 2 * h * a * Gc @ T)
                 s.Zu[sl] = core.project_simplex(zu - grad / L)
+        return {"gap": float("nan"), "capped": 0, "rounds": cfg.pgd_steps}
 
     def run(self) -> CDALState:
         cfg, obj = self.cfg, self.state.objective
+        self.state.converged = False
         for _ in range(cfg.max_iter):
             self.step()
             if abs(obj[-2] - obj[-1]) <= cfg.tol * max(abs(obj[-2]), 1e-300):
+                self.state.converged = True
                 break
         return self.state
 
