@@ -163,7 +163,7 @@ def test_every_baseline_gives_feasible_solutions_and_search_beats_construction()
     costs = {}
     for t, inst in insts.items():
         for name, src in baselines.programs(t, include_ortools=False).items():
-            (row,) = evaluate(t, src, [inst], Limits(0.3, 3))
+            (row,) = evaluate(t, src, [inst], Limits(0.3, 3, sandbox="process"))
             assert row["feasible"], (t, name, row["error"])
             costs[name] = row["cost"]
     assert costs["savings+ls"] <= costs["savings"] and costs["neh+ig"] <= costs["neh"]
@@ -202,3 +202,55 @@ def test_pyvrp_reference_is_a_feasible_cost_no_worse_than_savings():
     hgs = pyvrp_cost(D, q, cap, 0.5)
     ort = core.cvrp_cost(baselines.ortools_solve("cvrp", inst, 2.0), D)
     assert hgs is not None and hgs <= savings and hgs <= ort + 1e-9
+
+
+def _inline(task, src, data, steps, time_limit=5.0):
+    """Run a program's solver class in this process (no sandbox: our own trusted source)."""
+    ns: dict = {}
+    exec(compile(src, "<program>", "exec"), ns)
+    return ns[get_task(task).solver_class](**data, time_limit=time_limit, steps=steps, seed=0).solve()
+
+
+def test_the_iterated_classics_run_the_searched_programs_steps_and_the_descents_none(monkeypatch):
+    """Each iterated classic hands the evaluator's step budget to the same loop the searched
+    programs run; a descent hands it 0 (no main loop)."""
+    import mths.components as comp
+
+    seen = []
+    monkeypatch.setattr(comp, "solve", lambda task, data, cfg, tl, steps, seed=0: seen.append(steps) or [])
+    kinds = {}
+    for t in ("tsp", "cvrp", "fssp", "bpp"):
+        for name, src in baselines.programs(t, include_ortools=False).items():
+            seen.clear()
+            _inline(t, src, {}, steps=37)
+            kinds[(t, name)] = baselines.KIND[(t, name)]
+            assert seen == ([37] if kinds[(t, name)] == "iterated" else [0]), (t, name, seen)
+    assert {t for (t, _), k in kinds.items() if k == "iterated"} == {"tsp", "cvrp", "fssp"}
+    assert baselines.KIND[("tsp", "ortools-gls")] == "external"
+
+
+def test_textbook_ils_improves_on_its_descent_with_steps():
+    rng = np.random.default_rng(5)
+    xy = rng.uniform(0, 100, (40, 2)).round()
+    data = {"distance_matrix": core.tsplib_distances(xy, "EUC_2D")}
+    ils = baselines.programs("tsp")["ils-double-bridge"]
+    c0 = core.tour_length(_inline("tsp", ils, data, steps=0), data["distance_matrix"])
+    c60 = core.tour_length(_inline("tsp", ils, data, steps=60), data["distance_matrix"])
+    assert c60 < c0
+
+
+def test_a_grammar_bpp_program_never_uses_more_bins_than_ffd():
+    """What the reproduction used to claim is a property of the library: every BPP program starts
+    from an FFD-family packing and keeps the best, so it is a test, not a claim (issue 47)."""
+    from mths import grammar as G
+
+    def bins(sol):
+        return len(sol) if hasattr(sol[0], "__len__") else len(set(sol))
+
+    for s in range(3):
+        data = {"weights": np.random.default_rng(s).integers(20, 101, 50).astype(float), "capacity": 150.0}
+        ffd = bins(_inline("bpp", baselines.programs("bpp")["ffd"], data, steps=10))
+        for j in range(6):
+            rng = np.random.default_rng([s, j])
+            prog = G.render_program("bpp", G.instantiate("bpp", G.random_mh(rng), rng), "random")
+            assert bins(_inline("bpp", prog, data, steps=10)) <= ffd

@@ -3,6 +3,7 @@ within seconds with nothing written; 429 then 200 is one budgeted call; a failur
 the run with its call log written, and ``--resume`` continues it."""
 
 import json
+import math
 import socket
 import threading
 import time
@@ -163,3 +164,70 @@ def test_a_tiny_hf_model_without_a_chat_template_gets_the_plain_prompt(tmp_path)
     assert llm.chat is False
     reply = LoggedLLM(llm, 1)("OPERATOR: init_mh\nWrite a metaheuristic.", "init_mh", None)
     assert isinstance(reply, str) and 1 <= llm.generated_tokens <= 3
+
+
+def test_the_real_llm_row_counts_each_failure_kind_against_a_loopback_endpoint(key, make_tsp):
+    """What quick's SmolLM2 search (and `full`'s served model) reports, with a fake endpoint whose
+    replies fail in each way in turn: a grammar-initialised population, then one individual per
+    reply; an unusable reply never stops the run."""
+    import re
+
+    from mths.config import SearchConfig
+    from mths.llmrow import FAILURES, real_llm_search
+    from mths.sandbox import Limits
+
+    head = "```python\nclass TSPSolver:\n    def __init__(self, time_limit, steps, seed, **kw): self.n = len(kw['distance_matrix'])\n"
+    replies = iter([
+        "I would use simulated annealing.",                                   # no code block
+        "```python\nprint('hello')\n```",                                     # no solver class
+        "```python\nclass TSPSolver(:\n    pass\n```",                        # syntax
+        head + "    def solve(self):\n        raise ValueError('boom')\n```",  # raised
+        head + "    def solve(self):\n        return [0] * self.n\n```",       # infeasible
+        head + "    def solve(self):\n        while True: pass\n```",          # timeout
+        None,                                                                 # valid (grammar)
+    ])
+
+    def answer(prompt):
+        r = next(replies)
+        return GrammarLLM(0).complete(prompt) if r is None else r
+
+    srv = Server(reply=answer)
+    train = {"tsp": [make_tsp(8, 1, "a")]}
+    lim = Limits(0.2, 2, wall_factor=1.0, wall_extra=0.4, sandbox="process")
+    try:
+        out = real_llm_search(OpenAILLM("m", srv.url, "MTHS_TEST_KEY", max_retries=0), ["tsp"], train, train, 7,
+                              lim, lim, 2, 0, SearchConfig(pop=2), {"tsp": -0.05})
+    finally:
+        srv.close()
+    assert out["calls"] == 7 and len(srv.seen) == 7  # the 4 population calls went to the grammar
+    assert out["failures"] == dict.fromkeys(FAILURES, 1)
+    assert out["parsable"] == 4 and out["valid"] == 1
+    assert [c["outcome"] for c in out["per_call"]] == [*FAILURES, "valid"]
+    assert math.isfinite(out["best_test_gap"]["tsp"]) and out["model"] == "openai:m"
+    assert all(re.search(r"^OPERATOR: (refine|keyfn)", r["prompt"], re.M) for r in out["log"])
+    # a reply cut off by the token cap inside its code block (what SmolLM2 does at 160 tokens)
+    from mths.llmrow import reply_failure
+
+    assert reply_failure("```python\nimport numpy as np\ndef tsp(x):\n    return", "tsp") == "no_solver_class"
+    assert reply_failure("```python\nclass TSPSolver:\n    def solve(self):\n        return", "tsp") == "syntax"
+
+
+def test_mths_llm_row_writes_the_classified_replies_and_refuses_the_grammar(key, tmp_path, capsys):
+    srv = Server()
+    args = ["llm-row", "--tasks", "tsp", "--model", "m", "--base-url", srv.url, "--api-key-env", "MTHS_TEST_KEY",
+            "--calls", "2", "--pop", "2", "--time-limit", "0.05", "--steps", "1", "--test-time-limit", "0.05",
+            "--test-steps", "1", "--sandbox", "process", "--workers", "2", "--json"]
+    try:
+        assert main([*args, "--llm", "grammar", "--out", str(tmp_path / "g")]) == 2
+        assert "--llm openai|hf|replay" in capsys.readouterr().err
+        rc = main([*args, "--llm", "openai", "--out", str(tmp_path / "row")])
+    finally:
+        srv.close()
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    row = json.loads(cap.out)
+    assert row["calls"] == 2 and row["valid"] == 2 and sum(row["failures"].values()) == 0
+    assert json.loads((tmp_path / "row" / "row.json").read_text())["valid"] == 2
+    lines = (tmp_path / "row" / "calls.jsonl").read_text().splitlines()
+    assert [json.loads(x)["outcome"] for x in lines] == ["valid", "valid"] and not (tmp_path / "g").exists()
+    assert len(srv.seen) == 1 + 2  # the endpoint check, then the two steps

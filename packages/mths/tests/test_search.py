@@ -15,7 +15,7 @@ from mths.pipeline import evaluate, run_meta, run_search, save_run
 from mths.sandbox import Limits
 from mths.search import Evaluator, Search
 
-LIM = Limits(0.3, 2)
+LIM = Limits(0.3, 2, sandbox="process")  # the search's properties; isolation is test_sandbox.py's
 NORM = {"tsp": -0.05, "fssp": -0.05}
 HEAD = "class TSPSolver:\n    def __init__(self, time_limit, steps, seed, **kw): pass\n"
 
@@ -52,9 +52,9 @@ def _run(train, method="mths", seed=0, budget=14, cfg=None):
 
 
 def test_counters_equal_calls_and_evaluations_and_the_budget_is_exact(train1):
-    for method in ("mths", "eoh"):
-        s, llm, ev = _run(train1, method, budget=17)
-        assert llm.calls == len(llm.log) == 17
+    for method, budget in (("mths", 17), ("eoh", 9), ("random", 5)):
+        s, llm, ev = _run(train1, method, budget=budget)
+        assert llm.calls == len(llm.log) == budget
         progs = {(t, p) for ind in s.history for t, p in ind.programs.items()
                  if p is not None and t in ind.scores and ind.lineage.get("task", t) == t}
         assert ev.evaluations == len(ev.cache) == len(progs)
@@ -100,8 +100,8 @@ def test_grammar_runs_are_byte_identical_for_a_seed_and_replay_reproduces_them(t
     assert sm["elites_from_transfer"] == s0.transfer_elites()
     assert {t: e["individual"] for t, e in sm["elites"].items()} == {t: i for t, (_, i) in s0.archive.items()}
     assert (tmp_path / "r0" / "lineage.dot").read_text().count("->") == len(g["edges"])
-    s3, _, _ = _run(train1, seed=4)
-    assert [i.programs for i in s3.history] != [i.programs for i in outs[0].history]
+    s3, _, _ = _run(train1, seed=4, budget=3)  # another seed: other programs from the first calls on
+    assert [i.programs for i in s3.history] != [i.programs for i in outs[0].history[:len(s3.history)]]
     records = [json.loads(x) for x in (tmp_path / "r0" / "calls.jsonl").read_text().splitlines()]
     rep, llm, _ = run_search("mths", list(train1), train1, ReplayLLM(records), 14, LIM, 1, 3,
                              SearchConfig(pop=2), NORM)
@@ -254,3 +254,18 @@ def test_a_new_metaheuristic_is_what_its_programs_follow(train1):
                 continue
             cfg = G.parse_configs(prog)[0]
             assert {k: cfg[k] for k in G.MH_SPACE if k in cfg} == {k: genome[k] for k in G.MH_SPACE if k in cfg}, (i.id, t)
+
+
+def test_random_search_is_one_fresh_program_per_call_and_the_curves_are_best_so_far(train1):
+    s, llm, ev = _run(train1, "random", budget=6)
+    assert [r["operator"] for r in llm.log] == ["eoh_init"] * 6
+    assert [r["task"] for r in llm.log] == ["tsp", "fssp"] * 3
+    assert all("--- PROGRAM" not in r["prompt"] for r in llm.log)  # no parent: nothing to improve on
+    for t in train1:
+        curve = s.best_so_far(t, 6)
+        assert len(curve) == 6 and all(b >= a for a, b in zip(curve, curve[1:]))
+        assert curve[-1] == s.archive[t][0]
+        assert curve[0] == (max(sc for c, tt, sc in s.trace if tt == t and c <= 1) if t == "tsp" else -math.inf)
+    m, _, _ = _run(train1, "mths", budget=9)
+    assert [c for c, _, _ in m.trace] == sorted(c for c, _, _ in m.trace) and m.trace[-1][0] <= 9
+    assert m.best_so_far("tsp", 9)[-1] == m.archive["tsp"][0]

@@ -3,9 +3,12 @@
 the same sandbox at the same per-instance CPU limit and step budget as the evolved programs.
 
 The classics are built from the same component library as the evolved programs:
-nearest neighbour + 2-opt + Or-opt, cheapest insertion + 2-opt + Or-opt (TSP), Clarke-Wright
-savings + relocate / swap / 2-opt (CVRP), NEH and NEH + iterated greedy (Ruiz & Stützle 2007:
-d = 4, insertion local search, constant-temperature acceptance; FSSP), FFD and BFD (BPP).
+descents (construct + local search, no main loop): nearest neighbour / farthest insertion + 2-opt
++ Or-opt (TSP), Clarke-Wright savings (+ relocate / swap / 2-opt) (CVRP), NEH (FSSP), FFD and BFD
+(BPP); iterated classics at the searched programs' steps and CPU limit: textbook ILS (2-opt +
+Or-opt with double-bridge or ruin-and-recreate kicks, accept improvements; TSP), savings + local
+search + ruin-and-recreate (CVRP), NEH + iterated greedy (Ruiz & Stützle 2007; FSSP); OR-Tools
+GLS beside (wall-clock limit, its CPU seconds reported).
 """
 
 from __future__ import annotations
@@ -17,12 +20,16 @@ import numpy as np
 from .grammar import render_program
 
 BASELINES: dict[str, dict[str, Callable[[], str]]] = {}
+#: "descent" (construct + local search to a local optimum, no main loop), "iterated" (the same
+#: steps and CPU limit as every searched program) or "external" (a solver of its own)
+KIND: dict[tuple[str, str], str] = {}
 LS = {"init": "greedy", "pool": 1, "improve": "best", "polish": False}
 
 
-def baseline(task: str, name: str):
+def baseline(task: str, name: str, kind: str = "descent"):
     def deco(fn: Callable[[], str]):
         BASELINES.setdefault(task, {})[name] = fn
+        KIND[(task, name)] = kind
         return fn
     return deco
 
@@ -30,8 +37,14 @@ def baseline(task: str, name: str):
 def _single(task: str, cfg: dict, title: str) -> str:
     """Construct + local search to a local optimum: zero main-loop steps."""
     cfg = {**LS, **cfg, "perturbs": cfg.get("perturbs", []), "key": cfg.get("key", "cheapest")}
-    src = render_program(task, cfg, title)
-    return src.replace("self.time_limit, self.steps, self.seed)", "self.time_limit, 0, self.seed)")
+    return render_program(task, cfg, title, steps=0)
+
+
+def _iterated(task: str, cfg: dict, title: str) -> str:
+    """Textbook iterated local search: perturb, descend, accept only improvements; it runs the
+    evaluator's step budget and CPU limit, exactly like a searched program."""
+    cfg = {**LS, "accept": "better", "credit": "uniform", **cfg}
+    return render_program(task, cfg, title)
 
 
 @baseline("tsp", "nn+2opt+oropt")
@@ -45,6 +58,20 @@ def _tsp_ins() -> str:
                    "farthest insertion + 2-opt + Or-opt")
 
 
+@baseline("tsp", "ils-double-bridge", "iterated")
+def _tsp_ils() -> str:
+    return _iterated("tsp", {"construct": "nn", "key": "cheapest", "ops": ["2opt", "oropt"],
+                             "perturbs": ["double_bridge"], "strength": 2},
+                     "iterated local search: nearest neighbour, 2-opt + Or-opt, double-bridge kicks")
+
+
+@baseline("tsp", "ils-ruin-recreate", "iterated")
+def _tsp_ils_rr() -> str:
+    return _iterated("tsp", {"construct": "nn", "key": "cheapest", "ops": ["2opt", "oropt"],
+                             "perturbs": ["ruin_recreate"], "strength": 2},
+                     "iterated local search: nearest neighbour, 2-opt + Or-opt, ruin and recreate")
+
+
 @baseline("cvrp", "savings")
 def _cvrp_sav() -> str:
     return _single("cvrp", {"construct": "savings", "ops": []}, "Clarke-Wright savings")
@@ -56,12 +83,26 @@ def _cvrp_sav_ls() -> str:
                    "savings + relocate / swap / 2-opt")
 
 
+@baseline("cvrp", "savings+ls+rr-random", "iterated")
+def _cvrp_ils() -> str:
+    return _iterated("cvrp", {"construct": "savings", "key": "cheapest", "ops": ["relocate", "swap", "2opt"],
+                              "perturbs": ["ruin_random"], "strength": 2},
+                     "savings + relocate / swap / 2-opt + random ruin and recreate")
+
+
+@baseline("cvrp", "savings+ls+rr-cluster", "iterated")
+def _cvrp_ils_cl() -> str:
+    return _iterated("cvrp", {"construct": "savings", "key": "cheapest", "ops": ["relocate", "swap", "2opt"],
+                              "perturbs": ["ruin_cluster"], "strength": 2},
+                     "savings + relocate / swap / 2-opt + cluster ruin and recreate")
+
+
 @baseline("fssp", "neh")
 def _neh() -> str:
     return _single("fssp", {"construct": "neh", "ops": [], "key": "sum_desc"}, "NEH")
 
 
-@baseline("fssp", "neh+ig")
+@baseline("fssp", "neh+ig", "iterated")
 def _neh_ig() -> str:
     cfg = {**LS, "construct": "neh", "key": "sum_desc", "ops": ["insert"], "perturbs": ["destruct"],
            "strength": 3, "accept": "threshold", "temp": 0.004, "improve": "first"}
@@ -92,14 +133,43 @@ class {cls}:
 '''
 
 
-@baseline("tsp", "ortools-gls")
+@baseline("tsp", "ortools-gls", "external")
 def _ort_tsp() -> str:
     return ORTOOLS.format(cls="TSPSolver", task="tsp")
 
 
-@baseline("cvrp", "ortools-gls")
+@baseline("cvrp", "ortools-gls", "external")
 def _ort_cvrp() -> str:
     return ORTOOLS.format(cls="CVRPSolver", task="cvrp")
+
+
+LKH = '''"""LKH through elkai (one run), beside the iterated classics."""
+
+from mths.baselines import lkh_solve
+
+
+class TSPSolver:
+    def __init__(self, time_limit=10.0, steps=100, seed=0, **instance):
+        self.instance = instance
+
+    def solve(self):
+        return lkh_solve(self.instance)
+'''
+
+
+@baseline("tsp", "lkh", "external")
+def _lkh() -> str:
+    return LKH
+
+
+def lkh_solve(inst: dict, runs: int = 1) -> list[int]:
+    """LKH (elkai) on the integer distance matrix; no time limit of its own (its CPU seconds are
+    reported beside). The quick TSP references are elkai's best of 10 runs, so its gap is ~0 by
+    construction of the references."""
+    import elkai
+
+    D = np.rint(np.asarray(inst["distance_matrix"])).astype(int)
+    return [int(x) for x in elkai.DistanceMatrix(D.tolist()).solve_tsp(runs=runs)[:-1]]
 
 
 def ortools_solve(task: str, inst: dict, time_limit: float):
@@ -139,8 +209,10 @@ def ortools_solve(task: str, inst: dict, time_limit: float):
 
 
 def programs(task: str, include_ortools: bool = True) -> dict[str, str]:
-    """The task's classic programs; for a plugin task, its own ``Task.baseline`` as "baseline"."""
-    out = {k: fn() for k, fn in BASELINES.get(task, {}).items() if include_ortools or not k.startswith("ortools")}
+    """The task's classic programs (``include_ortools=False`` leaves out the external solvers: OR-Tools
+    GLS and LKH); for a plugin task, its own ``Task.baseline`` as "baseline"."""
+    out = {k: fn() for k, fn in BASELINES.get(task, {}).items()
+           if include_ortools or KIND.get((task, k)) != "external"}
     if not out:
         from .tasks import get_task
 

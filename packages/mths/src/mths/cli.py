@@ -18,7 +18,14 @@ from icml26_shared.cli import (
     positive_int,
     reproduce_from_args,
 )
-from icml26_shared.io import atomic_dir, check_replaceable, dumps_json, print_json, write_json
+from icml26_shared.io import (
+    atomic_dir,
+    atomic_write_text,
+    check_replaceable,
+    dumps_json,
+    print_json,
+    write_json,
+)
 
 
 def _task(text: str) -> str:
@@ -106,6 +113,50 @@ def cmd_run(args) -> int:
     print(f"{args.method}: {llm.calls} calls, {ev.evaluations} evaluations, {search.invalid} invalid; "
           + ", ".join(f"{t} best train gap {-s:.4f}" for t, (s, _) in search.archive.items()))
     print(f"run written to {out}")
+    return 0
+
+
+def cmd_llm_row(args) -> int:
+    """A real LLM's replies, classified, in a small search from a grammar-initialised population
+    on the shipped quick train / held-out sets (what quick reports for SmolLM2)."""
+    from .config import SearchConfig
+    from .experiments import load_set
+    from .grammar import require_components
+    from .llmrow import FAILURES, real_llm_search
+    from .pipeline import norm_scores
+    from .sandbox import Limits
+
+    if args.llm == "grammar":
+        raise UserError("llm-row measures a real LLM: use --llm openai|hf|replay")
+    tasks = [_task(t) for t in args.tasks.split(",") if t]
+    if not tasks:
+        raise UserError("--tasks must name at least one task")
+    require_components(tasks)  # the population comes from the grammar operator
+    out = _fresh_out(args.out)
+    client = _llm(args, args.seed)
+    train = {t: load_set("quick", "train", t) for t in tasks}
+    test = {t: load_set("quick", "test", t) for t in tasks}
+    lt = Limits(args.time_limit, args.steps, sandbox=_sandbox(args))
+    le = Limits(args.test_time_limit, args.test_steps, sandbox=lt.sandbox)
+    norm = norm_scores(tasks, train, lt, args.workers)
+    row = real_llm_search(client, tasks, train, test, args.calls, lt, le, args.workers, args.seed,
+                          SearchConfig(pop=args.pop), norm)
+    summary = {k: v for k, v in row.items() if k != "log"}
+    with _Staging(out) as tmp:
+        atomic_write_text(tmp / "calls.jsonl", "".join(
+            dumps_json({**r, "outcome": c["outcome"]}, indent=None, sort_keys=True) + "\n"
+            for r, c in zip(row["log"], row["per_call"])))
+        write_json(tmp / "row.json", summary, indent=1, sort_keys=True)
+    if row["stopped"] is not None:
+        raise UserError(f"the LLM endpoint failed after {row['calls']} calls: {row['stopped']} (replies so far in {out})")
+    if args.json:
+        print_json(summary)
+    else:
+        best = row["best_test_gap_any"]
+        print(f"{row['model']}: {row['calls']} calls, {row['parsable']} parsable, {row['valid']} valid; failures: "
+              + ", ".join(f"{k} {row['failures'][k]}" for k in FAILURES)
+              + (f"; best held-out gap {best:.4f}" if math.isfinite(best) else "; no valid program"))
+        print(f"row written to {out}")
     return 0
 
 
@@ -274,7 +325,8 @@ def build_parser() -> ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("run", help="search: MTHS, MTHS without transfer, or EoH")
     p.add_argument("--tasks", default="tsp,cvrp,fssp")
-    p.add_argument("--method", choices=("mths", "mths-notransfer", "eoh"), default="mths")
+    p.add_argument("--method", choices=("mths", "mths-notransfer", "eoh", "random"), default="mths",
+                   help="random: a fresh program per call, tasks in turn (the anchor any search must beat)")
     _llm_args(p)
     p.add_argument("--budget-calls", type=int, required=True)
     p.add_argument("--pop", type=positive_int, default=4)
@@ -307,6 +359,21 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_port)
+    p = sub.add_parser("llm-row", help="a real LLM's replies classified, in a small search from a "
+                                       "grammar-initialised population (shipped quick sets)")
+    p.add_argument("--tasks", default="tsp,cvrp,fssp")
+    _llm_args(p)
+    p.add_argument("--calls", type=positive_int, default=12, help="LLM calls (one program each)")
+    p.add_argument("--pop", type=positive_int, default=4, help="grammar-initialised population")
+    p.add_argument("--time-limit", type=positive_float, default=0.2, help="CPU s per train instance")
+    p.add_argument("--steps", type=positive_int, default=12, help="main-loop steps per train instance")
+    p.add_argument("--test-time-limit", type=positive_float, default=0.5, help="CPU s per held-out instance")
+    p.add_argument("--test-steps", type=positive_int, default=30)
+    p.add_argument("--workers", type=positive_int, default=1)
+    _sandbox_arg(p)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_llm_row)
     p = sub.add_parser("replay", help="rerun a recorded run from its call log and compare")
     p.add_argument("run")
     p.add_argument("--out", type=Path, required=True)

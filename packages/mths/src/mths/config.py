@@ -35,7 +35,8 @@ class SearchConfig:
 @dataclass(frozen=True)
 class ScaleConfig:
     """One reproduction scale. quick follows issue 19: 4 train instances per task (TSP n=60,
-    CVRP n=30, flow shop 20x5) at 0.2 s, 60 calls, 3 seeds; 8 held-out per task at 0.5 s."""
+    CVRP n=30, flow shop 20x5) at 0.2 s, 60 calls, 3 seeds; 8 held-out per task at 0.5 s.
+    ``ortools``: run the external solvers (OR-Tools GLS, LKH) beside the classics."""
 
     calls: int = 60
     seeds: int = 3
@@ -47,7 +48,8 @@ class ScaleConfig:
     tasks: tuple[str, ...] = ("tsp", "cvrp", "fssp")
     instance_set: str = "quick"
     ortools: bool = True
-    smollm2_calls: int = 3            # real SmolLM2-135M calls in quick (one instantiation per task) [R]
+    smollm2_calls: int = 3            # real SmolLM2-135M calls in quick: lower-level steps of a small search
+    #                                   from a grammar-initialised population (mths.llmrow) [R]
     smollm2_tokens: int = 160         # new tokens per SmolLM2 call (greedy; stops at the closing fence) [R]
 
 

@@ -228,7 +228,11 @@ def render_mh(mh: dict) -> str:
             f"  {'polish the best with every neighbourhood' if mh['polish'] else 'return the best'}\n")
 
 
-def render_program(task: str, cfg: dict, title: str) -> str:
+def render_program(task: str, cfg: dict, title: str, steps: int | None = None) -> str:
+    """A solver class over the component library. ``steps``: main-loop iterations; ``None`` runs
+    the caller's step budget (``self.steps``, what the evaluator gives every searched program),
+    ``0`` a pure construct-and-descend program."""
+    n = "self.steps" if steps is None else str(int(steps))
     return (f'"""{title} — {task.upper()} solver built from the mths component library."""\n\n'
             "from mths.components import solve\n\n"
             f"CONFIG = {dict(sorted(cfg.items()))!r}\n\n\n"
@@ -238,7 +242,7 @@ def render_program(task: str, cfg: dict, title: str) -> str:
             "        self.time_limit, self.steps, self.seed = time_limit, steps, seed\n\n"
             "    def solve(self):\n"
             f"        data = {{k: self.instance[k] for k in {get_task(task).fields!r} if k in self.instance}}\n"
-            f"        return solve({task!r}, data, CONFIG, self.time_limit, self.steps, self.seed)\n")
+            f"        return solve({task!r}, data, CONFIG, self.time_limit, {n}, self.seed)\n")
 
 
 def require_components(tasks) -> None:

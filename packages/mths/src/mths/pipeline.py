@@ -21,7 +21,7 @@ from .sandbox import Limits, run_jobs
 from .search import Evaluator, Search
 from .tasks import Instance, get_task
 
-METHODS = ("mths", "mths-notransfer", "eoh")
+METHODS = ("mths", "mths-notransfer", "eoh", "random")
 
 
 def evaluate(task: str, src: str, instances: list[Instance], limits: Limits, workers: int = 1,

@@ -1,5 +1,6 @@
-"""The search: MTHS (two-level, multi-task, with transfer), MTHS without transfer, and EoH (one
-search per task, calls split evenly), all on the same evaluator and call budget [R]."""
+"""The search: MTHS (two-level, multi-task, with transfer), MTHS without transfer, EoH (one
+search per task, calls split evenly) and random search (a fresh program per call, tasks in turn:
+the trivial anchor), all on the same evaluator and call budget [R]."""
 
 from __future__ import annotations
 
@@ -66,6 +67,8 @@ class Search:
         self.archive: dict[str, tuple[float, int]] = {}
         self.invalid = 0
         self.stopped: str | None = None  # why the run stopped before its budget (endpoint failure)
+        #: (calls made so far, task, train score) for every evaluated program: the best-so-far curves
+        self.trace: list[tuple[int, str, float]] = []
 
     # ---------------------------------------------------------------- shared machinery
     def _ask_program(self, op: str, task: str, **kw) -> str | None:
@@ -89,6 +92,7 @@ class Search:
         ind.fitness = core.aggregate_fitness({t: scores[t] for t in self.tasks_of(ind)}, self.norm)
         self.history.append(ind)
         core.update_archive(self.archive, {t: scores[t] for t in progs}, ind.id)
+        self.trace += [(self.llm.calls, t, scores[t]) for t in progs]
         pool.append(ind)
         return ind
 
@@ -111,6 +115,8 @@ class Search:
         try:
             if self.method == "eoh":
                 self._run_eoh()
+            elif self.method == "random":
+                self._run_random()
             else:
                 self._run_mths(self.cfg.p_transfer if self.method == "mths" else 0.0)
         except BudgetExhausted:
@@ -207,6 +213,26 @@ class Search:
             self.population += pool
         self.llm.budget = total
         raise BudgetExhausted
+
+    # ---------------------------------------------------------------- random search
+    def _run_random(self) -> None:
+        """A fresh program per call (EoH's initialisation prompt, no parent), tasks in turn."""
+        k = 0
+        while True:
+            t = self.tasks[k % len(self.tasks)]
+            k += 1
+            self._add(None, {t: self._ask_program("eoh_init", t)}, {"op": "random", "task": t}, [])  # no population
+
+    def best_so_far(self, task: str, budget: int) -> list[float]:
+        """The best train score on ``task`` after each call 1..budget (-inf before the first)."""
+        out, best, events = [], -math.inf, sorted((c, s) for c, t, s in self.trace if t == task)
+        j = 0
+        for call in range(1, budget + 1):
+            while j < len(events) and events[j][0] <= call:
+                best = max(best, events[j][1])
+                j += 1
+            out.append(best)
+        return out
 
     # ---------------------------------------------------------------- results
     def best_programs(self) -> dict[str, str]:
