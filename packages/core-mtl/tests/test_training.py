@@ -83,7 +83,8 @@ def test_stage0_freezes_the_heads(batch):
 def test_cka_penalty_lowers_cka(batch):
     from core_mtl.core import linear_cka
 
-    cfg = TrainConfig(epochs=3, batch_size=8, stage0_frac=0.0, cfa=False, lr=1e-2)
+    # full lambda_ind from the first step (no ramp): this is about the penalty, not its schedule
+    cfg = TrainConfig(epochs=3, batch_size=8, stage0_frac=0.0, ind_warmup_frac=0.0, cfa=False, lr=1e-2)
     cka = {}
     for on in (True, False):
         m = train(cfg.with_(cka=on), TASKS, batch).model

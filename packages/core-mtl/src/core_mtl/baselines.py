@@ -12,6 +12,7 @@ decorated class). Two kinds:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 
 import numpy as np
@@ -38,6 +39,10 @@ class Aggregator:
 
     name = ""
     kind = "grad"
+    #: clip the shared update at this norm (None: no clip)
+    max_norm: float | None = None
+    #: per-task weights of the task-specific parameters' gradients after ``aggregate`` (None: sum)
+    head_weights: torch.Tensor | None = None
 
     def __init__(self, n_tasks: int):
         self.n_tasks = n_tasks
@@ -137,17 +142,55 @@ class CAGrad(Aggregator):
 
 @register("nashmtl")
 class NashMTL(Aggregator):
-    """Nash bargaining: alpha > 0 with (G G^T) alpha = 1 / alpha, i.e. the minimiser of the convex
-    0.5 a^T K a - sum log a (its gradient is K a - 1/a) [Navon et al. 2022; solver R]."""
+    """Nash bargaining as the reference code does it [C: LibMTL ``weighting/Nash_MTL.py``; Navon et
+    al. 2022 ``nash-mtl``]: alpha > 0 with the *unnormalised* (G G^T) alpha = 1 / alpha, so the
+    shared update alpha G has norm sqrt(T); it is then clipped at max-norm 1.0 (LibMTL's default
+    ``max_norm``); the task-specific parameters get sum_t alpha_t grad L_t; a solver failure warns
+    and keeps the previous alpha (ones at the start), as LibMTL does.
+
+    The convex problem min 0.5 a^T K a - sum log a (gradient K a - 1/a) is solved on K / s
+    (s = max |K|, for conditioning) and rescaled: if (K/s) b = 1/b then a = b / sqrt(s) solves
+    K a = 1/a [R: scipy solver in place of LibMTL's cvxpy/ECOS]."""
+
+    max_norm = 1.0  # clip on the shared update [C: LibMTL Nash_MTL max_norm default]
+    tol = 1e-6  # accepted residual max_i |alpha_i (K alpha)_i - 1| [R]
+
+    def __init__(self, n_tasks):
+        super().__init__(n_tasks)
+        self.alpha = np.ones(n_tasks)  # LibMTL's initial prvs_alpha
+        self.head_weights: torch.Tensor | None = None
+
+    def solve(self, K: np.ndarray) -> np.ndarray | None:
+        """alpha with alpha_i (K alpha)_i = 1 for every i, or None when the solver fails."""
+        T = K.shape[0]
+        s = float(np.abs(K).max())
+        if not np.isfinite(K).all() or s <= 1e-30:
+            return None
+        Ks = K / s
+        res = minimize(lambda a: 0.5 * a @ Ks @ a - np.log(a).sum(), np.ones(T),
+                       jac=lambda a: Ks @ a - 1.0 / a, method="L-BFGS-B", bounds=[(1e-8, None)] * T,
+                       options={"ftol": 0.0, "gtol": 1e-13, "maxiter": 2000})
+        a = res.x / np.sqrt(s)
+        if not (np.isfinite(a).all() and (a > 0).all()):
+            return None
+        if np.abs(a * (K @ a) - 1.0).max() > self.tol:
+            return None
+        return a
+
+    def weights(self, G: torch.Tensor) -> np.ndarray:
+        K = (G.double() @ G.double().T).cpu().numpy()
+        a = self.solve(K)
+        if a is None:
+            warnings.warn("Nash-MTL: the bargaining solver failed; keeping the previous alpha",
+                          RuntimeWarning, stacklevel=2)
+        else:
+            self.alpha = a
+        return self.alpha
 
     def aggregate(self, G, losses=None):
-        K = (G.double() @ G.double().T).cpu().numpy()
-        K = K / max(np.abs(K).max(), 1e-20)  # scale-free; rescaled below
-        T = K.shape[0]
-        res = minimize(lambda a: 0.5 * a @ K @ a - np.log(a).sum(), np.ones(T),
-                       jac=lambda a: K @ a - 1.0 / a, method="L-BFGS-B", bounds=[(1e-6, None)] * T)
-        a = torch.as_tensor(res.x / res.x.sum() * T, dtype=G.dtype, device=G.device)
-        return a @ G
+        a = torch.as_tensor(self.weights(G), dtype=G.dtype, device=G.device)
+        self.head_weights = a
+        return a @ G  # norm sqrt(T); the trainer clips it at max_norm
 
 
 @register("gradnorm")
@@ -264,10 +307,17 @@ def make(method: str, n_tasks: int) -> Aggregator:
 
 
 def aggregate(method: str, G) -> torch.Tensor:
-    """Aggregate task gradients ``G [T, P]`` (torch or NumPy) into one direction ``[P]`` with a
-    gradient method (ew, mgda, pcgrad, cagrad, nashmtl, fairgrad, gradnorm's first step)."""
+    """Aggregate task gradients ``G [T, P]`` (torch or NumPy) into one update ``[P]`` with a
+    gradient method (ew, mgda, pcgrad, cagrad, nashmtl, fairgrad, gradnorm's first step), clipped
+    as the trainer clips it (Nash-MTL: max-norm 1)."""
     G = torch.as_tensor(np.asarray(G) if not isinstance(G, torch.Tensor) else G)
     agg = make(method, G.shape[0])
     if agg.kind != "grad":
         raise ValueError(f"{method} re-weights losses; it has no gradient aggregation")
-    return agg.aggregate(G, torch.ones(G.shape[0], dtype=G.dtype))
+    d = agg.aggregate(G, torch.ones(G.shape[0], dtype=G.dtype))
+    if agg.max_norm is not None:  # the trainer's clip_grad_norm_ on the shared parameters
+        p = torch.nn.Parameter(torch.zeros_like(d))
+        p.grad = d.clone()
+        torch.nn.utils.clip_grad_norm_([p], agg.max_norm)
+        d = p.grad
+    return d

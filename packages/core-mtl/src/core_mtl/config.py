@@ -74,6 +74,10 @@ class TrainConfig:
     stage0_frac: float = 0.05  # stage 0 (heads frozen) = 5% of training [C: 5 / 100 epochs]
     cfa_start_frac: float = 0.20  # counterfactuals from 20% of training [C: epoch 20 / 100]
     cfa_prob: float = 0.5  # probability of a counterfactual pass per batch [C]
+    ind_warmup_frac: float = 0.10  # lambda_ind ramps 0 -> full after stage 0 over 10% of training
+    #                                [C: ind_warmup_epochs 10 / 100, engine/trainer.py]
+    core_clip: float | None = 10.0  # CORE's gradient clip, max-norm over all parameters
+    #                                 [C: engine/trainer.py clip_grad_norm_(max_norm=10.0)]
     physics: bool = True  # SH inverse-rendering prior [C]; --no-physics ablation
     cka: bool = True  # CKA independence penalty [C]; --no-cka ablation
     cfa: bool = True  # counterfactual swaps of z_p [C]; --no-cfa ablation
@@ -89,7 +93,9 @@ class TrainConfig:
             raise ValueError(f"batch size must be >= 2 (CKA and swaps need a batch), got {self.batch_size}")
         if not (self.lr > 0 and self.lr < 1):
             raise ValueError(f"lr must be in (0, 1), got {self.lr}")
-        for name in ("stage0_frac", "cfa_start_frac", "cfa_prob", "warmup_frac"):
+        if self.core_clip is not None and not self.core_clip > 0:
+            raise ValueError(f"core_clip must be > 0 or None, got {self.core_clip}")
+        for name in ("stage0_frac", "cfa_start_frac", "cfa_prob", "warmup_frac", "ind_warmup_frac"):
             v = getattr(self, name)
             if not 0 <= v <= 1:
                 raise ValueError(f"{name} must be in [0, 1], got {v}")

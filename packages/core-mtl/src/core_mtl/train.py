@@ -1,8 +1,10 @@
 """One trainer for CORE-MTL and every baseline: same encoder, data order, steps and optimiser.
 
 CORE: stage 0 (first ``stage0_frac`` of the steps) trains the decomposition with the task heads
-frozen; then the task losses, reconstruction, physics prior, CKA penalty and (from
-``cfa_start_frac``, with probability ``cfa_prob``) the counterfactual pass [C: engine/trainer.py].
+frozen; then the task losses, reconstruction, physics prior, CKA penalty (its weight ramped up over
+``ind_warmup_frac``) and (from ``cfa_start_frac``, with probability ``cfa_prob``) the counterfactual
+pass in ``eval()`` mode; CORE's gradients are clipped at max-norm ``core_clip`` (10) before each
+step [C: engine/trainer.py].
 Gradient methods aggregate the per-task gradients of the shared parameters; under several
 processes (``accelerate launch``) each task's gradient is all-reduced first, so MGDA and PCGrad
 see the global batch.
@@ -83,15 +85,22 @@ def set_flat_grad(params: list[nn.Parameter], vec: torch.Tensor) -> None:
 
 
 def aggregated_backward(model: nn.Module, losses: list[torch.Tensor], agg: baselines.Aggregator):
-    """Shared parameters get ``agg.aggregate(G)``; every other parameter the plain sum of the task
-    losses (heads are task-specific). Returns G for the diagnostics."""
+    """Shared parameters get ``agg.aggregate(G)``, clipped at ``agg.max_norm`` when it has one
+    (Nash-MTL: 1.0 [C: LibMTL]); every other parameter (heads are task-specific) gets
+    ``sum_t w_t grad L_t`` with ``w = agg.head_weights`` (Nash-MTL's alpha [C]) or the plain sum.
+    Returns G for the diagnostics."""
     shared = [p for p in model.shared_parameters() if p.requires_grad]
     G = task_gradients(losses, shared)
     set_flat_grad(shared, agg.aggregate(G, torch.stack([x.detach() for x in losses])))
+    if agg.max_norm is not None:
+        torch.nn.utils.clip_grad_norm_(shared, agg.max_norm)
     ids = {id(p) for p in shared}
     rest = [p for p in model.parameters() if id(p) not in ids and p.requires_grad]
     if rest:
-        torch.stack(losses).sum().backward(inputs=rest)
+        hw = agg.head_weights
+        stacked = torch.stack(losses)
+        total = stacked.sum() if hw is None else (hw.detach().to(stacked) * stacked).sum()
+        total.backward(inputs=rest)
         for p in rest:
             if p.grad is not None:
                 allreduce_mean(p.grad)
@@ -100,17 +109,17 @@ def aggregated_backward(model: nn.Module, losses: list[torch.Tensor], agg: basel
 
 @contextlib.contextmanager
 def bn_protected(model: nn.Module):
-    """Run a forward pass without changing BatchNorm running statistics [C: the CFA pass]: the
-    pass updates throw-away copies; the originals (held by the main pass's graph) are untouched."""
-    saved = [(m, m.running_mean, m.running_var, m.num_batches_tracked)
-             for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
-    for m, mean, var, n in saved:
-        m.running_mean, m.running_var, m.num_batches_tracked = mean.clone(), var.clone(), n.clone()
+    """The counterfactual forward in ``eval()`` mode, every module's train/eval flag restored after
+    [C: ``engine/trainer.py`` ``bn_protection_mode``]: BatchNorm normalises by its running
+    statistics and leaves them untouched, so the off-distribution counterfactual batch neither
+    pollutes them nor is normalised by its own statistics; gradients still flow."""
+    modes = [(m, m.training) for m in model.modules()]
+    model.eval()
     try:
         yield
     finally:
-        for m, mean, var, n in saved:
-            m.running_mean, m.running_var, m.num_batches_tracked = mean, var, n
+        for m, mode in modes:
+            m.train(mode)
 
 
 def counterfactual_loss(model, batch: Batch, z_s, z_p, perm, cfg: TrainConfig) -> torch.Tensor:
@@ -124,6 +133,20 @@ def counterfactual_loss(model, batch: Batch, z_s, z_p, perm, cfg: TrainConfig) -
     if cfg.cka:
         loss = loss + cfg.weights.cfa_cka * pooled_cka(out["z_s"], out["z_p"])
     return cfg.weights.cfa * loss
+
+
+def independence_weight(cfg: TrainConfig, step: int, total: int) -> float:
+    """lambda_ind at ``step``: 0 in stage 0, then a linear ramp to ``weights.cka`` over the first
+    ``ind_warmup_frac`` of training [C: ``engine/trainer.py``, ``ind_warmup_epochs: 10`` of 100 in
+    ``1causal_nyu.yaml``; per epoch there, per step here R]. The CKA inside the counterfactual
+    pass is not ramped [C]."""
+    s0 = round(cfg.stage0_frac * total)
+    ramp = round(cfg.ind_warmup_frac * total)
+    if step < s0:
+        return 0.0
+    if ramp <= 0:
+        return cfg.weights.cka
+    return cfg.weights.cka * min(1.0, (step - s0) / ramp)
 
 
 def core_loss(model, batch: Batch, out: dict, cfg: TrainConfig, step: int, total: int,
@@ -143,7 +166,7 @@ def core_loss(model, batch: Batch, out: dict, cfg: TrainConfig, step: int, total
     if seg and dep:
         loss = loss + w.edge * edge_consistency(out["tasks"][dep[0]], out["tasks"][seg[0]])
     if cfg.cka:
-        loss = loss + w.cka * pooled_cka(out["z_s"], out["z_p"])
+        loss = loss + independence_weight(cfg, step, total) * pooled_cka(out["z_s"], out["z_p"])
     if cfg.cfa and step >= round(cfg.cfa_start_frac * total) and torch.rand(1, generator=gen) < cfg.cfa_prob:
         perm = torch.randperm(len(batch), generator=gen)
         loss = loss + counterfactual_loss(model, batch, out["z_s"], out["z_p"], perm, cfg)
@@ -217,6 +240,8 @@ def train(cfg: TrainConfig, tasks: tuple[TaskSpec, ...], data: Batch, dev: Batch
                     for p in params:
                         if p.grad is not None:
                             allreduce_mean(p.grad)
+                if is_core and cfg.core_clip is not None:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.core_clip)
             if G is not None and step % cfg.conflict_every == 0 and len(Ls) > 1:
                 cos, neg = gradient_conflict(G.detach().double().numpy())
                 hist["conflict_cos"].append(cos)
