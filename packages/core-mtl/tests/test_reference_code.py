@@ -11,9 +11,7 @@ import torch
 from core_mtl import baselines
 from core_mtl.config import LossWeights, TaskSpec, TrainConfig
 from core_mtl.model import CoreMTL
-from core_mtl.synthetic import make_split
 from core_mtl.train import (
-    Batch,
     aggregated_backward,
     bn_protected,
     core_loss,
@@ -25,14 +23,6 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 TASKS = (TaskSpec("seg", "segmentation", "label", 4), TaskSpec("depth", "depth", "depth"),
          TaskSpec("normal", "normal", "normal"))
-
-
-@pytest.fixture(scope="module")
-def batch():
-    d = make_split(16, 16, seed=0)
-    return Batch(torch.from_numpy(d["image"]), {"seg": torch.from_numpy(d["label"]),
-                                                 "depth": torch.from_numpy(d["depth"]),
-                                                 "normal": torch.from_numpy(d["normal"])})
 
 
 def _G(scale=1.0):

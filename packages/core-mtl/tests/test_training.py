@@ -9,19 +9,10 @@ from core_mtl import baselines
 from core_mtl.config import TaskSpec, TrainConfig
 from core_mtl.losses import weighted_task_sum
 from core_mtl.model import CoreMTL
-from core_mtl.synthetic import make_split
-from core_mtl.train import Batch, bn_protected, counterfactual_loss, task_gradients, train
+from core_mtl.train import bn_protected, counterfactual_loss, task_gradients, train
 
 TASKS = (TaskSpec("seg", "segmentation", "label", 4), TaskSpec("depth", "depth", "depth"),
          TaskSpec("normal", "normal", "normal"))
-
-
-@pytest.fixture(scope="module")
-def batch():
-    d = make_split(16, 16, seed=0)
-    return Batch(torch.from_numpy(d["image"]), {"seg": torch.from_numpy(d["label"]),
-                                                 "depth": torch.from_numpy(d["depth"]),
-                                                 "normal": torch.from_numpy(d["normal"])})
 
 
 def test_identity_swap_leaves_the_decoded_image_unchanged(batch):
