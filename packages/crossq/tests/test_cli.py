@@ -197,3 +197,50 @@ def test_bench_reports_latency_and_memory(capsys, tmp_path):
     assert rows[1]["peak_rss_mb"] >= rows[0]["peak_rss_mb"] > 0
     assert main(["bench", "--index", str(tmp_path / "nothing")]) == 2
     assert "not a crossq index" in _err(capsys)
+
+
+TRAINING_FLAGS = ["--steps", "7", "--lr", "0.002", "--queries-per-step", "3", "--candidates", "5"]
+TRAINING_CFG = {"steps": 7, "lr": 0.002, "queries_per_step": 3, "candidates": 5}
+
+
+def test_training_options_reach_the_crossq_config(files, tiny_model, tmp_path, monkeypatch, capsys):
+    """`index` and `train` pass --steps/--lr/--queries-per-step/--candidates to CrossQConfig."""
+    import crossq.indexer
+    from crossq.codecs import CrossQCodec
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_build(ids, texts, out, enc, codec, bpt, params, *a, **k):
+        seen["index"] = CrossQCodec(16, bpt, **params).cfg
+        raise Stop
+
+    monkeypatch.setattr(crossq.indexer, "build_index", fake_build)
+    with pytest.raises(Stop):
+        main(["index", str(files / "corpus.jsonl"), "--out", str(tmp_path / "i"), "--model",
+              str(tiny_model), *TINY, *TRAINING_FLAGS])
+
+    def fake_fit(self, X, off, seed=0, training=None, progress=None):
+        seen["train"], seen["train_candidates"] = self.cfg, training.candidates.shape[1]
+        raise Stop
+
+    monkeypatch.setattr(CrossQCodec, "fit", fake_fit)
+    with pytest.raises(Stop):
+        main(["train", str(files / "corpus.jsonl"), "--out", str(tmp_path / "c"), "--model",
+              str(tiny_model), "--queries", str(files / "queries.jsonl"), "--qrels",
+              str(files / "qrels.txt"), *TINY, *TRAINING_FLAGS])
+    for where in ("index", "train"):
+        assert {k: getattr(seen[where], k) for k in TRAINING_CFG} == TRAINING_CFG, where
+    assert seen["train_candidates"] == 5  # the teacher's top-N really has --candidates columns
+
+
+def test_training_options_refused_where_nothing_is_trained(files, tmp_path, capsys):
+    for extra in (["--codec", "pq", "--lr", "0.01"],
+                  ["--codec-model", str(tmp_path), "--candidates", "4"]):
+        assert main(["index", str(files / "corpus.jsonl"), "--out", str(tmp_path / "i"),
+                     *TINY, *extra]) == 2
+        assert "training options" in _err(capsys)
+    assert main(["index", str(files / "corpus.jsonl"), "--out", str(tmp_path / "i"), "--lr", "-1"]) == 2
+    assert not (tmp_path / "i").exists()

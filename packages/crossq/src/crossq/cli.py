@@ -15,6 +15,7 @@ from icml26_shared.cli import (
     ArgumentParser,
     add_reproduce_arguments,
     nonneg_int,
+    positive_float,
     positive_int,
     reproduce_from_args,
 )
@@ -32,8 +33,12 @@ def _encoder(args):
                                                      doc_maxlen=args.doc_maxlen))
 
 
+CROSSQ_OPTIONS = ("steps", "lr", "queries_per_step", "candidates")  # CLI flag -> CrossQConfig field
+
+
 def _crossq_params(args) -> dict:
-    return {} if args.steps is None else {"steps": args.steps}
+    """The CrossQ training options given on the command line (unset ones keep the config's)."""
+    return {k: getattr(args, k) for k in CROSSQ_OPTIONS if getattr(args, k) is not None}
 
 
 def _cmd_index(args) -> int:
@@ -42,6 +47,10 @@ def _cmd_index(args) -> int:
 
     if args.codec_model is not None and args.codec not in TRAINED:
         raise UserError("--codec-model is for --codec crossq or tokenwise")
+    given = [f"--{k.replace('_', '-')}" for k in CROSSQ_OPTIONS if getattr(args, k) is not None]
+    if given and (args.codec not in TRAINED or args.codec_model is not None):
+        raise UserError(f"{', '.join(given)}: training options for --codec crossq or tokenwise "
+                        "fitted here (not with --codec-model, which is already trained)")
     if args.out.exists() and not args.overwrite:
         raise UserError(f"{args.out} exists (pass --overwrite to replace it)")
     check_replaceable(args.out)  # --overwrite replaces only a folder a run wrote
@@ -171,6 +180,11 @@ def _encoder_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=nonneg_int, default=0)
     p.add_argument("--steps", type=nonneg_int, default=None,
                    help="CrossQ / token-wise training steps")
+    p.add_argument("--lr", type=positive_float, default=None, help="CrossQ / token-wise Adam learning rate")
+    p.add_argument("--queries-per-step", type=positive_int, default=None,
+                   help="CrossQ / token-wise training queries per Adam step")
+    p.add_argument("--candidates", type=positive_int, default=None,
+                   help="CrossQ / token-wise: teacher top-N documents per training query")
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 

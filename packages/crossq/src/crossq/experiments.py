@@ -312,7 +312,9 @@ def _reproduce(scale: str, out_dir: Path, seed: int) -> Results:
             res.add("full precision", name, k, [float(v[n_dev:].mean())] * len(seeds), seeds=seeds,
                     bytes_per_token=bpt, split="test")
     ctx = {"X": X, "off": off, "Xt": Xt, "n_dev": n_dev, "evaluate": evaluate, "training": training,
-           "Hq": Hq, "split": split, "positives": positives, "projection": projection, "ev": ev}
+           "Hq": Hq, "split": split, "positives": positives, "projection": projection, "ev": ev,
+           # winner-token flips: test queries against their full-precision top-10 documents
+           "win_queries": Qev[n_dev:], "win_docs": pools[n_dev:, :10]}
     per, last = sweep(ctx, seeds, rc, rc.workers)
     for (B, method), rec in per.items():
         for sp in ("test", "dev"):
@@ -321,6 +323,9 @@ def _reproduce(scale: str, out_dir: Path, seed: int) -> Results:
                         [float(r[k].mean()) for r in rec[sp]], seeds=seeds, split=sp)
         res.add(f"{B} B/token", method, "index_time_s", rec["index_time_s"], seeds=seeds, unit="s")
         res.add(f"{B} B/token", method, "recon_mse", rec["recon_mse"], seeds=seeds)
+        for k in (rec["flips"][0] if "flips" in rec else ()):  # crossq.metrics (flip_diagnostics)
+            res.add(f"{B} B/token", method, k, [float(f[k]) for f in rec["flips"]], seeds=seeds,
+                    **({"split": "test"} if k == "winner_flip_rate" else {}))
         if "ft_steps" in rec:
             res.add(f"{B} B/token", method, "query_head_steps (chosen on dev)",
                     [float(v) for v in rec["ft_steps"]], seeds=seeds)

@@ -27,6 +27,27 @@ def _record(m: dict[str, np.ndarray], n_dev: int, **extra) -> dict:
             **extra}
 
 
+def flip_diagnostics(method: str, codec: Codec, codes: np.ndarray, init: np.ndarray,
+                     Xhat: torch.Tensor) -> dict[str, float]:
+    """``crossq.metrics`` for one fitted codec: winner-token flips vs full precision on the test
+    queries' teacher top-10 documents (every method); for the CrossQ family, the share of codes
+    (any byte, and of all codes) that differ from the greedy-RQ start (same initial codebooks);
+    with a context, the share the context alone changes."""
+    from .experiments import CROSSQ_FAMILY
+    from .metrics import code_flip_rate, context_flip_rate, greedy_start_codes, winner_flip_rate
+
+    c = _CTX
+    X, off = c["X"], c["off"]
+    out = {"winner_flip_rate": winner_flip_rate(c["win_queries"], c["Xt"], Xhat, off, c["win_docs"])}
+    if method in CROSSQ_FAMILY:
+        r = code_flip_rate(codes, greedy_start_codes(codec.model, X, off, init))
+        out["code_flip_rate"], out["code_flip_rate (any byte)"] = r["code"], r["any_byte"]
+        if codec.model.use_context and method != "rq-greedy":  # u = 0: no context effect
+            r = context_flip_rate(codec.model, X, off)
+            out["context_flip_rate"], out["context_flip_rate (any byte)"] = r["code"], r["any_byte"]
+    return out
+
+
 def run_task(task: tuple[int, int]) -> tuple[int, int, dict, tuple[Codec, np.ndarray] | None]:
     """Every method of ``methods_at(B)`` fitted with seed ``s``: ``(s, B, {method: record},
     (crossq codec, codes) for the last seed, else None)``."""
@@ -51,7 +72,8 @@ def run_task(task: tuple[int, int]) -> tuple[int, int, dict, tuple[Codec, np.nda
         Xhat = torch.from_numpy(codec.decode(codes))
         m = evaluate(Xhat)
         mse = float(((Xhat - Xt) ** 2).sum(1).mean())
-        out[method] = _record(m, n_dev, index_time_s=t_index, recon_mse=mse)
+        out[method] = _record(m, n_dev, index_time_s=t_index, recon_mse=mse,
+                              flips=flip_diagnostics(method, codec, codes, init, Xhat))
         if rc.log:
             print(f"  seed {s} {B} B/token {method:<12} fit+encode {t_index:6.1f} s  dev "
                   f"MRR@10 {m['mrr@10'][:n_dev].mean():.4f}  test {m['mrr@10'][n_dev:].mean():.4f}",
@@ -80,7 +102,7 @@ def _cost(B: int, rc: ReproConfig) -> int:
 
 def sweep(ctx: dict, seeds: list[int], rc: ReproConfig, workers: int = 1):
     """``(per, last)``: ``per[(B, method)]`` lists of per-seed records (keys ``dev``, ``test``,
-    ``index_time_s``, ``recon_mse``, ``ft_steps``) in seed order; ``last[(B, "crossq")]`` the
+    ``index_time_s``, ``recon_mse``, ``flips``, ``ft_steps``) in seed order; ``last[(B, "crossq")]`` the
     last seed's CrossQ codec and codes. Tasks are dispatched costliest first."""
     _CTX.clear()
     _CTX.update(ctx, rc=rc, last_seed=seeds[-1])
