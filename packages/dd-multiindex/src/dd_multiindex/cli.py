@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from icml26_shared import UserError, cli_entry
-from icml26_shared.cli import add_reproduce_arguments, reproduce_from_args
+from icml26_shared.cli import add_reproduce_arguments, nonneg_int, reproduce_from_args
 from icml26_shared.io import print_json
 
 PROG = "dd-multiindex"
@@ -63,6 +63,8 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     from .io import load_run
 
     rows = load_run(args.run)
+    if args.law:
+        return _print_law_fits(args, rows)
     if args.target is not None:
         if args.target not in TARGETS:
             raise UserError(f"unknown --target {args.target!r} (choose from {', '.join(TARGETS)})")
@@ -94,6 +96,39 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     for t, per in out.items():
         for a, s in per.items():
             print(f"{t:<15}{a:<6}{s['exponent']:>10.3f}   [{s['ci_low']:>7.3f}, {s['ci_high']:>7.3f}]")
+    return 0
+
+
+def _print_law_fits(args: argparse.Namespace, rows: list[dict]) -> int:
+    """``fit-slopes --law``: the item-2 fits of m1* (floor-power in r, per-d r-slopes, power vs
+    polylog in d), ceiling rows censored at the run's m1 ceiling."""
+    from .io import read_spec
+    from .laws import law_fits
+
+    spec = read_spec(args.run) or {}
+    ceiling = (spec.get("search") or {}).get("m1_max")
+    try:
+        lf = law_fits([r for r in rows if "1" in str(r.get("stages", "1"))], ceiling=ceiling,
+                      n_resamples=args.resamples)
+    except ValueError as exc:
+        raise UserError(f"{args.run}: {exc}") from None
+    out = {k: lf[k] for k in ("n_observed", "n_censored", "n_missing")}
+    for kind in ("floor_power", "r_slope", "d_law"):
+        out[kind] = {str(key): dict(law=f.law, params=f.params, ci90=f.ci90, loglik=f.loglik, aic=f.aic,
+                                    n_observed=f.n_observed, n_censored=f.n_censored)
+                     for key, f in lf[kind].items()}
+    if args.json:
+        print_json(out, indent=2)
+        return 0
+    print(f"m1* rows: {out['n_observed']} observed, {out['n_censored']} censored at the ceiling, "
+          f"{out['n_missing']} without a value")
+    for kind, per in out.items():
+        if not isinstance(per, dict):
+            continue
+        for key, f in per.items():
+            ps = ", ".join(f"{n}={v:.3g}" + (f" [{f['ci90'][n][0]:.3g}, {f['ci90'][n][1]:.3g}]" if n in f["ci90"] else "")
+                           for n, v in f["params"].items())
+            print(f"{kind:<12}{key:<10}{ps}   AIC {f['aic']:.1f}")
     return 0
 
 
@@ -194,6 +229,11 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("run", type=Path, metavar="RUN")
     f.add_argument("--target", default=None, help=f"one of {', '.join(TARGETS)} (default: all that vary)")
     f.add_argument("--over", default=None, help="comma-separated axes for --target, e.g. r,d")
+    f.add_argument("--law", action="store_true",
+                   help="m1* fits that match the law: a + b*r^p, per-d r-slopes, power vs polylog in d "
+                        "(ceiling rows censored)")
+    f.add_argument("--resamples", type=nonneg_int, default=200, metavar="N",
+                   help="bootstrap resamples for the --law CIs (0: point fits only; default 200)")
     f.add_argument("--json", action="store_true")
     f.set_defaults(fn=_cmd_fit)
 

@@ -105,6 +105,8 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
     for name, slopes in f.items():
         for axis, s in slopes.items():
             res.add("fits", name, f"exponent_in_{axis}", s.exponent, ci90_low=s.ci_low, ci90_high=s.ci_high)
+    _law_rows(res, [r for r in rows if table["m1_star"][2](r)], spec.search.m1_max,
+              n_resamples=0 if scale == "smoke" else 200)
     get = lambda n, a: f.get(n, {}).get(a)  # noqa: E731
     lost = {n: sum(1 for r in rows if keep(r) and r.get(t) is None) for n, (t, _, keep) in table.items()}
     for i, (name, axis, target, tol) in enumerate((("m1_star", "r", 2.0, 0.4), ("m1_star", "d", 0.0, 0.3),
@@ -144,6 +146,21 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
         "both stages; 0step rows: the distilled set's own starting point (m1* real points, 0 distiller steps).",
     ]
     return res
+
+
+def _law_rows(res: Results, rows: list[dict], ceiling: int, n_resamples: int = 200) -> None:
+    """Item-2 fits of m₁* (``laws.law_fits``): ceiling rows censored at ``ceiling``, none dropped."""
+    from .laws import law_fits
+
+    lf = law_fits(rows, ceiling=ceiling, n_resamples=n_resamples)
+    counts = dict(n_observed=lf["n_observed"], n_censored=lf["n_censored"], n_missing=lf["n_missing"])
+    for kind, by in (("floor_power", lf["floor_power"]), ("r_slope", lf["r_slope"]), ("d_law", lf["d_law"])):
+        for key, fit in by.items():
+            for name, value in fit.params.items():
+                lo, hi = fit.ci90.get(name, (None, None))
+                res.add("law_fits", f"{kind}:{key}" if kind != "d_law" else kind, f"{fit.law}_{name}", value,
+                        ci90_low=lo, ci90_high=hi, loglik=fit.loglik, aic=fit.aic,
+                        n_censored=fit.n_censored, **counts)
 
 
 def _rows(res: Results, rows: list[dict]) -> None:

@@ -201,7 +201,7 @@ def _run_cell(spec: SweepSpec, d: int, r: int, L: int, stages: str, k: int, lr: 
         return passes(W1, lrn.fit_stage2(W1, data.X2, data.y2))
 
     m1, flag1 = search(ok1, 1, sc.m1_max)
-    row["m1_star"] = m1
+    row["m1_star"], row["m1_ceiling"] = m1, sc.m1_max  # a ceiling row is censored at m1_ceiling
     if flag1:
         row["flags"].append(f"m1:{flag1}")
     _real_search(row, spec, lrn, W0, a, data, passes)
