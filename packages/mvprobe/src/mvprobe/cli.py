@@ -13,11 +13,17 @@ from pathlib import Path
 
 from icml26_shared import UserError, cli_entry
 from icml26_shared.cli import ArgumentParser as _Parser
-from icml26_shared.cli import add_reproduce_arguments, float_in, positive_int, reproduce_from_args
+from icml26_shared.cli import (
+    add_reproduce_arguments,
+    float_in,
+    positive_float,
+    positive_int,
+    reproduce_from_args,
+)
 from icml26_shared.io import print_json
 
-METHOD_NAMES = ("mvprobe", "probex", "probex4", "statnn", "flat", "mlp", "first_order", "second_order",
-                "no_std")
+METHOD_NAMES = ("mvprobe", "probex", "probex4", "probex_recipe", "statnn", "flat", "mlp", "first_order",
+                "xu_only", "second_order", "no_std", "prior")
 
 
 def _print(obj, as_json: bool, lines) -> None:
@@ -62,14 +68,14 @@ def _cmd_index(args) -> int:
     return 0
 
 
-def _train(data, val, method: str, probe, epochs, seed, patience):
+def _train(data, val, method: str, probe, epochs, seed, patience, lr):
     import torch
 
     from .baselines import build
     from .config import TrainConfig
 
     learner = build(method, data.shape, len(data.label_names), probe)
-    cfg = TrainConfig(epochs=epochs, seed=seed, patience=patience if val is not None else None)
+    cfg = TrainConfig(epochs=epochs, seed=seed, patience=patience if val is not None else None, lr=lr)
     X, Y = torch.tensor(data.weights), torch.tensor(data.labels)
     Xv, Yv = (None, None) if val is None else (torch.tensor(val.weights), torch.tensor(val.labels))
     info = learner.fit(X, Y, Xv, Yv, cfg)
@@ -86,7 +92,8 @@ def _cmd_train(args) -> int:
     val = (load_data(args.val, args.layer or data.layer, data.label_names, data.shape)
            if args.val else None)
     probe = ProbeConfig(n_probes=args.n_probes, proj_dim=args.proj_dim, rep_dim=args.rep_dim)
-    learner, info = _train(data, val, args.method, probe, args.epochs, args.seed, args.patience)
+    learner, info = _train(data, val, args.method, probe, args.epochs, args.seed, args.patience, args.lr)
+    info.pop("history", None)
     from dataclasses import asdict
 
     from . import __version__
@@ -165,7 +172,7 @@ def _cmd_sweep(args) -> int:
     for layer in layers[rank::world]:
         data = load_data(args.data, layer)
         val = load_data(args.val, layer, data.label_names, data.shape)
-        _, info = _train(data, val, args.method, probe, args.epochs, args.seed, args.patience)
+        _, info = _train(data, val, args.method, probe, args.epochs, args.seed, args.patience, args.lr)
         rows.append({"layer": layer, "shape": list(data.shape), "val_per_label_accuracy": info["best_val_accuracy"]})
     if world > 1:
         from accelerate.utils import gather_object
@@ -188,6 +195,8 @@ def _add_probe_size(p) -> None:
     p.add_argument("--epochs", type=positive_int, default=3000, help="epoch budget (default 3000)")
     p.add_argument("--patience", type=positive_int, default=100,
                    help="with --val: stop after this many epochs without improvement (default 100)")
+    p.add_argument("--lr", type=positive_float, default=3e-4,
+                   help="Adam learning rate (default 3e-4, MVProbe's [C]; ProbeX's published 1e-3)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--method", choices=METHOD_NAMES, default="mvprobe", help="default: %(default)s")
 

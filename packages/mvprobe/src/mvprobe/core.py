@@ -126,21 +126,25 @@ class MVProbe(nn.Module):
             out[b] = S[0] if single else S
         return out
 
-    def encode(self, X: torch.Tensor) -> torch.Tensor:
-        """The fused representation ``[B, rep_dim]`` (``[rep_dim]`` for one matrix)."""
+    def encode(self, X: torch.Tensor, keep: Sequence[str] | None = None) -> torch.Tensor:
+        """The fused representation ``[B, rep_dim]`` (``[rep_dim]`` for one matrix). ``keep``
+        zero-masks every other branch's features (the authors' ablation flags do the same), so
+        ``keep=FIRST_ORDER`` is the first-order-only reading of the same trained probe."""
         Xb, single = _batched(X)
         views = self.branch_outputs(Xb, standardized=self.config.standardize)
         feats = []
         for b in self.branches:
             h = torch.relu(self.proj[b](views[b].transpose(-1, -2)))  # [B, r, proj_dim]
+            if keep is not None and b not in keep:
+                h = torch.zeros_like(h)
             feats.append(h.flatten(1))
         rep = self.encoder(torch.cat(feats, dim=-1))
         return rep[0] if single else rep
 
-    def forward(self, X: torch.Tensor) -> torch.Tensor:
+    def forward(self, X: torch.Tensor, keep: Sequence[str] | None = None) -> torch.Tensor:
         if self.head is None:
             raise ValueError("this probe has no classification head (n_outputs=None)")
-        return self.head(self.encode(X))
+        return self.head(self.encode(X, keep))
 
     def zeroshot_logits(self, X: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
         """Cosine logits ``[B, K]`` of the representations against ``text [K, text_dim]``."""
@@ -199,3 +203,51 @@ def theorem1_pair(U: torch.Tensor, X1: torch.Tensor | None = None,
     proj_perp = torch.eye(m, dtype=U.dtype) - U @ torch.linalg.pinv(U)
     N = torch.randn(X1.shape[0], m, generator=g, dtype=U.dtype) @ proj_perp
     return X1, X1 + N
+
+
+def _complement(A: torch.Tensor) -> torch.Tensor:
+    """Projector onto the orthogonal complement of A's column space."""
+    Q, _ = torch.linalg.qr(A)
+    return torch.eye(A.shape[0], dtype=A.dtype) - Q @ Q.T
+
+
+def theorem1_collision(model: MVProbe, X1: torch.Tensor, seed: int = 0,
+                       scale: float = 1.0) -> torch.Tensor:
+    """Thm 1 against a whole MVProbe: X₂ = X₁ + N whose every first-order response collides with
+    X₁'s for all four probe sets — N U = N Z = 0 and Nᵀ V = Nᵀ W = 0 (U, Z ∈ R^{d_W×r} multiply X,
+    V, W ∈ R^{d_H×r} multiply Xᵀ) — while the Gram views X Xᵀ W and Xᵀ X Z move. N = P_H G P_W
+    with P the projectors onto the complements of [V W] and [U Z]; needs 2r < min(d_H, d_W).
+    ``scale`` sets ‖N‖_F relative to ‖X₁‖_F."""
+    d_H, d_W = model.shape
+    r = model.config.n_probes
+    if set(model.branches) != set(("xu", "xtu", "xxtu", "xtxu")):
+        raise ValueError("the Thm 1 check needs all four branches")
+    if 2 * r >= min(d_H, d_W):
+        raise ValueError(f"Thm 1's collision needs 2r < min(d_H, d_W): r = {r}, layer {d_H}×{d_W}")
+    P = {b: p.detach().double() for b, p in model.probes.items()}
+    right = _complement(torch.cat([P["xu"], P["xtxu"]], 1))   # d_W×d_W, kills U and Z
+    left = _complement(torch.cat([P["xtu"], P["xxtu"]], 1))   # d_H×d_H, kills V and W
+    g = torch.Generator().manual_seed(seed)
+    N = left @ torch.randn(d_H, d_W, generator=g, dtype=torch.float64) @ right
+    X1 = X1.double()
+    N = N * (scale * X1.norm() / N.norm())
+    return (X1 + N).to(model.probes["xu"].dtype)
+
+
+def theorem1_gaps(model: MVProbe, X1: torch.Tensor, seed: int = 0) -> dict[str, float]:
+    """Max logit gap between X₁ and its Thm 1 collision X₂, for the full probe and for the same
+    trained probe read through its first-order views only (≈ 0 by construction), and the largest
+    first-order response difference (rounding)."""
+    from .config import FIRST_ORDER
+
+    X2 = theorem1_collision(model, X1, seed)
+    X1 = X1.to(X2.dtype)
+    with torch.no_grad():
+        full = float((model(X1[None]) - model(X2[None])).abs().max())
+        first = float((model(X1[None], keep=FIRST_ORDER) - model(X2[None], keep=FIRST_ORDER)).abs().max())
+        raw1 = model.branch_outputs(X1, standardized=False)
+        raw2 = model.branch_outputs(X2, standardized=False)
+    resp = max(float((raw1[b] - raw2[b]).abs().max() / raw1[b].abs().max()) for b in FIRST_ORDER)
+    gram = min(float((raw1[b] - raw2[b]).abs().max() / raw1[b].abs().max()) for b in ("xxtu", "xtxu"))
+    return {"mvprobe_logit_gap": full, "first_order_logit_gap": first,
+            "first_order_response_gap_rel": resp, "gram_response_gap_rel": gram}

@@ -23,7 +23,15 @@ import numpy as np
 from icml26_shared import UserError
 from icml26_shared.io import write_json
 
-from .io import WeightDataset, _natural, check_new_output, multi_hot, read_jsonl, read_layer
+from .io import (
+    WeightDataset,
+    _natural,
+    check_labels,
+    check_new_output,
+    multi_hot,
+    read_jsonl,
+    read_layer,
+)
 
 CACHE_FORMAT = "mvprobe-cache"
 
@@ -124,8 +132,9 @@ def load_cache(path: str | Path, label_names=None, expect_shape=None) -> WeightD
     if expect_shape is not None and tuple(shape[1:]) != tuple(expect_shape):
         raise UserError(f"{path}: cached layer has shape {shape[1:]}, expected {tuple(expect_shape)}")
     weights = np.memmap(path / "weights.f32", dtype=np.float32, mode="r", shape=shape)
-    names = list(label_names) if label_names is not None else meta["label_names"]
     recs = meta["records"]
+    check_labels(recs, label_names, path / "meta.json")
+    names = list(label_names) if label_names is not None else meta["label_names"]
     return WeightDataset([r["path"] for r in recs], meta["layer"], weights,
                          multi_hot([r["labels"] for r in recs], names), names)
 

@@ -114,6 +114,12 @@ def layer_names(path: str | Path) -> list[str]:
 
     path = Path(path)
     files = [path]
+    if path.is_dir() and (path / "adapter_config.json").is_file():  # a PEFT adapter: its LoRA modules
+        try:
+            with safe_open(str(path / "adapter_model.safetensors"), framework="numpy") as f:
+                return [k[: -len(".lora_A.weight")] for k in f.keys() if k.endswith(".lora_A.weight")]
+        except Exception as exc:
+            raise UserError(f"{path}: cannot list LoRA modules ({str(exc).splitlines()[0][:120]})") from None
     if path.is_dir():
         idx = path / INDEX_NAME
         files = ([path / f for f in sorted(set(json.loads(idx.read_text())["weight_map"].values()))]
@@ -151,7 +157,7 @@ def read_jsonl(path: str | Path) -> list[dict]:
             raise UserError(f"{path}:{n}: \"labels\" must be a list of strings or integers")
         p = Path(rec["path"])
         records.append({"path": str(p if p.is_absolute() else path.parent / p),
-                        "labels": [str(x) for x in labels]})
+                        "labels": [str(x) for x in labels], "line": n})
     if not records:
         raise UserError(f"{path}: empty (no records)")
     return records
@@ -196,9 +202,27 @@ class WeightDataset:
     def from_jsonl(cls, path: str | Path, layer: str, label_names: Sequence[str] | None = None,
                    expect_shape: tuple[int, int] | None = None) -> WeightDataset:
         recs = read_jsonl(path)
+        check_labels(recs, label_names, path)
         by = {r["path"]: r["labels"] for r in recs}
         return cls.from_safetensors([r["path"] for r in recs], layer, label_fn=by.__getitem__,
                                     label_names=label_names, expect_shape=expect_shape)
+
+
+def check_labels(recs: Sequence[dict], label_names: Sequence[str] | None, origin) -> None:
+    """Refuse, in one line naming file, line and label, a label outside ``label_names`` (the probe's
+    or the training set's), and a training list (``label_names`` None) in which no record has one."""
+    if label_names is None:
+        if not any(r["labels"] for r in recs):
+            raise UserError(f"{origin}: no record has labels; a training list needs \"labels\" on its lines")
+        return
+    known = set(label_names)
+    for i, r in enumerate(recs, 1):
+        for x in r["labels"]:
+            if x not in known:
+                where = f"{origin}:{r.get('line', i)}"
+                shown = ", ".join(list(label_names)[:12]) + (", ..." if len(label_names) > 12 else "")
+                raise UserError(f"{where}: label {x!r} is not one of the {len(label_names)} labels the "
+                                f"probe was trained on ({shown})")
 
 
 def _natural(s: str):

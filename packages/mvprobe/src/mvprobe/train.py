@@ -56,6 +56,15 @@ class History:
     epochs_run: int = 0
     train_loss: list[float] = field(default_factory=list)
     val_accuracy: list[float] = field(default_factory=list)
+    val_epochs: list[int] = field(default_factory=list)
+
+
+def converged(best_epoch: int, epochs: int, patience: int | None) -> bool:
+    """A run counts as converged when its kept epoch sits more than ``patience`` epochs before the
+    cap: had the cap been hit while it still improved, a longer budget could have kept a later one.
+    Without patience (every epoch run) the window is a tenth of the cap."""
+    window = patience if patience is not None else max(1, epochs // 10)
+    return best_epoch <= epochs - window
 
 
 def _logits(model: nn.Module, X: torch.Tensor, batch: int = 512) -> torch.Tensor:
@@ -79,8 +88,15 @@ def fit(model: nn.Module, X: torch.Tensor, Y: torch.Tensor, cfg: TrainConfig,
 
     With validation data the weights of the best validation epoch (per-label accuracy, ties
     broken by the lower validation loss) are restored at the end; ``cfg.patience`` stops early.
+    Batches come from a local generator seeded by ``cfg.seed``; torch's global random state is left
+    as it was.
     """
-    torch.manual_seed(cfg.seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)  # dropout-free models: only for layers that might draw
+        return _fit(model, X, Y, cfg, X_val, Y_val, progress)
+
+
+def _fit(model, X, Y, cfg, X_val, Y_val, progress) -> History:
     g = torch.Generator().manual_seed(cfg.seed)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     hist = History()
@@ -107,6 +123,7 @@ def fit(model: nn.Module, X: torch.Tensor, Y: torch.Tensor, cfg: TrainConfig,
         acc = per_label_accuracy(torch.sigmoid(logits).cpu().numpy(), Y_val.cpu().numpy())
         vloss = float(F.binary_cross_entropy_with_logits(logits, Y_val))
         hist.val_accuracy.append(acc)
+        hist.val_epochs.append(epoch)
         if (acc, -vloss) > best_key:
             best_key, stale = (acc, -vloss), 0
             best_state = copy.deepcopy(model.state_dict())
