@@ -89,3 +89,28 @@ def test_each_method_trains_with_the_recipe_chosen_on_valid():
     got = {r["method"]: (r.get("lr"), r.get("batch_size")) for r in recs}
     assert got["lightgcn"] == (recipes["lightgcn"]["lr"], recipes["lightgcn"]["batch_size"])
     assert got["gcib-no-gib"] == (recipes["gcib"]["lr"], recipes["gcib"]["batch_size"])
+
+
+def test_quick_reads_the_shipped_valid_choice_and_it_is_the_grids_best():
+    """Issue 60's first trade: the sweep runs as `gcib tune`, quick reads its shipped result. The
+    file's choice per method is its best valid HR@10 on the grid (ties allowed), seeds disjoint from
+    the reported ones, and `_shipped_stage` hands the runs exactly those recipes."""
+    from gcib.experiments import CFG, TUNE_GRID, _shipped_stage, shipped_recipes
+
+    from icml26_shared import Results
+
+    tc = CFG["quick"]["tune"]
+    out = shipped_recipes(tc["shipped"])
+    assert out["split"] == "valid" and not set(out["seeds"]) & {0, 1, 2}
+    assert {k: tuple(v) for k, v in out["grid"].items()} == TUNE_GRID
+    res = Results(package="gcib", version="0", scale="quick", seed=0)
+    recipes = _shipped_stage(res, "ml100k", tc)
+    assert set(recipes) == set(tc["methods"])
+    for m in tc["methods"]:
+        mine = [r for r in out["rows"] if r["method"] == m]
+        assert len(mine) == 4
+        best = max(r["valid_hr10"] for r in mine)
+        assert out["chosen"][m]["valid_hr10"] == best
+        assert recipes[m] == {k: out["chosen"][m][k] for k in TUNE_GRID}
+    chosen = [r for r in res.rows if r.experiment == "ml100k_tuning_chosen"]
+    assert chosen and all(r.extra["split"] == "valid" for r in chosen)
