@@ -146,3 +146,20 @@ def test_existing_out_folder_and_resume_errors(capsys, tmp_path):
                   *FAST[:-8], "--steps", "3", *FAST[6:]], "cannot be read")
     _err(capsys, ["eval", "--tasks", "copy:easy,sort:easy", "--checkpoint", str(out / "checkpoint.pt"),
                   "--sft-steps", "0", "--eval-prompts", "2"], "cannot be read")
+
+
+def test_checkpoint_with_code_is_one_line_without_torch_advice(capsys, tmp_path):
+    """A checkpoint holding pickled code: one line, and never PyTorch's weights_only=False advice."""
+    import io
+    import pickle
+
+    import torch
+
+    buf = io.BytesIO()
+    torch.save({"model": torch.zeros(2), "f": pickle.loads}, buf)
+    (tmp_path / "ck.pt").write_bytes(buf.getvalue())
+    _err(capsys, ["eval", "--tasks", "copy:easy", "--checkpoint", str(tmp_path / "ck.pt"),
+                  "--sft-steps", "0", "--eval-prompts", "2"], "cannot be read: it is truncated")
+    rc = main(["eval", "--tasks", "copy:easy", "--checkpoint", str(tmp_path / "ck.pt"),
+               "--sft-steps", "0", "--eval-prompts", "2"])
+    assert rc == 2 and "weights_only" not in capsys.readouterr().err

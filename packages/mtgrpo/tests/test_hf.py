@@ -249,3 +249,47 @@ def test_full_scale_recipe_runs_on_a_local_model(tiny_llama_dir, tmp_path, monke
     res = reproduce("full", tmp_path / "b", 0)
     res.validate()
     assert {r.method for r in res.rows} == {"grpo", "dapo", "mtgrpo"}
+
+
+@pytest.fixture(scope="module")
+def tiny_neox_dir(tmp_path_factory):
+    """A Pythia-shaped GPT-NeoX (fused query_key_value: no q_proj / v_proj to adapt)."""
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    torch.manual_seed(0)
+    cfg = GPTNeoXConfig(vocab_size=len(VOCAB), hidden_size=32, intermediate_size=64,
+                        num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64,
+                        rotary_pct=0.25, use_parallel_residual=True, pad_token_id=0,
+                        eos_token_id=VOCAB.index(";"), bos_token_id=None)
+    path = tmp_path_factory.mktemp("neox")
+    GPTNeoXForCausalLM(cfg).save_pretrained(path)
+    char_tokenizer().save_pretrained(path)
+    return path
+
+
+def test_lora_on_gpt_neox_from_the_cli_and_the_api(tiny_neox_dir, tmp_path, capsys):
+    from mtgrpo.cli import main
+    from mtgrpo.io import lora_targets
+
+    out = tmp_path / "run"
+    rc = main(["train", "--model", str(tiny_neox_dir), "--lora-r", "2", "--tasks", "copy:easy",
+               "--steps", "1", "--batch-prompts", "2", "--group-size", "2", "--max-new-tokens", "3",
+               "--max-rounds", "1", "--eval-prompts", "2", "--out", str(out), "--log-every", "0"])
+    assert rc == 0
+    adapter = json.loads((out / "model" / "adapter_config.json").read_text())
+    assert adapter["target_modules"] == ["query_key_value"]
+    # the adapter really trains (API, parity rewards so groups carry advantage)
+    pol = load_hf_policy(tiny_neox_dir, lora_r=2, target_modules="all-linear")
+    lora = {n: p.detach().clone() for n, p in pol.model.named_parameters() if p.requires_grad}
+    assert any("dense_h_to_4h" in n for n in lora) and all("lora_" in n for n in lora)
+    tr = MTGRPOTrainer(pol, tasks(), cfg(method="dapo", filter="lenient"), device="cpu")
+    tr.step()
+    assert any(not torch.equal(p, lora[n]) for n, p in pol.model.named_parameters() if n in lora)
+    # an unknown architecture falls back to all-linear; names matching nothing: one line, exit 2
+    assert lora_targets(torch.nn.Linear(2, 2)) == "all-linear"
+    capsys.readouterr()
+    rc = main(["train", "--model", str(tiny_neox_dir), "--lora-r", "2", "--lora-targets", "q_proj",
+               "--tasks", "copy:easy", "--out", str(tmp_path / "bad")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "--lora-targets q_proj match no module" in err[0], err
+    assert not (tmp_path / "bad").exists()

@@ -254,3 +254,60 @@ def test_local_jsonl_task(tmp_path):
     empty.write_text("")
     with pytest.raises(UserError):
         load_task(str(empty))
+
+
+def test_trainer_moves_weight_toward_the_least_accurate_task(tasks, warm):
+    """The λ·J term in our own trainer (mutant lambda-j-sign-flipped-own-trainer): with the
+    improvement clipped to 0, s_k = λ·J_k alone, so one step must move weight toward the task the
+    trainer measured as least accurate."""
+    tr = make(tasks, warm, method="mtgrpo", lam=1.0, improvement_clip=0.0, acc_ema_init="first")
+    tr.step()
+    J, z = tr.weighter.J, tr.z
+    assert np.isfinite(J).all() and J.max() > J.min(), J
+    assert z[np.argmax(J)] == z.min() < 1 / 3 < z[np.argmin(J)], (J, z)
+
+
+def _group(task, rewards):
+    from mtgrpo.trainer import Group
+
+    r = np.asarray(rewards, np.float64)
+    return Group(task, {}, [1], torch.zeros(len(r), 1, dtype=torch.long), torch.ones(len(r), 1), r)
+
+
+def test_j_observes_the_accepted_groups_or_each_round(tasks, warm):
+    """acc_source: 'accepted' = accuracy of the batch's groups that pass the filter (a planted
+    batch: task 0 has one all-correct group, dropped by the strict filter, and one 1/4 group);
+    'round' = one observation per generation round, pre-filter (the authors' code)."""
+    batch = [_group(0, [1, 1, 1, 1]), _group(0, [1, 0, 0, 0]), _group(2, [1, 1, 0, 0])]
+    tr = make(tasks, warm, method="mtgrpo", acc_source="accepted")
+    (obs,) = tr._acc_observations(batch, np.full(3, 0.9))
+    np.testing.assert_allclose(obs, [0.25, np.nan, 0.5])
+    tr = make(tasks, warm, method="mtgrpo", acc_source="generated")
+    assert tr._acc_observations(batch, np.full(3, 0.9))[0].tolist() == [0.9] * 3
+    # in training: J = the last observation (EMA decay 0); accepted groups are strictly mixed
+    tr = make(_parity_tasks(tasks), warm, method="mtgrpo", acc_source="accepted", acc_ema=0.0,
+              N_rs=4)
+    rec = tr.step()
+    (obs,) = rec["acc_observed"]
+    seen = ~np.isnan(obs)
+    assert seen.any() and np.all((np.array(obs)[seen] > 0) & (np.array(obs)[seen] < 1)), obs
+    np.testing.assert_allclose(np.array(rec["J"])[seen], np.array(obs)[seen])
+    tr = make(_parity_tasks(tasks), warm, method="mtgrpo", acc_source="round", acc_ema=0.0, N_rs=4)
+    rec = tr.step()
+    assert len(rec["acc_observed"]) == rec["rounds"]
+    last = np.array(rec["acc_observed"][-1])
+    np.testing.assert_allclose(np.array(rec["J"])[~np.isnan(last)], last[~np.isnan(last)])
+
+
+def test_unfillable_quota_warns_once_per_task_and_is_recorded(tasks, warm):
+    """A task no rollout can solve (its strict-filter groups are all wrong): RPS spends every
+    round on it each step; after unfilled_warn_steps steps running, one warning for that task
+    only, and every step's record names it."""
+    ts = _parity_tasks(tasks)
+    ts[1] = Task(ts[1].name, ts[1].train, ts[1].test, lambda resp, ex: 0.0)
+    tr = make(ts, warm, method="mtgrpo", N_rs=2, unfilled_warn_steps=2)
+    with pytest.warns(RuntimeWarning, match="sort:easy") as got:
+        recs = [tr.step() for _ in range(4)]
+    mine = [w for w in got if "RPS quota" in str(w.message)]
+    assert len(mine) == 1 and "sort:easy" in str(mine[0].message), [str(w.message) for w in mine]
+    assert all("sort:easy" in r["unfilled"] for r in recs[1:] if r["requested"][1] > 0)

@@ -50,7 +50,8 @@ def _policy(args, tasks):
         transformers.utils.logging.disable_progress_bar()
     except (ImportError, AttributeError):
         pass
-    return load_hf_policy(args.model, lora_r=args.lora_r, chat_template=args.chat_template,
+    return load_hf_policy(args.model, lora_r=args.lora_r, target_modules=args.lora_targets,
+                          chat_template=args.chat_template,
                           dtype=args.dtype,
                           gradient_checkpointing=getattr(args, "gradient_checkpointing", False))
 
@@ -71,7 +72,8 @@ def cmd_train(args) -> int:
                       filter=args.filter, max_new_tokens=args.max_new_tokens, N_rs=args.n_rs,
                       eval_every=max(1, args.steps), inflate=args.inflate,
                       acc_ema_init=args.acc_ema_init, temperature=args.temperature,
-                      micro_batch=args.micro_batch, grad_accum=args.grad_accum)
+                      micro_batch=args.micro_batch, grad_accum=args.grad_accum,
+                      acc_source=args.acc_source, unfilled_warn_steps=args.warn_unfilled)
     out = Path(args.out)
     ckpt = out / "checkpoint.pt"
     if out.exists() and not out.is_dir():
@@ -248,6 +250,10 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=positive_float, default=1.0,
                    help="sampling temperature, also applied when scoring the ratio (paper 1.0)")
     p.add_argument("--lora-r", type=nonneg_int, default=0, help="LoRA rank (0 = full fine-tuning)")
+    p.add_argument("--lora-targets", default="auto",
+                   help="modules LoRA adapts: auto (peft's table for known architectures, e.g. "
+                        "q_proj,v_proj for Llama or query_key_value for GPT-NeoX; all-linear "
+                        "otherwise), all-linear, or a comma list of module names")
     p.add_argument("--chat-template", action="store_true", help="wrap prompts in the chat template")
     p.add_argument("--sft-steps", type=nonneg_int, default=150, help="warm-start steps of the tiny policy")
     p.add_argument("--seed", type=int, default=0)
@@ -271,8 +277,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--filter", default="strict", choices=("strict", "lenient", "constant"),
                    help="zero-gradient filter: strict (Exp-1), lenient (Exp-2: all-0 / all-1 groups), "
                         "constant (any constant group)")
-    p.add_argument("--n-rs", type=positive_int, default=10,
-                   help="generation rounds of RPS / DAPO in all (the authors' max_num_gen_batches)")
+    p.add_argument("--max-rounds", "--n-rs", dest="n_rs", type=positive_int, default=10,
+                   help="N_rs: generation rounds of RPS / DAPO per step in all, the first included "
+                        "(the authors' max_num_gen_batches; default %(default)s): caps the cost of "
+                        "a task whose quota cannot be filled")
+    p.add_argument("--acc-source", default="round", choices=("round", "generated", "accepted"),
+                   help="what J_k's EMA observes: round = each generation round's accuracy before "
+                        "the zero-advantage filter (authors' code), generated = all rollouts of "
+                        "the step, accepted = the batch's groups that pass the filter")
+    p.add_argument("--warn-unfilled", type=positive_int, default=3,
+                   help="warn once per task when its RPS quota stays unfilled this many steps running")
     p.add_argument("--inflate", action="store_true",
                    help="acceptance-aware inflation m_k (Algorithm 2; off in the authors' 3-task runs)")
     p.add_argument("--acc-ema-init", default="zero", choices=("zero", "first"),
@@ -329,9 +343,18 @@ def main(argv: list[str] | None = None) -> int:
     import warnings
 
     args = build_parser().parse_args(argv)
+    show = warnings.showwarning
+
+    def one_line(message, category, filename, lineno, file=None, line=None):
+        if str(message).startswith("mtgrpo: "):  # ours: one line, no source excerpt
+            print(f"mtgrpo: warning: {str(message)[len('mtgrpo: '):]}", file=sys.stderr, flush=True)
+        else:
+            show(message, category, filename, lineno, file, line)
+
     with warnings.catch_warnings():  # libraries' deprecation notes are not the user's business
         warnings.simplefilter("ignore", FutureWarning)
         warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.showwarning = one_line
         return args.fn(args)
 
 

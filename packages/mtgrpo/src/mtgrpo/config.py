@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass, fields, replace
 
 from icml26_shared import UserError
 
+ACC_SOURCES = ("round", "generated", "accepted")
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -30,6 +32,14 @@ class TrainConfig:
     improvement_clip: float = 0.1  # |I_k| clip [C at lr 1e-6; the code scales it by lr/1e-6]
     acc_ema: float = 0.5  # EMA decay of batch accuracy J_k [C]
     acc_ema_init: str = "zero"  # J_k starts at 0 [C]; "first" = the first observation [R]
+    acc_source: str = "round"  # what J_k's EMA observes: "round" = each generation round's accuracy
+    # over all its groups, before the zero-advantage filter, one EMA update per round [C
+    # ray_trainer.py: acc_group_wise over unique_uids, then priority_func.update_batch_acc, both
+    # before valid_mask is applied]; "generated" = all rollouts of the step pooled, one update
+    # (mtgrpo <= 0.3) [R]; "accepted" = the training batch's groups that pass the filter (issue
+    # 50's reading) [R]
+    unfilled_warn_steps: int = 3  # warn once per task when its quota stays unfilled this many steps
+    # running (RPS spends all N_rs rounds on it) [R]
     M_os: float = 3.0  # oversampling factor [P, C rejection_sample_multiplier]
     N_rs: int = 10  # generation rounds in all, the first included (10 Exp-1, 2 Exp-2)
     # [C max_num_gen_batches]; the paper's text reads as N_rs resampling rounds after the first
@@ -59,6 +69,10 @@ class TrainConfig:
             raise UserError(f"unknown filter {self.filter!r} (strict|lenient|constant)")
         if self.acc_ema_init not in ("zero", "first"):
             raise UserError(f"unknown acc_ema_init {self.acc_ema_init!r} (zero|first)")
+        if self.acc_source not in ACC_SOURCES:
+            raise UserError(f"unknown acc_source {self.acc_source!r} ({'|'.join(ACC_SOURCES)})")
+        if self.unfilled_warn_steps < 1:
+            raise UserError(f"unfilled_warn_steps must be >= 1 (got {self.unfilled_warn_steps})")
         for name in ("lam", "lr", "temperature", "M_os", "M_acc", "weight_lr", "eps_low", "eps_high"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v)):

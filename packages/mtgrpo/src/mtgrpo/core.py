@@ -262,6 +262,8 @@ class RatioPreservingSampler:
     rho_ema: float = 0.9
     quota: bool = True
     inflate: bool = False
+    round_multiple: int = 1  # prompts per generation round rounded up to a multiple of this (the
+    # number of processes, so that every process generates the same number of whole groups)
     rho: np.ndarray = field(default=None)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
@@ -280,6 +282,7 @@ class RatioPreservingSampler:
         n = rng.multinomial(B, z / z.sum())
         m = inflation(self.rho, self.M_acc) if self.inflate else np.ones(K)
         per_round = max(int(round(self.M_os * B)), 1)
+        per_round = -(-per_round // self.round_multiple) * self.round_multiple
         acc: list[list[Any]] = [[] for _ in range(K)]
         rej: list[list[Any]] = [[] for _ in range(K)]
         gen = np.zeros(K, int)

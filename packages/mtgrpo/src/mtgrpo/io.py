@@ -168,7 +168,7 @@ DTYPES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16
 
 
 def load_hf_policy(path: str | Path, lora_r: int = 0, lora_alpha: int = 16,
-                   target_modules: list[str] | None = None, chat_template: bool = False,
+                   target_modules: str | list[str] | None = None, chat_template: bool = False,
                    dtype: str = "fp32", gradient_checkpointing: bool = False):
     """A local Hugging Face causal LM (never downloads) in ``dtype`` (bf16 | fp16 | fp32);
     ``lora_r > 0`` wraps it in a PEFT LoRA adapter so only the adapter trains;
@@ -217,16 +217,41 @@ def _load_hf(path: Path, lora_r, lora_alpha, target_modules, chat_template, dtyp
     return wrap_hf(model, tok, lora_r, lora_alpha, target_modules, chat_template)
 
 
+def lora_targets(model, spec: str | list[str] | None = None) -> str | list[str]:
+    """The LoRA target modules for ``model``: ``None`` / ``"auto"`` gives peft's own table for a
+    known architecture (``q_proj, v_proj`` for Llama / Qwen2, ``query_key_value`` for
+    GPT-NeoX / Pythia, ...) and ``"all-linear"`` otherwise; ``"all-linear"`` or a comma list /
+    list of module names is passed on as given."""
+    if spec is None or spec == "auto":
+        from peft.utils import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as known
+
+        kind = getattr(getattr(model, "config", None), "model_type", None)
+        return list(known[kind]) if kind in known else "all-linear"
+    if spec == "all-linear":
+        return spec
+    names = [s.strip() for s in spec.split(",")] if isinstance(spec, str) else list(spec)
+    names = [n for n in names if n]
+    if not names:
+        raise UserError("--lora-targets is empty (auto, all-linear or module names)")
+    return names
+
+
 def wrap_hf(model, tokenizer, lora_r: int = 0, lora_alpha: int = 16,
-            target_modules: list[str] | None = None, chat_template: bool = False):
+            target_modules: str | list[str] | None = None, chat_template: bool = False):
     from .trainer import Policy
 
     if lora_r > 0:
         from peft import LoraConfig, get_peft_model
 
+        targets = lora_targets(model, target_modules)
         cfg = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0, task_type="CAUSAL_LM",
-                         target_modules=target_modules or ["q_proj", "v_proj"])
-        model = get_peft_model(model, cfg)
+                         target_modules=targets)
+        try:
+            model = get_peft_model(model, cfg)
+        except ValueError as exc:  # peft: no module of the model matches the targets
+            raise UserError(f"--lora-targets {targets if isinstance(targets, str) else ','.join(targets)}"
+                            f" match no module of this {type(model).__name__}: "
+                            f"{str(exc).splitlines()[0][:200]}") from None
     return Policy(model, HFTokenizer(tokenizer, chat_template))
 
 

@@ -86,15 +86,18 @@ def claim_checks(desc, summary: dict, equal: dict, sc: dict) -> list[ClaimCheck]
     for cid, name, margin, src in (("worst_vs_grpo", "grpo", 10.0, summary),
                                    ("worst_vs_dapo", "dapo", 3.0, summary),
                                    ("worst_vs_grpo_equal_rollout", "grpo", 10.0, equal),
-                                   ("worst_vs_dapo_equal_rollout", "dapo", 3.0, equal)):
+                                   ("worst_vs_dapo_equal_rollout", "dapo", 3.0, equal),
+                                   ("worst_vs_iwu_only", "iwu_only", 0.0, summary)):
         if cid not in claims or not src or name not in src:
             continue
         a, b = pct * src["mtgrpo"]["worst"], pct * src[name]["worst"]
         eq = " at equal rollouts per step" if src is equal else ""
+        what = " (what RPS adds: IWU-only has the same weights, no sampler)" \
+            if name == "iwu_only" else ""
         out.append(ClaimCheck.compare(
             claims[cid], float(a.mean()), float(b.mean()), name, margin=margin, interval=_iv(a - b),
-            note=f"target: MT-GRPO ≥ {name.upper()} + {margin:g} points{eq}, the whole paired 95% "
-                 f"interval over {len(a)} seeds (test split)"))
+            note=f"target: MT-GRPO ≥ {name.upper()} + {margin:g} points{eq}{what}, the whole paired "
+                 f"95% interval over {len(a)} seeds (test split)"))
     best = "dapo" if dapo["avg"].mean() >= grpo["avg"].mean() else "grpo"
     d = pct * (mt["avg"] - summary[best]["avg"])
     out.append(ClaimCheck.compare(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from .core import (
     grpo_advantages,
     plain_sample,
     task_wise_total_loss,
+    zero_gradient_mask,
 )
 from .policy import generate, hf_generate, left_pad, response_logprobs
 from .tasks import Task, safe_reward
@@ -115,6 +117,9 @@ class MTGRPOTrainer:
         self.step_idx = 0
         self.history: list[dict] = []
         self._drawn: list[Group] = []
+        self._round_acc: list[np.ndarray] = []
+        self._unfilled = np.zeros(self.K, int)  # steps running with this task's quota unfilled
+        self._warned = np.zeros(self.K, bool)
 
     # --- task weights ------------------------------------------------------------------------
     @property
@@ -181,6 +186,7 @@ class MTGRPOTrainer:
             u = torch.rand((len(items), n, t), generator=self.gen, dtype=torch.float64)
             groups = self._rollout(items, u, n) if items else []
         self._drawn += groups
+        self._round_acc.append(_per_task(groups, self.K, lambda g: float(np.mean(g.rewards >= 1.0))))
         per = [[] for _ in range(self.K)]
         for g in groups:
             per[g.task].append(g)
@@ -190,15 +196,18 @@ class MTGRPOTrainer:
     def step(self) -> dict:
         cfg, K = self.cfg, self.K
         z = self.z.copy()
-        self._drawn = []
+        self._drawn, self._round_acc = [], []
         if self.spec.sampling == "plain":
             batch, st = plain_sample(z, cfg.batch_prompts, self._draw, self.rng, cfg.filter)
         else:
             batch, st = self.sampler.sample(z, cfg.batch_prompts, self._draw, self.rng)
         acc = _per_task(self._drawn, K, lambda g: float(np.mean(g.rewards >= 1.0)))
         rew = _per_task(self._drawn, K, lambda g: float(np.mean(g.rewards)))
+        observed = self._acc_observations(batch, acc)
         if self.spec.weighting in ("iwu", "minimax", "regularized"):
-            self.weighter.observe_accuracy(acc)
+            for a in observed:
+                self.weighter.observe_accuracy(a)
+        unfilled = self._check_quotas(st)
         adv = [torch.as_tensor(grpo_advantages(g.rewards[None], cfg.adv_eps)[0], dtype=torch.float32)
                for g in batch]
         if self.spec.weighting == "sec":
@@ -209,10 +218,42 @@ class MTGRPOTrainer:
                "requested": st.requested.tolist(), "acc": acc.tolist(), "reward": rew.tolist(),
                "zero_grad_rate": st.filter_rate.tolist(), "batch_size": len(batch),
                "rounds": st.rounds, "prompts_generated": int(st.generated.sum()),
-               "improvement": improvements.tolist(), "loss": loss, "rho": self.sampler.rho.tolist()}
+               "improvement": improvements.tolist(), "loss": loss, "rho": self.sampler.rho.tolist(),
+               "acc_observed": [a.tolist() for a in observed], "J": self.weighter.J.tolist(),
+               "unfilled": unfilled}
         self.step_idx += 1
         self.history.append(rec)
         return rec
+
+    def _acc_observations(self, batch: list[Group], acc: np.ndarray) -> list[np.ndarray]:
+        """What J_k's EMA observes this step (``TrainConfig.acc_source``): one per-task accuracy per
+        generation round, pre-filter (the authors' code); all rollouts pooled; or the training
+        batch's groups that pass the zero-advantage filter."""
+        src = self.cfg.acc_source
+        if src == "round":
+            return list(self._round_acc)
+        if src == "generated":
+            return [acc]
+        kept = [g for g in batch if not zero_gradient_mask(g.rewards[None], self.cfg.filter)[0]]
+        return [_per_task(kept, self.K, lambda g: float(np.mean(g.rewards >= 1.0)))]
+
+    def _check_quotas(self, st) -> list[str]:
+        """Tasks whose RPS quota went unfilled after all N_rs rounds; one warning per task once
+        that has happened ``unfilled_warn_steps`` steps running (each such step costs N_rs
+        generation rounds)."""
+        if self.spec.sampling != "rps":
+            return []
+        short = np.asarray(st.accepted) < np.asarray(st.requested)
+        self._unfilled = np.where(short, self._unfilled + 1, 0)
+        names = [self.tasks[k].name for k in np.flatnonzero(short)]
+        for k in np.flatnonzero((self._unfilled >= self.cfg.unfilled_warn_steps) & ~self._warned):
+            self._warned[k] = True
+            if self.dist.rank == 0:
+                warnings.warn(f"mtgrpo: task {self.tasks[k].name!r} left its RPS quota unfilled "
+                              f"{self._unfilled[k]} steps running, each spending all {st.rounds} "
+                              "generation rounds: its groups are nearly all solved or all failed "
+                              "(--max-rounds caps the cost)", RuntimeWarning, stacklevel=3)
+        return names
 
     def _update(self, batch: list[Group], adv: list[torch.Tensor]) -> tuple[np.ndarray, float]:
         cfg, K, d = self.cfg, self.K, self.dist
@@ -358,6 +399,7 @@ class MTGRPOTrainer:
                 "weighter": self.weighter.state_dict(), "sampler": self.sampler.state_dict(),
                 "sec": self.sec.state_dict(), "rng": self.rng.bit_generator.state,
                 "gen": self.gen.get_state(), "step": self.step_idx, "history": self.history,
+                "unfilled": self._unfilled.tolist(), "warned": self._warned.tolist(),
                 "config": self.cfg.to_dict(), "tasks": [t.name for t in self.tasks]}
 
     def load_state_dict(self, sd: dict) -> None:
@@ -371,6 +413,8 @@ class MTGRPOTrainer:
         self.rng.bit_generator.state = sd["rng"]
         self.gen.set_state(sd["gen"])
         self.step_idx, self.history = int(sd["step"]), list(sd["history"])
+        self._unfilled = np.asarray(sd.get("unfilled", np.zeros(self.K)), int)
+        self._warned = np.asarray(sd.get("warned", np.zeros(self.K)), bool)
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
@@ -386,9 +430,9 @@ class MTGRPOTrainer:
             raise UserError(f"checkpoint {path} does not exist")
         try:  # tensors, numbers, strings and containers only: no pickled code is run
             sd = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as exc:
-            raise UserError(f"checkpoint {path} cannot be read ({type(exc).__name__}: "
-                            f"{str(exc).splitlines()[0] if str(exc) else 'corrupt'})") from None
+        except Exception as exc:  # PyTorch's own text advises weights_only=False: never relayed
+            raise UserError(f"checkpoint {path} cannot be read: it is truncated, corrupt or not "
+                            f"written by mtgrpo ({type(exc).__name__})") from None
         if not isinstance(sd, dict) or not {"model", "config", "tasks", "step"} <= set(sd):
             raise UserError(f"checkpoint {path} is not an mtgrpo checkpoint")
         method = sd["config"].get("method")
