@@ -39,8 +39,8 @@ DESCRIPTOR = MethodDescriptor(
             "Edge-mask learner, loss wiring and fusion are reconstructed.",
     scales={
         "smoke": "a tiny synthetic multi-behaviour set (150 users x 120 items), every method, 2 seeds (seconds)",
-        "quick": "each method's lr x batch chosen on the valid item of clean ml-100k (tuning seed 100; "
-                 "needs the recbole 1.2.1 files or $GCIB_ML100K); then ml-100k (dislike/neutral/like) clean and "
+        "quick": "each method's lr x batch as `gcib tune` chose it on the valid item of clean ml-100k (tuning "
+                 "seed 100; shipped); needs the recbole 1.2.1 files or $GCIB_ML100K); then ml-100k (dislike/neutral/like) clean and "
                  "with uniform noise eta=1: MostPop, GCIB, 4 baselines (MBGCN-lite clean only), random pruning; "
                  "nested ml-100k (view/cart/buy) at eta=1 with the GIB controls (no-GIB, cosine-prior, "
                  "scorer_init 0); the realistic synthetic 1000x1000 clean (with auxiliary-only LightGCN) and "
@@ -48,5 +48,5 @@ DESCRIPTOR = MethodDescriptor(
         "full": "a CUDA device and $GCIB_DATASETS=tmall=DIR,beibei=DIR,taobao=DIR (MBGCN or CML "
                 "folders) plus ml-100k: eta in {0, 0.5, 1} for both noise kinds, all ablations, 5 seeds",
     },
-    quick_minutes=20.0,  # 19.5 CPU-min, one thread; the per-method grid runs inside quick
+    quick_minutes=14.0,  # 13.6 CPU-min, one thread (the lr x batch sweep is `gcib tune`, outside quick)
 )
