@@ -26,24 +26,49 @@ def test_decoder_recovers_actions_from_informative_latents_only():
     acts = rng.integers(0, 5, 900)
     informative = np.eye(5)[acts][:, None] + 0.05 * rng.normal(size=(900, 1, 5))   # [M, K=1, 5]
     noise = rng.normal(size=(900, 3, 2))
-    decode, _, dev, _ = fit_decoder(informative[:50], acts[:50], informative[50:200], acts[50:200])
-    assert dev == 1.0 and np.mean(decode(informative[200:]) == acts[200:]) == 1.0
-    decode, _, dev, _ = fit_decoder(noise[:50], acts[:50], noise[50:200], acts[50:200])
+    decode, _, cv, _ = fit_decoder(informative[:50], acts[:50])
+    assert cv == 1.0 and np.mean(decode(informative[200:]) == acts[200:]) == 1.0
+    decode, _, cv, _ = fit_decoder(noise[:50], acts[:50])
     assert np.mean(decode(noise[200:]) == acts[200:]) < 0.4                          # chance is 0.2
 
 
 def test_decoder_reads_the_one_informative_factor_from_few_labels():
     # 0.8: a factored latent [M, K, d/K] whose slot 3 alone carries the action; with 23 labels (1% in quick)
-    # a decoder on all 12 values overfits (~0.7 here), the factor chosen on dev reads it (fails on 0.7's decoder)
+    # a decoder on all 12 values overfits (~0.7 here), the factor chosen by CV inside the 23 labels reads it
     rng = np.random.default_rng(1)
     acts = rng.integers(1, 5, 1500)
     moves = np.array([[0, 0], [-1, 0], [1, 0], [0, -1], [0, 1]], float)
     lat = rng.normal(size=(1500, 6, 2))
     lat[:, 3] = moves[acts] + 0.3 * rng.normal(size=(1500, 2))
-    decode, _, dev, factor = fit_decoder(lat[:23], acts[:23], lat[23:500], acts[23:500])
+    decode, _, _, factor = fit_decoder(lat[:23], acts[:23])
     assert factor == 3 and np.mean(decode(lat[500:]) == acts[500:]) > 0.9
-    _, _, _, factor = fit_decoder(lat[:23, 3], acts[:23], lat[23:500, 3], acts[23:500])   # [M, d]: one view
+    _, _, _, factor = fit_decoder(lat[:23, 3], acts[:23])   # [M, d]: one view
     assert factor == -1
+
+
+def test_bc_choices_read_only_the_labelled_transitions(monkeypatch):
+    """Issue 57, item 7: dev's and test's true actions replaced by random labels -> the same decoder input,
+    C and pseudo-labels (only the labelled training transitions choose them; test's actions only score)."""
+    import flam_wm.bc as bc
+
+    rng = np.random.default_rng(2)
+    moves = np.array([[0, 0], [-1, 0], [1, 0], [0, -1], [0, 1]], float)
+    lat, act = {}, {}
+    for k, m in (("train", 600), ("dev", 200), ("test", 200)):
+        act[k] = rng.integers(0, 5, m)
+        lat[k] = rng.normal(size=(m, 4, 2))
+        lat[k][:, 2] = moves[act[k]] + 0.4 * rng.normal(size=(m, 2))
+    frames = {k: np.zeros((len(act[k]), 16, 16, 3), np.uint8) for k in act}
+    seen = []
+    monkeypatch.setattr(bc, "clone", lambda f, y, size, steps, seed: seen.append(y.copy()) or type(
+        "P", (), {"act": staticmethod(lambda fr: np.zeros(len(fr), int))})())
+    a = bc.pseudo_label_bc(lat, act, frames, 0.04, 2, 16, seed=0, episodes=2)
+    shuffled = {**act, "dev": rng.integers(0, 5, 200), "test": rng.integers(0, 5, 200)}
+    b = bc.pseudo_label_bc(lat, shuffled, frames, 0.04, 2, 16, seed=0, episodes=2)
+    assert (a["decoder_factor"], a["decoder_c"], a["decoder_cv_acc"]) == (b["decoder_factor"], b["decoder_c"],
+                                                                          b["decoder_cv_acc"])
+    assert a["decoder_factor"] == 2 and np.array_equal(seen[0], seen[1])
+    assert a["pseudo_test_acc"] > 0.6 and b["pseudo_test_acc"] < 0.4       # test's labels only score
 
 
 def test_cloning_from_noisy_labels_leaves_the_keypoint_plateau():

@@ -35,23 +35,29 @@ def test_gen_data_then_train(data, tmp_path, capsys):
                                                 "metrics.json"}
     assert "PSNR" in capsys.readouterr().out
     model, config = load_run(run)
-    assert model.cfg.width == 16 and not model.cfg.pos_keys and config["model"]["pos_keys"] is False
-    assert model.cfg.slot_pos and model.cfg.seeding == "fps" and model.cfg.decoder == "broadcast"
-    old = run.parent / "old"           # a RUN written before 0.4 (no pos_keys, nor 0.7's fields) keeps its model
-    shutil.copytree(run, old)
-    for key in ("pos_keys", "slot_pos", "seeding", "recon_all", "decoder_hidden"):
-        del config["model"][key]
-    config["model"]["decoder"] = "mlp"
-    (old / "config.json").write_text(json.dumps(config))
-    from flam_wm.config import ModelConfig
-    from flam_wm.core import WorldModel
-    from safetensors.torch import save_file
+    assert model.cfg.width == 16 and model.cfg.slot_pos and "pos_keys" not in config["model"]
+    # 0.10.0 removed seven dev-rejected options: a RUN written with one of them on is refused in one line;
+    # a 0.9.x RUN holding each at its off value loads (and resumes) as the same model
+    from flam_wm.io import open_run
 
-    then = ModelConfig(**{**config["model"], "pos_keys": True, "slot_pos": False, "seeding": "learned",
-                          "recon_all": False})
-    save_file(WorldModel(then).state_dict(), str(old / "model.safetensors"))
-    back = load_run(old)[0].cfg
-    assert back.pos_keys and not back.slot_pos and back.seeding == "learned" and not back.recon_all
+    v09 = run.parent / "v09"
+    shutil.copytree(run, v09)
+    old = json.loads((run / "config.json").read_text())
+    old["model"].update(pos_keys=False, residual=False, decoder="broadcast", seeding="fps", logvar_init=0.0)
+    old["train"].update(kl_warmup=0, slot_warmup=0)
+    (v09 / "config.json").write_text(json.dumps(old))
+    assert load_run(v09)[0].cfg == model.cfg and open_run(v09, json.loads((run / "config.json").read_text()))
+    capsys.readouterr()
+    for key, value in (("residual", True), ("pos_keys", True), ("decoder", "mlp"), ("kl_warmup", 100)):
+        bad = json.loads(json.dumps(old))
+        bad["train" if key == "kl_warmup" else "model"][key] = value
+        (v09 / "config.json").write_text(json.dumps(bad))
+        assert main(["eval", str(v09), "--data", str(data)]) == 2
+        _one_line(capsys, f"{key}={value!r}, an option removed in flam-wm 0.10.0")
+    before_04 = {k: v for k, v in old["model"].items() if k not in ("pos_keys", "slot_pos", "decoder")}
+    (v09 / "config.json").write_text(json.dumps({**old, "model": before_04}))  # a RUN written before 0.4 / 0.7
+    assert main(["probe", str(v09), "--data", str(data)]) == 2
+    _one_line(capsys, "pos_keys=True")
     assert main(["train", "--data", str(data), "--size", "16", "--slots", "3", "--latent-dim", "6",
                  "--steps", "2", "--out", str(run)]) == 2      # batch size 16, not 2: another config
     _one_line(capsys, "another config")

@@ -100,7 +100,7 @@ def test_local_attention_keeps_an_object_slot_near_its_position():
     _, flat, none = fac._attend(keys, vals, slots, 1, None)
     assert none is None and torch.allclose(flat[0, near], flat[0, far])
     with pytest.raises(ValueError, match="local_sigma needs"):
-        _quick_cfg(local_sigma=1.0, seeding="learned")
+        _quick_cfg(local_sigma=1.0, slot_pos=False)
 
 
 def test_a_run_written_before_local_attention_resumes_as_the_same_config(tmp_path):

@@ -49,3 +49,37 @@ def test_temporal_attention_reaches_the_slots_and_is_causal():
         z2 = z.clone()
         z2[:, -1] = torch.rand_like(z2[:, -1])
         assert torch.allclose(on.slots(z2)[:, :-1], s_on[:, :-1], atol=1e-6)
+
+
+def test_flam_one_latent_gives_every_fdm_one_latent_of_size_d_from_all_slots():
+    """Issue 57, item 3: the factorisation's ablation keeps FLAM's slots, FDM and compositor but infers one
+    latent of size d from every slot and hands that same latent to each slot's FDM."""
+    from flam_wm import experiments as ex
+    from flam_wm.baselines import build
+
+    torch.manual_seed(0)
+    cfg = build("flam-one-latent", 2, width=16, latent_dim=6, beta=0.01, size=16)
+    model, z = WorldModel(cfg), _tokens()
+    assert cfg.model == "flam" and cfg.one_latent and cfg.latent_slots == 1 and cfg.slot_latent == 6
+    assert type(model.agg).__name__ == "SlotCompositor" and model.factorizer.k == cfg.slots == 3
+    seen = []
+    fdm = model.fdm.forward
+    model.fdm.forward = lambda s, a: (seen.append((s.shape, a)), fdm(s, a))[1]
+    with torch.no_grad():
+        s = model.slots(z)
+        mu, logvar = model.infer(s)
+        assert mu.shape == (2, 3, 1, 6)
+        s2 = s.clone()
+        s2[:, :, 2] += 1.0                                   # one slot moves: the one latent changes
+        assert (model.infer(s2)[0] - mu).abs().max() > 1e-3
+        eps = torch.randn(mu.shape, generator=torch.Generator().manual_seed(0))
+        model.loss(z, eps=eps, unroll=1)
+    (shape, a), = seen
+    assert torch.allclose(a, mu + eps * (0.5 * logvar).exp(), atol=1e-6) and shape[-2] == 3
+    with torch.no_grad():  # the FDM gives its one latent to every slot: as if each slot had been handed it
+        assert torch.allclose(fdm(s[:, :-1], a), fdm(s[:, :-1], a.expand(-1, -1, 3, -1)), atol=1e-6)
+    q = ex.CFG["quick"]
+    assert "flam-one-latent" in q["arms"]
+    m = ex._model_cfg("flam-one-latent", 4, q["width"], q["flam_choice"], None, 4, q["local_sigma"])
+    f = ex._model_cfg("flam", 4, q["width"], q["flam_choice"], None, 4, q["local_sigma"])
+    assert m.free_bits == f.free_bits * f.slots and m.local_sigma == f.local_sigma and m.slots == f.slots

@@ -54,7 +54,7 @@ def _reference_093(cfg: ModelConfig, tc: TrainConfig, video) -> WorldModel:
         idx = rng.integers(0, n, tc.batch_size)
         off = int(rng.integers(0, t - w + 1))
         eps = torch.randn((tc.batch_size, w - 1, cfg.slots, cfg.slot_latent), generator=gen)
-        loss, _ = model(z[torch.as_tensor(idx), off:off + w], eps, 1 if step < tc.unroll_from else None, 1.0, 1.0)
+        loss, _ = model(z[torch.as_tensor(idx), off:off + w], eps, 1 if step < tc.unroll_from else None)
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -8,9 +8,9 @@ import json
 import numpy as np
 import pytest
 from flam_wm.cli import main
+from flam_wm.evaluate import rollout_metrics
 from flam_wm.io import load_run, read_dataset
 from flam_wm.sprites import COLOURS, TEXTURE_MOVES, generate
-from flam_wm.train import rollout_psnr
 
 
 def _one_line(capsys, match):
@@ -36,7 +36,7 @@ def test_eval_matches_the_api_and_cuts_the_horizon(trained, capsys):
     out = json.loads(capsys.readouterr().out)
     model, _ = load_run(run)
     video, _ = read_dataset(data, 16)
-    ref = rollout_psnr(model, video, 4)
+    ref = rollout_metrics(model, video, 4)
     assert out["horizon"] == 4 and out["clips"] == 8  # 10 steps asked, 5-frame clips allow 4
     assert out["psnr_1"] == pytest.approx(ref["psnr_1"]) and out["psnr_4"] == pytest.approx(ref["psnr_4"])
     assert out["copy_4"] == pytest.approx(ref["copy_4"])

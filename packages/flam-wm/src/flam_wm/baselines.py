@@ -35,6 +35,15 @@ def flam_no_temporal(entities: int, width: int, latent_dim: int, beta: float, k_
     return ModelConfig(**{**cfg.to_dict(), "temporal": False})
 
 
+@variant("flam-one-latent")
+def flam_one_latent(entities: int, width: int, latent_dim: int, beta: float, k_offset: int = 1,
+                    **tok) -> ModelConfig:
+    """The factorisation's ablation [R, issue 57]: FLAM's slots, FDM and compositor, one latent of size d
+    inferred from all slots together and given to every slot's FDM (``ModelConfig.one_latent``)."""
+    cfg = flam(entities, width, latent_dim, beta, k_offset, **tok)
+    return ModelConfig(**{**cfg.to_dict(), "one_latent": True})
+
+
 @variant("lam")
 def lam(entities: int, width: int, latent_dim: int, beta: float, k_offset: int = 1, **tok) -> ModelConfig:
     """Monolithic continuous latent action model (AdaWorld-style) [P baseline; R architecture]:
@@ -56,6 +65,21 @@ def lam_vq(entities: int, width: int, latent_dim: int, beta: float, k_offset: in
     KL); same IDM / FDM / aggregator code with K = 1, width matched to FLAM's parameter count."""
     cfg = lam(entities, width, latent_dim, beta, k_offset, **tok)
     return ModelConfig(**{**cfg.to_dict(), "model": "lam-vq"})
+
+
+@variant("lam-token")
+def lam_token(entities: int, width: int, latent_dim: int, beta: float, k_offset: int = 1, **tok) -> ModelConfig:
+    """Token-level monolithic LAM (LAPO / Genie / AdaWorld-style) [P baseline; R sizes; issue 57]: one latent
+    of size d from a transformer over (z_t, z_{t+1})'s tokens, a transformer FDM over z_t's tokens with the
+    latent at every token, predicting every token of z_{t+1} -- no vector narrower than N x D on the way.
+    Its width is the one whose parameter count is closest to FLAM's (reported, not forced within 10%)."""
+    from .core import WorldModel, n_params
+
+    target = n_params(WorldModel(flam(entities, width, latent_dim, beta, k_offset, **tok)))
+    best = min(range(8, 2 * width + 1, 4),
+               key=lambda w: abs(n_params(WorldModel(ModelConfig(model="lam-token", slots=1, latent_dim=latent_dim,
+                                                                  width=w, beta=beta, **tok))) - target))
+    return ModelConfig(model="lam-token", slots=1, latent_dim=latent_dim, width=best, beta=beta, **tok)
 
 
 def build(name: str, entities: int, width: int = 32, latent_dim: int = 10, beta: float = 0.01,

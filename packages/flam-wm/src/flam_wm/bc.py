@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .sprites import MOVES, render, step_positions
+from .sprites import MOVES, identifiable_step, render, step_positions
 
 DECODER_C = (0.1, 1.0, 10.0)
 RESTARTS = 3  # BC policy initialisations, the best fit kept [R]
@@ -18,35 +18,43 @@ MAX_RESTARTS = 10  # 0.9.3: more starts, only while every start so far sits on t
 PLATEAU = 0.8  # a start has left the plateau when its fit cross-entropy is below PLATEAU x the labels' entropy [R]
 
 
-def fit_decoder(lat_fit: np.ndarray, act_fit: np.ndarray, lat_dev: np.ndarray, act_dev: np.ndarray,
-                grid=DECODER_C):
-    """LogisticRegression from the standardised latent ``[M, K, d/K]`` to the controlled sprite's action;
-    its input -- every factor's latent concatenated or, when K > 1, one factor's alone -- and its C are
-    chosen together on the dev transitions [R, 0.8: a factored latent is meant to carry each entity's
-    action in its own slot; a 5-way decoder on all K * d/K values overfits a 1% labelled set (23 in
-    quick) where one slot's d/K values need few labels]. Returns ``(predict(latents) -> actions, C,
-    dev accuracy, factor used: -1 = all)``."""
+CV_FOLDS = 5  # folds of the labelled transitions that choose the decoder's input and C (0.10.0) [R]
+
+
+def fit_decoder(lat_fit: np.ndarray, act_fit: np.ndarray, grid=DECODER_C, folds: int = CV_FOLDS):
+    """LogisticRegression from the standardised latent ``[M, K, d/K]`` to the controlled sprite's action,
+    fit on the labelled transitions only; its input -- every factor's latent concatenated or, when K > 1,
+    one factor's alone -- and its C are chosen together by ``folds``-fold cross-validation inside those
+    same labelled transitions (scikit-learn; shuffled folds, seed 0; a fold whose training part holds one
+    action scores 0 for every candidate; ties keep the earlier candidate: all factors, then the smaller C)
+    [R, 0.8: one slot's d/K values need few labels; 0.10.0: no other label is read -- before, dev's every
+    true action chose them]. Returns ``(predict(latents) -> actions, C, CV accuracy, factor used: -1 = all)``."""
     from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import KFold, cross_val_score
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
     labels = np.unique(act_fit)
     if len(labels) < 2:  # a single labelled action: the decoder can only say that one
-        return (lambda lat: np.full(len(lat), labels[0])), grid[0], float(np.mean(act_dev == labels[0])), -1
+        return (lambda lat: np.full(len(lat), labels[0])), grid[0], 1.0, -1
     views = [-1] + (list(range(lat_fit.shape[1])) if lat_fit.ndim == 3 and lat_fit.shape[1] > 1 else [])
 
     def x(lat, k):
         return (lat if k < 0 else lat[:, k:k + 1]).reshape(len(lat), -1)
 
+    def make(c):
+        return make_pipeline(StandardScaler(), LogisticRegression(C=c, max_iter=500))
+
+    cv = KFold(min(folds, len(act_fit)), shuffle=True, random_state=0)
     best = None
     for k in views:
         for c in grid:
-            clf = make_pipeline(StandardScaler(), LogisticRegression(C=c, max_iter=500)).fit(x(lat_fit, k), act_fit)
-            acc = clf.score(x(lat_dev, k), act_dev)
-            if best is None or acc > best[2]:
-                best = (clf, c, acc, k)
-    clf, c, acc, k = best
-    return (lambda lat: clf.predict(x(lat, k))), c, float(acc), k
+            acc = float(np.mean(cross_val_score(make(c), x(lat_fit, k), act_fit, cv=cv, error_score=0.0)))
+            if best is None or acc > best[1]:
+                best = (c, acc, k)
+    c, acc, k = best
+    clf = make(c).fit(x(lat_fit, k), act_fit)
+    return (lambda lat: clf.predict(x(lat, k))), c, acc, k
 
 
 class Policy(nn.Module):
@@ -150,14 +158,18 @@ def _fit_loss(pol: Policy, x: torch.Tensor, y: torch.Tensor, chunk: int = 4096) 
 
 
 def reach_target_success(policy, entities: int, size: int = 32, episodes: int = 200, horizon: int | None = None,
-                         seed: int = 12345, cell: int = 4) -> float:
+                         seed: int = 12345, cell: int = 4, identifiable: bool = False) -> float:
     """Fraction of episodes in which sprite 0, driven by ``policy(frames [B, H, W, 3]) -> actions``,
     reaches its target (the white dot) within ``horizon`` steps (default 2 x grid); the other
-    sprites act at random, as in ``generate(..., controlled=True)``."""
+    sprites act at random, as in ``generate(..., controlled=True)`` (``identifiable``: its
+    ``identifiable=True`` dynamics, sprites starting on distinct cells)."""
     grid = size // cell
     horizon = 2 * grid if horizon is None else horizon
     rng = np.random.default_rng(seed)
     pos = rng.integers(0, grid, size=(episodes, entities, 2))
+    if identifiable:
+        cells = np.stack([rng.choice(grid * grid, entities, replace=False) for _ in range(episodes)])
+        pos = np.stack([cells // grid, cells % grid], -1)
     target = rng.integers(0, grid, size=(episodes, 2))
     same = np.all(target == pos[:, 0], -1)
     target[same] = (target[same] + np.array([1, 0])) % grid   # never start on the target
@@ -166,7 +178,10 @@ def reach_target_success(policy, entities: int, size: int = 32, episodes: int = 
         frames = np.stack([render(p, size, cell, _target_bg(t, size, cell)) for p, t in zip(pos, target, strict=True)])
         acts = rng.integers(0, len(MOVES), size=(episodes, entities))
         acts[:, 0] = np.asarray(policy(frames))
-        pos = np.stack([step_positions(p, a, grid) for p, a in zip(pos, acts, strict=True)])
+        if identifiable:
+            pos = np.stack([identifiable_step(p, a, grid, rng, fixed=1)[0] for p, a in zip(pos, acts, strict=True)])
+        else:
+            pos = np.stack([step_positions(p, a, grid) for p, a in zip(pos, acts, strict=True)])
         done |= np.all(pos[:, 0] == target, -1)
     return float(done.mean())
 
@@ -179,31 +194,36 @@ def _target_bg(target: np.ndarray, size: int, cell: int) -> np.ndarray:
 
 
 def pseudo_label_bc(lat: dict, act: dict, frames: dict, labels: float, entities: int, size: int,
-                    seed: int = 0, bc_steps: int = 400, episodes: int = 200, decoder_c=DECODER_C) -> dict:
+                    seed: int = 0, bc_steps: int = 400, episodes: int = 200, decoder_c=DECODER_C,
+                    identifiable: bool = False) -> dict:
     """The whole protocol on one model's latents. ``lat / act / frames``: dicts over
-    ``train / dev / test`` of transition latents ``[M, K, d/K]``, the controlled sprite's true
-    actions ``[M]`` and the frames the actions were taken in ``[M, H, W, 3]``. A fraction
-    ``labels`` of the train transitions (at least 5) is labelled; dev chooses the decoder's C."""
+    ``train / test`` (dev is not read) of transition latents ``[M, K, d/K]``, the controlled sprite's
+    true actions ``[M]`` and the frames the actions were taken in ``[M, H, W, 3]``. A fraction ``labels``
+    of the train transitions (at least 5) is labelled; the decoder's input and C are chosen by
+    cross-validation inside them (``fit_decoder``); test's actions only score the pseudo-labels."""
     rng = np.random.default_rng(seed)
     m = len(act["train"])
     n_lab = min(m, max(5, int(round(labels * m))))
     lab = rng.choice(m, n_lab, replace=False)
-    decode, c, dev_acc, view = fit_decoder(lat["train"][lab], act["train"][lab], lat["dev"], act["dev"], decoder_c)
+    decode, c, cv_acc, view = fit_decoder(lat["train"][lab], act["train"][lab], decoder_c)
     pseudo = decode(lat["train"])
     pol = clone(frames["train"], pseudo, size, steps=bc_steps, seed=seed)
-    return {"labelled": int(n_lab), "decoder_c": c, "decoder_factor": view, "decoder_dev_acc": dev_acc,
+    return {"labelled": int(n_lab), "decoder_c": c, "decoder_factor": view, "decoder_cv_acc": cv_acc,
             "pseudo_test_acc": float(np.mean(decode(lat["test"]) == act["test"])),
-            "success": reach_target_success(pol.act, entities, size, episodes=episodes, seed=10_000 + seed)}
+            "success": reach_target_success(pol.act, entities, size, episodes=episodes, seed=10_000 + seed,
+                                            identifiable=identifiable)}
 
 
 def true_action_bc(act: dict, frames: dict, entities: int, size: int, seed: int = 0, bc_steps: int = 400,
-                   episodes: int = 200) -> float:
+                   episodes: int = 200, identifiable: bool = False) -> float:
     """Reach-target success of the policy cloned from every training transition's true action."""
     pol = clone(frames["train"], act["train"], size, steps=bc_steps, seed=seed)
-    return reach_target_success(pol.act, entities, size, episodes=episodes, seed=10_000 + seed)
+    return reach_target_success(pol.act, entities, size, episodes=episodes, seed=10_000 + seed,
+                                identifiable=identifiable)
 
 
-def random_policy_success(entities: int, size: int, seed: int = 0, episodes: int = 200) -> float:
+def random_policy_success(entities: int, size: int, seed: int = 0, episodes: int = 200,
+                          identifiable: bool = False) -> float:
     rng = np.random.default_rng(seed)
     return reach_target_success(lambda f: rng.integers(0, len(MOVES), len(f)), entities, size,
-                                episodes=episodes, seed=10_000 + seed)
+                                episodes=episodes, seed=10_000 + seed, identifiable=identifiable)

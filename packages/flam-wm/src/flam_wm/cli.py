@@ -31,10 +31,14 @@ def _cmd_gen(args: argparse.Namespace) -> int:
         raise UserError(f"--size must be a multiple of 4 (the sprite size), got {args.size}")
     if args.frames < 2:
         raise UserError(f"--frames must be at least 2, got {args.frames}")
-    video, acts = generate(args.entities, args.clips, args.frames, args.size, args.seed,
-                           distractor=args.distractor, controlled=args.controlled)
+    try:
+        video, acts = generate(args.entities, args.clips, args.frames, args.size, args.seed,
+                               distractor=args.distractor, controlled=args.controlled, identifiable=args.identifiable)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     meta = {"generator": "sprites", "entities": args.entities, "clips": args.clips, "frames": args.frames,
-            "size": args.size, "seed": args.seed, "distractor": args.distractor, "controlled": args.controlled}
+            "size": args.size, "seed": args.seed, "distractor": args.distractor, "controlled": args.controlled,
+            "identifiable": args.identifiable}
     write_dataset(video, acts, args.out, meta)
     print(f"wrote {args.clips} clips x {args.frames} frames ({args.entities} sprites) -> {args.out}")
     return 0
@@ -73,17 +77,17 @@ def _cmd_train(args: argparse.Namespace) -> int:
                            local_sigma=args.local_sigma if args.model == "flam" else 0.0,
                            free_bits=args.free_bits, **tok_kw)
         tcfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, seed=args.seed, lr=args.lr,
-                           unroll_from=args.unroll_from, kl_warmup=args.kl_warmup, starts=args.starts,
+                           unroll_from=args.unroll_from, starts=args.starts,
                            start_steps=args.start_steps)
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    video, _ = read_dataset(args.data, args.size)
+    video, _ = read_dataset(args.data, args.size, args.frames)
     acc = _accelerator()
     if acc is not None and tcfg.batch_size % acc.num_processes:
         raise UserError(f"--batch-size {tcfg.batch_size} is not divisible by the {acc.num_processes} processes")
     config = {"model": mcfg.to_dict(), "train": {"steps": tcfg.steps, "batch_size": tcfg.batch_size,
                                                  "window": tcfg.window, "seed": tcfg.seed, "lr": tcfg.lr,
-                                                 "unroll_from": tcfg.unroll_from, "kl_warmup": tcfg.kl_warmup,
+                                                 "unroll_from": tcfg.unroll_from,
                                                  "starts": tcfg.starts, "start_steps": tcfg.start_steps},
               "data": str(Path(args.data).resolve()), "clips": int(video.shape[0])}
     if tok_info is not None:
@@ -140,7 +144,7 @@ def _cmd_tokenizer(args: argparse.Namespace) -> int:
         raise UserError(f"{args.out} already exists (choose a new --out)")
     if args.out.suffix != ".safetensors":
         raise UserError(f"--out must end in .safetensors, got {args.out.name!r}")
-    video, _ = read_dataset(args.data, args.size)
+    video, _ = read_dataset(args.data, args.size, args.frames)
     try:
         import torch
 
@@ -174,7 +178,7 @@ def _cmd_bc(args: argparse.Namespace) -> int:
         raise UserError(f"{args.data}: bc needs data written by 'flam-wm gen-data sprites --controlled' "
                         "(its meta.json says so)")
     model, _ = load_run(args.run)
-    video, acts = read_dataset(args.data, model.cfg.size)
+    video, acts = read_dataset(args.data, model.cfg.size, args.frames)
     if acts is None or video.shape[0] < 4:
         raise UserError(f"{args.data}: bc needs true actions and at least 4 clips (train / dev / test)")
     import warnings
@@ -184,22 +188,24 @@ def _cmd_bc(args: argparse.Namespace) -> int:
     from .train import latents
 
     sl = dict(zip(("train", "dev", "test"), _split(video.shape[0]), strict=True))
-    size, ents = model.cfg.size, acts.shape[-1]
+    size, ents, ident = model.cfg.size, acts.shape[-1], bool(meta.get("identifiable", False))
     lat = {k: latents(model, video[s]) for k, s in sl.items()}
     act = {k: acts[s][..., 0].reshape(-1) for k, s in sl.items()}
     frames = {k: video[s][:, :-1].reshape(-1, size, size, 3) for k, s in sl.items()}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        out = pseudo_label_bc(lat, act, frames, args.labels, ents, size, seed=args.seed, bc_steps=args.bc_steps)
+        out = pseudo_label_bc(lat, act, frames, args.labels, ents, size, seed=args.seed, bc_steps=args.bc_steps,
+                              identifiable=ident)
     out.update({"run": str(args.run), "data": str(args.data), "labels": args.labels,
-                "true_action_success": true_action_bc(act, frames, ents, size, seed=args.seed, bc_steps=args.bc_steps),
-                "random_success": random_policy_success(ents, size, seed=args.seed)})
+                "true_action_success": true_action_bc(act, frames, ents, size, seed=args.seed, bc_steps=args.bc_steps,
+                                                      identifiable=ident),
+                "random_success": random_policy_success(ents, size, seed=args.seed, identifiable=ident)})
     if args.json:
         print_json(out, indent=2)
     else:
         view = "all factors" if out["decoder_factor"] < 0 else f"factor {out['decoder_factor']}"
         print(f"pseudo-label BC ({out['labelled']} labelled transitions, decoder C {out['decoder_c']} and "
-              f"input {view} from dev, "
+              f"input {view} by 5-fold CV on the labelled transitions, "
               f"pseudo-label accuracy {out['pseudo_test_acc']:.3f} on test clips): reach-target success "
               f"{out['success']:.3f}; true-action BC {out['true_action_success']:.3f}; random {out['random_success']:.3f}")
     return 0
@@ -212,10 +218,10 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from .io import load_run, read_dataset
 
     model, _ = load_run(args.run)
-    video, _ = read_dataset(args.data, model.cfg.size)
-    from .train import rollout_psnr
+    video, _ = read_dataset(args.data, model.cfg.size, args.frames)
+    from .evaluate import rollout_metrics
 
-    m = rollout_psnr(model, video, args.horizon)
+    m = rollout_metrics(model, video, args.horizon)
     h = m["horizon"]
     out = {"run": str(args.run), "data": str(args.data), "clips": int(video.shape[0]), **m}
     if args.json:
@@ -232,7 +238,7 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     from .io import load_run, read_dataset
 
     model, _ = load_run(args.run)
-    video, acts = read_dataset(args.data, model.cfg.size)
+    video, acts = read_dataset(args.data, model.cfg.size, args.frames)
     if acts is None:
         raise UserError(f"{args.data}: probing needs true actions for every clip "
                         "(actions.npy in a clip folder or <clip>.actions.npy)")
@@ -323,11 +329,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--size", type=positive_int, default=32)
     g.add_argument("--distractor", choices=["none", "texture", "jitter"], default="none")
     g.add_argument("--controlled", action="store_true", help="sprite 0 heads for a visible target")
+    g.add_argument("--identifiable", action="store_true",
+                   help="moves never hit a wall or another sprite: every action shows in the frames (ceiling 1)")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--out", type=Path, required=True, help="new folder to write")
     g.set_defaults(fn=_cmd_gen)
     k = sub.add_parser("fit-tokenizer", help="fit the frozen convolutional autoencoder tokenizer on a clip folder")
     k.add_argument("--data", type=Path, required=True)
+    k.add_argument("--frames", type=positive_int, default=None,
+                    help="cut every clip into windows of this many frames (default: clips must be equally long)")
     k.add_argument("--size", type=positive_int, default=32)
     k.add_argument("--grid", type=positive_int, default=8, help="tokens per side (size / 2^n)")
     k.add_argument("--channels", type=positive_int, default=8, help="values per token")
@@ -337,7 +347,9 @@ def build_parser() -> argparse.ArgumentParser:
     k.set_defaults(fn=_cmd_tokenizer)
     t = sub.add_parser("train", help="train FLAM or a monolithic LAM on a clip folder (resumes its own RUN)")
     t.add_argument("--data", type=Path, required=True)
-    t.add_argument("--model", choices=["flam", "lam", "lam-vq"], default="flam")
+    t.add_argument("--frames", type=positive_int, default=None,
+                    help="cut every clip into windows of this many frames (default: clips must be equally long)")
+    t.add_argument("--model", choices=["flam", "lam", "lam-vq", "lam-token"], default="flam")
     t.add_argument("--slots", type=positive_int, default=5, help="K (flam only)")
     t.add_argument("--latent-dim", type=positive_int, default=10, help="d; each slot gets d/K")
     t.add_argument("--beta", type=nonneg_float, default=0.01)
@@ -354,8 +366,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="flam: object slots attend within ~sigma tokens of their position (0 = off; 0.9)")
     t.add_argument("--free-bits", type=nonneg_float, default=0.0,
                    help="each slot's KL (nats) is priced only above this floor (free bits; 0 = off; 0.9.1)")
-    t.add_argument("--kl-warmup", type=nonneg_int, default=0,
-                   help="beta ramps linearly from 0 over these first steps (KL annealing)")
     t.add_argument("--starts", type=positive_int, default=1,
                    help="best-of-R starts: R initialisations, the lowest recent loss after --start-steps goes on (0.9.4)")
     t.add_argument("--start-steps", type=nonneg_int, default=0,
@@ -369,6 +379,8 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bc", help="pseudo-label behaviour cloning on --controlled SpriteWorld data")
     b.add_argument("run", type=Path)
     b.add_argument("--data", type=Path, required=True)
+    b.add_argument("--frames", type=positive_int, default=None,
+                    help="cut every clip into windows of this many frames (default: clips must be equally long)")
     b.add_argument("--labels", type=float_in(0, 1, low_open=True), default=0.01,
                    help="fraction of training transitions labelled")
     b.add_argument("--bc-steps", type=positive_int, default=400, help="optimiser steps of each cloned policy")
@@ -378,12 +390,16 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("eval", help="PSNR of a RUN's rollouts on a clip folder, beside copying frame 0")
     e.add_argument("run", type=Path)
     e.add_argument("--data", type=Path, required=True)
+    e.add_argument("--frames", type=positive_int, default=None,
+                    help="cut every clip into windows of this many frames (default: clips must be equally long)")
     e.add_argument("--horizon", type=positive_int, default=10)
     e.add_argument("--json", action="store_true")
     e.set_defaults(fn=_cmd_eval)
     pr = sub.add_parser("probe", help="factor-entity correspondence of a RUN's latents (needs true actions)")
     pr.add_argument("run", type=Path)
     pr.add_argument("--data", type=Path, required=True)
+    pr.add_argument("--frames", type=positive_int, default=None,
+                    help="cut every clip into windows of this many frames (default: clips must be equally long)")
     pr.add_argument("--json", action="store_true")
     pr.set_defaults(fn=_cmd_probe)
     r = sub.add_parser("render", help="a clip's rollout as a GIF (or .npy), optionally editing one slot's action")

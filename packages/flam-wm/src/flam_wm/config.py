@@ -4,12 +4,26 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-MODELS = ("flam", "lam", "lam-vq")
+MODELS = ("flam", "lam", "lam-vq", "lam-token")
+
+# options removed in 0.10.0 (rejected on dev, issue 57) and the value that meant "off": a RUN or config
+# holding another value is refused (``removed_options``)
+REMOVED = {"model": {"pos_keys": False, "residual": False, "decoder": "broadcast", "seeding": "fps",
+                     "logvar_init": 0.0},
+           "train": {"kl_warmup": 0, "slot_warmup": 0}}
+
+
+def removed_options(part: str, fields: dict) -> tuple[dict, list[str]]:
+    """``fields`` without the removed options of ``part`` ("model" / "train") that hold their off value,
+    and the names of those that do not (a RUN or config that used a removed option)."""
+    gone = REMOVED[part]
+    used = [f"{k}={fields[k]!r}" for k in gone if k in fields and fields[k] != gone[k]]
+    return {k: v for k, v in fields.items() if k not in gone}, used
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    model: str = "flam"          # "flam" (factored, the paper's method), "lam" / "lam-vq" (monolithic) [P §baselines]
+    model: str = "flam"          # "flam" (factored, the paper's method), "lam" / "lam-vq" (monolithic, one vector per frame), "lam-token" (monolithic latent, per-token transformer dynamics, 0.10.0) [P §baselines]
     slots: int = 5               # K slots; the paper uses K = 8-16 at 64x64, we use K = E + 1 [R]
     latent_dim: int = 10         # d: total latent-action size, d/K per slot [P]; value [R]
     beta: float = 0.01           # weight of the KL term in L = ||z' - z'_hat||^2 + beta * sum_k KL [P]; value [R]
@@ -25,17 +39,13 @@ class ModelConfig:
     temporal: bool = True        # slots carried over time + causal temporal attention [P]; False = ablation
     recon: float = 1.0           # auxiliary slot-reconstruction weight ||z_t - Agg(s_t)||^2 [R]
     recon_all: bool = True       # the reconstruction term covers every frame of the window (0.7), not only the first (0.6's) [R]
-    residual: bool = False       # True: z_hat_{t+1} = z_t + Agg(s_hat_{t+1}) - Agg(s_t) (a change decoder) [R]; False: Agg(s_hat_{t+1}) [P]
     pos: str = "learned"         # Slot Attention's position embedding: "learned" table or "grid" (linear map of fixed coordinates) [R]
-    pos_keys: bool = False       # position in Slot Attention's keys too (Locatello et al.; 0.3's form) or, default, only in its values: keys from content, so slots bind to entities [R; chosen on dev, README]
-    decoder: str = "broadcast"   # FLAM's aggregator: "broadcast" (each slot decoded alone at every token, alpha-composited; 0.7 default) or "mlp" (slot -> every token, 0.6's) [R]
     slot_pos: bool = True        # each slot carries its position (attention-weighted centroid of its tokens, as Invariant Slot Attention), decoded in relative coordinates (0.7) [R]
-    seeding: str = "fps"         # Slot Attention's initial slots on a clip's first frame: "fps" (one learned background slot + the K-1 tokens farthest from the frame's mean and from each other, k-means++-style seeding) or "learned" (K learned vectors, 0.6's) [R]
     local_sigma: float = 0.0     # > 0: Slot Attention's object slots attend locally, logits - |c_n - p_k|^2 / (2 sigma^2) around each slot's position (token units; the background slot global; ISA-inspired, 0.9) [R]; 0 = off
     free_bits: float = 0.0       # > 0: each slot's KL (batch mean, nats) is priced only above this floor, beta * mean_k max(KL_k, free_bits) (free bits, Kingma et al. 2016; 0.9.1) [R]; 0 = off
-    logvar_init: float = 0.0     # < 0: the IDM's log-variance head starts at this value (its bias; 0.9.3), so early latents are the posterior means plus little noise, not unit noise the FDM learns to ignore [R]; 0 = PyTorch's default init (log-variance ~ 0)
     decoder_hidden: int = 16     # the per-slot compositor's hidden width [R; 16 cost half of 32 on dev at no loss of binding]
     unroll: int = 1              # FDM steps unrolled in the loss (1 = the paper's one-step loss [P]; U > 1: the FDM also trained on its own U-step rollouts, mean of the U terms [R])
+    one_latent: bool = False     # flam only: the flam-one-latent arm (0.10.0) [R] -- same slots, FDM and compositor, but one latent of size d inferred from all slots together and given to every slot's FDM (the factorisation switched off)
     codes: int = 8               # lam-vq codebook size (Genie's latent actions are a small codebook [P]; 8 [R])
 
     def __post_init__(self) -> None:
@@ -48,20 +58,16 @@ class ModelConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        if self.model == "flam" and self.latent_dim % self.slots:
+        if self.one_latent and self.model != "flam":
+            raise ValueError("one_latent is a FLAM arm (model='flam')")
+        if self.model == "flam" and not self.one_latent and self.latent_dim % self.slots:
             raise ValueError(f"latent dim {self.latent_dim} is not divisible by the {self.slots} slots")
         if self.tokenizer == "patch" and self.size % self.patch:
             raise ValueError(f"size {self.size} is not a multiple of the patch {self.patch}")
-        if self.pos not in ("learned", "grid") or self.decoder not in ("mlp", "broadcast"):
-            raise ValueError(f"unknown pos {self.pos!r} / decoder {self.decoder!r}")
-        if self.seeding not in ("fps", "learned"):
-            raise ValueError(f"unknown seeding {self.seeding!r} (fps or learned)")
-        if self.residual and self.unroll > 1:
-            raise ValueError("the residual decoder is trained one step ahead only (unroll must be 1)")
-        if self.local_sigma and not (self.slot_pos and self.seeding == "fps"):
-            raise ValueError("local_sigma needs slot positions and seeded slots (slot_pos=True, seeding='fps')")
-        if not (isinstance(self.logvar_init, (int, float)) and -8 <= self.logvar_init <= 0):
-            raise ValueError(f"logvar_init must be a number in [-8, 0] (0 = default init), got {self.logvar_init!r}")
+        if self.pos not in ("learned", "grid"):
+            raise ValueError(f"unknown pos {self.pos!r} (learned or grid)")
+        if self.local_sigma and not self.slot_pos:
+            raise ValueError("local_sigma needs slot positions (slot_pos=True)")
         for name in ("beta", "recon", "local_sigma", "free_bits"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and v == v and 0 <= v < float("inf")):
@@ -69,8 +75,13 @@ class ModelConfig:
 
     @property
     def slot_latent(self) -> int:
-        """Per-slot latent-action size d/K [P] (d for the monolithic model)."""
-        return self.latent_dim // self.slots if self.model == "flam" else self.latent_dim
+        """Per-slot latent-action size d/K [P] (d for the monolithic models and flam-one-latent)."""
+        return self.latent_dim // self.slots if self.model == "flam" and not self.one_latent else self.latent_dim
+
+    @property
+    def latent_slots(self) -> int:
+        """How many latents a transition has: K for FLAM, 1 for the monolithic models and flam-one-latent."""
+        return self.slots if self.model == "flam" and not self.one_latent else 1
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -84,8 +95,6 @@ class TrainConfig:
     lr: float = 2e-3             # Adam learning rate [R]
     seed: int = 0
     unroll_from: int = 0         # the one-step loss until this step, then ModelConfig.unroll steps (a warm-up: the latents get used first) [R]
-    slot_warmup: int = 0         # the loss is the slot reconstruction alone until this step (the factoriser and aggregator learn to render the slots before the dynamics and the KL shape them; as object-centric world models pretrain their slot encoder) (0.9.3) [R]; 0 = off
-    kl_warmup: int = 0           # beta ramps linearly from 0 to its value over these first steps (KL annealing, Bowman et al. 2016), so the latents are used before they are priced [R]
     starts: int = 1              # best-of-R starts (0.9.4) [R; standard practice, not the paper's]: R initialisations (candidate 0 = seed's, r > 0 = train.start_seed(seed, r)) each trained start_steps steps on the same batches and noise; the one with the lowest mean loss over its last min(50, start_steps) steps continues to steps; 1 = off
     start_steps: int = 0         # the candidates' steps (0.9.4) [R]; needs 0 < start_steps < steps when starts > 1
 
@@ -96,10 +105,6 @@ class TrainConfig:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
         if self.window < 2:
             raise ValueError("window must be at least 2 frames")
-        if not isinstance(self.kl_warmup, int) or self.kl_warmup < 0:
-            raise ValueError(f"kl_warmup must be an integer >= 0, got {self.kl_warmup!r}")
-        if not isinstance(self.slot_warmup, int) or self.slot_warmup < 0:
-            raise ValueError(f"slot_warmup must be an integer >= 0, got {self.slot_warmup!r}")
         if not isinstance(self.unroll_from, int) or self.unroll_from < 0:
             raise ValueError(f"unroll_from must be an integer >= 0, got {self.unroll_from!r}")
         if not isinstance(self.starts, int) or isinstance(self.starts, bool) or self.starts < 1:

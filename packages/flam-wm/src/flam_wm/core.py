@@ -68,15 +68,15 @@ def mlp(i: int, h: int, o: int) -> nn.Sequential:
 class SlotFactorizer(nn.Module):
     """Slot Attention over the tokens of each frame; with ``temporal`` the slots of t-1 initialise
     those of t (tracking, [R]) and a causal attention over each slot's own past refines them [P].
-    Keys come from the tokens' content only unless ``pos_keys`` (see ``encode``)."""
+    Keys come from the tokens' content only (see ``encode``)."""
 
     def __init__(self, cfg: ModelConfig, token_dim: int, n_tokens: int):
         super().__init__()
         d, self.k, self.iters, self.temporal = cfg.width, cfg.slots, cfg.iters, cfg.temporal
         self.iters_carry = cfg.iters_carry
         self.embed = mlp(token_dim, d, d)
-        self.pos_kind, self.pos_keys = cfg.pos, cfg.pos_keys
-        if cfg.slot_pos and not cfg.pos_keys:
+        self.pos_kind = cfg.pos
+        if cfg.slot_pos:
             pass  # the position enters only as each slot's centroid: no position embedding (no unused weights)
         elif cfg.pos == "grid":  # soft position embedding: a linear map of fixed (x, y, 1-x, 1-y) [Locatello et al.]
             self.register_buffer("coords", grid_coords(n_tokens))
@@ -90,7 +90,7 @@ class SlotFactorizer(nn.Module):
         self.ff = mlp(d, 2 * d, d)
         self.time_attn = nn.MultiheadAttention(d, 2, batch_first=True)
         self.scale = d ** -0.5
-        self.slot_pos, self.seeding = cfg.slot_pos, cfg.seeding
+        self.slot_pos = cfg.slot_pos
         if cfg.slot_pos:  # token centres in token units (row, col; 0 at the grid's centre, one token = 1)
             self.register_buffer("xy", token_xy(n_tokens))
         self.local = cfg.local_sigma > 0
@@ -128,15 +128,13 @@ class SlotFactorizer(nn.Module):
 
     def _seed(self, z: torch.Tensor, vals: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Initial slots ``[B, K, D]`` of frames ``z [B, N, C]`` (raw tokens) with values ``vals [B, N, D]``:
-        ``seeding="fps"`` -- slot 0 a learned background vector, slots 1..K-1 the values of the K-1 tokens
-        picked by farthest-point (k-means++-style) seeding from the frame's mean token [R: Slot Attention is a
-        soft k-means; seeding each slot on a distinct token binds it to one entity from the first step];
-        ``"learned"`` -- the K learned vectors. With ``local_sigma`` also the slots' first positions
+        slot 0 a learned background vector, slots 1..K-1 the values of the K-1 tokens picked by
+        farthest-point (k-means++-style) seeding from the frame's mean token (plus a learned offset per slot)
+        [R: Slot Attention is a soft k-means; seeding each slot on a distinct token binds it to one entity
+        from the first step]. With ``local_sigma`` also the slots' first positions
         ``[B, K, 2]`` (the seed tokens' centres; the background slot, which has no locality, at the centre),
         else None."""
         b = z.shape[0]
-        if self.seeding != "fps":
-            return self.init.expand(b, -1, -1), None
         idx = farthest_points(z, self.k - 1)
         seeds = torch.gather(vals, 1, idx.unsqueeze(-1).expand(-1, -1, vals.shape[-1]))
         pos = torch.cat([torch.zeros(b, 1, 2, device=z.device), self.xy[idx]], 1) if self.local else None
@@ -167,10 +165,9 @@ class SlotFactorizer(nn.Module):
         # content only; else the position embedding reaches the slot through the values [R, 0.4]
         x = content if self.slot_pos else self.norm_in(e + self.position())
         vals = self.v(x)  # every frame at once
-        # keys from the tokens' content only (default): a slot's query matches an entity's appearance
-        # wherever it is, so slots bind to entities, not to regions. pos_keys=True: position in the keys
-        # too (Locatello et al.)
-        keys = self.kk(self.norm_in(e + self.position())) if self.pos_keys else self.kk(content)
+        # keys from the tokens' content only: a slot's query matches an entity's appearance wherever it
+        # is, so slots bind to entities, not to regions
+        keys = self.kk(content)
         d = keys.shape[-1]
         if not self.temporal:  # frames independent: one batched call over B*T, same init every frame
             init, pos = self._seed(z.reshape(b * t, n, -1), vals.reshape(b * t, n, d))
@@ -201,15 +198,26 @@ class SlotFactorizer(nn.Module):
 class SharedIDM(nn.Module):
     """q(a^k | s_t^k, s_{t+1}^k) = N(mu, diag sigma^2), one network for every slot [P]."""
 
-    def __init__(self, width: int, latent: int, logvar_init: float = 0.0):
+    def __init__(self, width: int, latent: int):
         super().__init__()
         self.net = mlp(2 * width, 2 * width, 2 * latent)
-        if logvar_init:  # 0.9.3 [R]: the log-variance head's bias starts at logvar_init (no random draw: the
-            with torch.no_grad():  # other weights are those of the default init)
-                self.net[-1].bias[latent:].fill_(logvar_init)
 
     def forward(self, s_t: torch.Tensor, s_next: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         mu, logvar = self.net(torch.cat([s_t, s_next], -1)).chunk(2, -1)
+        return mu, logvar.clamp(-8, 4)
+
+
+class PooledIDM(nn.Module):
+    """flam-one-latent's IDM [R, 0.10.0]: q(a | s_t^{1..K}, s_{t+1}^{1..K}) = N(mu, diag sigma^2), one latent of
+    size d from every slot's two states concatenated (slot order as the factoriser gives it); ``[B, T, 1, d]``."""
+
+    def __init__(self, width: int, slots: int, latent: int):
+        super().__init__()
+        self.net = mlp(2 * slots * width, 2 * width, 2 * latent)
+
+    def forward(self, s_t: torch.Tensor, s_next: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.cat([s_t, s_next], -1).flatten(-2).unsqueeze(-2)
+        mu, logvar = self.net(x).chunk(2, -1)
         return mu, logvar.clamp(-8, 4)
 
 
@@ -223,6 +231,7 @@ class SharedFDM(nn.Module):
 
     def forward(self, s: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         lead, (k, d) = s.shape[:-2], s.shape[-2:]
+        a = a.expand(*s.shape[:-1], a.shape[-1])  # flam-one-latent: its one latent to every slot
         flat = s.reshape(-1, k, d)
         ctx = torch.zeros_like(flat)
         if k > 1:  # a slot attends to every other slot, never to itself
@@ -318,6 +327,56 @@ class MonolithicEncoder(nn.Module):
         return self.proj(h.flatten(-2)).unsqueeze(-2)  # [B, T, 1, D]
 
 
+class TokenEncoder(nn.Module):
+    """lam-token's state [R, 0.10.0]: every token of z_t embedded with its position, ``[B, T, N, D]`` -- a
+    per-token state, never pooled (LAPO / Genie / AdaWorld dynamics act on the token map)."""
+
+    def __init__(self, width: int, token_dim: int, n_tokens: int):
+        super().__init__()
+        self.embed = mlp(token_dim, width, width)
+        self.pos = nn.Parameter(torch.randn(n_tokens, width) * 0.1)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return self.embed(z) + self.pos
+
+
+def _block(width: int) -> nn.TransformerEncoderLayer:
+    return nn.TransformerEncoderLayer(width, 2, 2 * width, dropout=0.0, batch_first=True, norm_first=True)
+
+
+class TokenIDM(nn.Module):
+    """lam-token's IDM [P: LAPO / Genie latent action model; R sizes]: one transformer block over the 2N tokens
+    of (z_t, z_{t+1}) (a learned embedding tells the frames apart), mean-pooled to one Gaussian latent of
+    size d, ``[B, T, 1, d]``."""
+
+    def __init__(self, width: int, latent: int):
+        super().__init__()
+        self.frame = nn.Parameter(torch.randn(2, width) * 0.1)
+        self.block = _block(width)
+        self.head = mlp(width, 2 * width, 2 * latent)
+
+    def forward(self, s_t: torch.Tensor, s_next: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        lead, (n, d) = s_t.shape[:-2], s_t.shape[-2:]
+        x = torch.cat([s_t + self.frame[0], s_next + self.frame[1]], -2).reshape(-1, 2 * n, d)
+        mu, logvar = self.head(self.block(x).mean(1)).chunk(2, -1)
+        return mu.reshape(*lead, 1, -1), logvar.clamp(-8, 4).reshape(*lead, 1, -1)
+
+
+class TokenFDM(nn.Module):
+    """lam-token's FDM [P: a dynamics model over z_t's tokens conditioned on the latent; R sizes]: the latent
+    added at every token, one transformer block, a residual update of every token's state ``[..., N, D]``."""
+
+    def __init__(self, width: int, latent: int):
+        super().__init__()
+        self.inp = nn.Linear(latent, width)
+        self.block = _block(width)
+
+    def forward(self, s: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        lead, (n, d) = s.shape[:-2], s.shape[-2:]
+        x = (s + self.inp(a)).reshape(-1, n, d)
+        return self.block(x).reshape(*lead, n, d)  # the block is pre-norm residual: x + attention + MLP
+
+
 def quantize(e: torch.Tensor, codebook: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Nearest-code vector quantisation (VQ-VAE, as in Genie's latent action model) [P baseline]:
     ``(straight-through codes, codebook + 0.25 * commitment loss, code index)``."""
@@ -339,15 +398,20 @@ class WorldModel(nn.Module):
         # the frozen tokenizer: a submodule (its weights travel in the RUN's files) that is never trained
         self.tokenizer = make_tokenizer(cfg)
         n_tokens, token_dim = self.tokenizer.n_tokens, self.tokenizer.token_dim
+        if cfg.model == "lam-token":  # per-token state, transformer IDM / FDM, a per-token linear decoder
+            self.factorizer = TokenEncoder(cfg.width, token_dim, n_tokens)
+            self.idm, self.fdm = TokenIDM(cfg.width, cfg.latent_dim), TokenFDM(cfg.width, cfg.latent_dim)
+            self.agg = nn.Linear(cfg.width, token_dim)
+            return
         if cfg.model == "flam":
             self.factorizer = SlotFactorizer(cfg, token_dim, n_tokens)
         else:
             self.factorizer = MonolithicEncoder(cfg, token_dim, n_tokens)
         factored = cfg.model == "flam"
         state = cfg.width + (2 if factored and cfg.slot_pos else 0)  # a slot's state: features (+ position)
-        self.idm = SharedIDM(state, cfg.slot_latent, cfg.logvar_init)
+        self.idm = PooledIDM(state, cfg.slots, cfg.latent_dim) if cfg.one_latent else SharedIDM(state, cfg.slot_latent)
         self.fdm = SharedFDM(state, cfg.slot_latent)
-        if factored and cfg.decoder == "broadcast":
+        if factored:
             self.agg = (SlotCompositor(state, token_dim, n_tokens, cfg.decoder_hidden) if cfg.slot_pos
                         else BroadcastAggregator(state, token_dim, n_tokens))
         else:
@@ -383,15 +447,13 @@ class WorldModel(nn.Module):
         return mu, logvar
 
     def loss(self, z: torch.Tensor, gen: torch.Generator | None = None,
-             eps: torch.Tensor | None = None, unroll: int | None = None,
-             kl_scale: float = 1.0, dyn_scale: float = 1.0) -> tuple[torch.Tensor, dict]:
+             eps: torch.Tensor | None = None, unroll: int | None = None) -> tuple[torch.Tensor, dict]:
         """L = ||z_{t+1} - z_hat_{t+1}||^2 + beta * sum_k KL(q(a^k) || N(0, I)) [P], + recon [R]
         (with ``free_bits`` each slot's batch-mean KL floored at it, free bits [R]);
         with ``unroll`` U > 1 the first term is the mean of the 1..U-step errors (``unrolled_errors``;
         U = ``cfg.unroll`` unless given, as the training loop does during its one-step warm-up).
-        With ``residual`` (off by default) the aggregator decodes the change the FDM makes to the slots,
-        z_hat_{t+1} = z_t + Agg(s_hat_{t+1}) - Agg(s_t), and recon = ||z_t - Agg(s_t)||^2 over the
-        window's frames but the last; else z_hat_{t+1} = Agg(s_hat_{t+1}) and recon covers frame 0.
+        z_hat_{t+1} = Agg(s_hat_{t+1}); recon = ||z_t - Agg(s_t)||^2 over the window's frames (``recon_all``)
+        or frame 0.
         ``lam-vq`` replaces the KL by the VQ codebook + commitment loss [P: Genie]. ``eps`` (the
         reparameterisation noise, shape of the latents) is drawn from ``gen`` unless given."""
         s = self.slots(z)
@@ -407,18 +469,12 @@ class WorldModel(nn.Module):
             # free bits (0.9.1): a slot's KL below the floor is not priced (no gradient toward collapse)
             fb = self.cfg.free_bits
             priced = kl_bk.flatten(0, -2).mean(0).clamp_min(fb).sum() if fb else kl
-            reg = kl_scale * self.cfg.beta * priced  # kl_scale < 1 only during the training loop's KL warm-up [R]
-        if self.cfg.residual:
-            here = self.agg(s[:, :-1])
-            z_hat = z[:, :-1] + self.agg(self.fdm(s[:, :-1], a)) - here
-            recon = (z[:, :-1] - here).pow(2).sum(-1).mean()
-            terms = [(z[:, 1:] - z_hat).pow(2).sum(-1).mean()]
-        else:
-            first = z.shape[1] if self.cfg.recon_all else 1  # every frame (0.7) or frame 0, where rollouts start [R]
-            recon = (z[:, :first] - self.agg(s[:, :first])).pow(2).sum(-1).mean()
-            terms = self.unrolled_errors(s, a, z, unroll)
+            reg = self.cfg.beta * priced
+        first = z.shape[1] if self.cfg.recon_all else 1  # every frame (0.7) or frame 0, where rollouts start [R]
+        recon = (z[:, :first] - self.agg(s[:, :first])).pow(2).sum(-1).mean()
+        terms = self.unrolled_errors(s, a, z, unroll)
         pred = torch.stack(terms).mean()
-        total = dyn_scale * (pred + reg) + self.cfg.recon * recon  # dyn_scale 0: the slot warm-up (0.9.3) [R]
+        total = pred + reg + self.cfg.recon * recon
         return total, {"pred": terms[0].item(), "pred_unroll": pred.item(), "kl": kl.item(), "reg": reg.item(),
                        "recon": recon.item()}
 
@@ -437,9 +493,9 @@ class WorldModel(nn.Module):
         return terms
 
     def forward(self, z: torch.Tensor, eps: torch.Tensor | None = None,
-                unroll: int | None = None, kl_scale: float = 1.0, dyn_scale: float = 1.0) -> tuple[torch.Tensor, dict]:
-        """The training loss (what DDP / accelerate call): ``loss(z, eps=eps, unroll=unroll, kl_scale=..., dyn_scale=...)``."""
-        return self.loss(z, eps=eps, unroll=unroll, kl_scale=kl_scale, dyn_scale=dyn_scale)
+                unroll: int | None = None) -> tuple[torch.Tensor, dict]:
+        """The training loss (what DDP / accelerate call): ``loss(z, eps=eps, unroll=unroll)``."""
+        return self.loss(z, eps=eps, unroll=unroll)
 
     @torch.no_grad()
     def rollout(self, z: torch.Tensor, latents: torch.Tensor | None = None) -> torch.Tensor:
@@ -449,15 +505,9 @@ class WorldModel(nn.Module):
         if latents is None:
             latents = self.infer(s)[0]
         cur, preds = s[:, 0], []
-        z_cur, dec_cur = z[:, 0], self.agg(s[:, 0])
         for t in range(latents.shape[1]):
             cur = self.fdm(cur, latents[:, t])
-            dec = self.agg(cur)
-            if self.cfg.residual:  # z_hat_{t+1} = z_hat_t + Agg(s_hat_{t+1}) - Agg(s_hat_t)
-                z_cur, dec_cur = z_cur + dec - dec_cur, dec
-            else:
-                z_cur = dec
-            preds.append(z_cur)
+            preds.append(self.agg(cur))
         return torch.stack(preds, 1)
 
 

@@ -42,9 +42,6 @@ def rollout_metrics(model: WorldModel, video: np.ndarray, horizon: int) -> dict[
     return out
 
 
-rollout_psnr = rollout_metrics  # the 0.1 name
-
-
 @torch.no_grad()
 def slot_recon_error(model: WorldModel, video: np.ndarray) -> float:
     """How much of frame 0 the slots encode: ||z_0 - Agg(s_0)||^2 over the tokens' total variance
@@ -83,25 +80,86 @@ def latents(model: WorldModel, video: np.ndarray) -> np.ndarray:
     return mu.reshape(-1, *mu.shape[2:]).numpy()
 
 
+def _probe_hits(x_fit: np.ndarray, y_fit: np.ndarray, x_eval: np.ndarray, y_eval: np.ndarray, c: float) -> np.ndarray:
+    """Per held-out sample, whether one standardised logistic-regression probe ``x -> y`` (scikit-learn)
+    fit on ``*_fit`` predicts ``y_eval`` (bool ``[M]``)."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
+    if len(np.unique(y_fit)) < 2:
+        return y_eval == y_fit[0]
+    scaler = StandardScaler().fit(x_fit)
+    clf = LogisticRegression(C=c, max_iter=200, tol=1e-3).fit(scaler.transform(x_fit), y_fit)
+    return clf.predict(scaler.transform(x_eval)) == y_eval
+
+
+def _probe(x_fit: np.ndarray, y_fit: np.ndarray, x_eval: np.ndarray, y_eval: np.ndarray, c: float) -> float:
+    """Held-out accuracy of one standardised logistic-regression probe ``x -> y``."""
+    return float(np.mean(_probe_hits(x_fit, y_fit, x_eval, y_eval, c)))
+
+
 def probe_matrix(lat_fit: np.ndarray, act_fit: np.ndarray, lat_eval: np.ndarray, act_eval: np.ndarray,
                  c: float = 1.0) -> np.ndarray:
     """``A[k, e]``: held-out accuracy of a logistic-regression probe from factor k's latent
     ``[M, K, d]`` to entity e's action ``[M, E]`` (fit on ``*_fit``, scored on ``*_eval``)."""
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.preprocessing import StandardScaler
-
     k, e = lat_fit.shape[1], act_fit.shape[1]
     out = np.zeros((k, e))
     for i in range(k):
-        scaler = StandardScaler().fit(lat_fit[:, i])
-        xf, xe = scaler.transform(lat_fit[:, i]), scaler.transform(lat_eval[:, i])
         for j in range(e):
-            if len(np.unique(act_fit[:, j])) < 2:
-                out[i, j] = float(np.mean(act_eval[:, j] == act_fit[0, j]))
-                continue
-            clf = LogisticRegression(C=c, max_iter=200, tol=1e-3).fit(xf, act_fit[:, j])
-            out[i, j] = clf.score(xe, act_eval[:, j])
+            out[i, j] = _probe(lat_fit[:, i], act_fit[:, j], lat_eval[:, i], act_eval[:, j], c)
     return out
+
+
+@torch.no_grad()
+def slot_masks(model: WorldModel, video: np.ndarray) -> np.ndarray:
+    """Slot Attention's assignment ``[N, T, tokens, K]`` of every frame of ``video`` (softmax over the
+    slots); the monolithic models' one 'slot' holds every token."""
+    z = model.tokenize(video)
+    if model.cfg.latent_slots == 1:  # lam / flam-one-latent: one latent, which every entity reads
+        return np.ones((*z.shape[:3], 1), np.float32)
+    return model.factorizer.encode(z)[1].numpy()
+
+
+def slot_owners(masks: np.ndarray, labels: np.ndarray, entities: int) -> np.ndarray:
+    """Which slot holds each entity, per clip: ``[N, E]`` slot indices. ``masks [N, T, tokens, K]``
+    (``slot_masks``), ``labels [N, T, tokens]`` (entity per token, -1 = none; ``sprites.entity_labels``).
+    Per clip, the overlap O[k, e] = the mass slot k's mask puts on entity e's cells over the clip's frames,
+    and entities are Hungarian-matched to slots maximising it (scipy), one slot per entity; with fewer
+    slots than entities (the monolithic models' one latent) each entity takes its largest-overlap slot [R]."""
+    if masks.shape[:3] != labels.shape:
+        raise ValueError(f"masks {masks.shape[:3]} and labels {labels.shape} cover different tokens")
+    onehot = labels[..., None] == np.arange(entities)                          # [N, T, tokens, E]
+    overlap = np.einsum("ntsk,ntse->nke", masks.astype(np.float64), onehot)    # [N, K, E]
+    k = masks.shape[-1]
+    if k < entities:
+        return overlap.argmax(1)
+    owners = np.zeros((len(masks), entities), np.int64)
+    for i, o in enumerate(overlap):
+        rows, cols = linear_sum_assignment(-o)
+        owners[i, cols] = rows
+    return owners
+
+
+def matched_latents(lat: np.ndarray, owners: np.ndarray) -> np.ndarray:
+    """``lat [N, T-1, K, d]`` -> ``[N*(T-1), E, d]``: entity e's column is its clip's owning slot's latent."""
+    n, t = lat.shape[:2]
+    idx = np.broadcast_to(owners[:, None, :, None], (n, t, owners.shape[1], lat.shape[-1]))
+    return np.take_along_axis(lat, idx, 2).reshape(n * t, owners.shape[1], lat.shape[-1])
+
+
+def matched_hits(lat_fit: np.ndarray, act_fit: np.ndarray, lat_eval: np.ndarray, act_eval: np.ndarray,
+                 c: float = 1.0) -> np.ndarray:
+    """``[M, E]`` bool: whether entity e's probe, reading its matched slot (``matched_latents``: ``[M, E, d]``),
+    gets its action ``[M, E]`` right on each held-out transition."""
+    return np.stack([_probe_hits(lat_fit[:, j], act_fit[:, j], lat_eval[:, j], act_eval[:, j], c)
+                     for j in range(act_fit.shape[1])], 1)
+
+
+def matched_accuracy(lat_fit: np.ndarray, act_fit: np.ndarray, lat_eval: np.ndarray, act_eval: np.ndarray,
+                     c: float = 1.0) -> np.ndarray:
+    """``[E]``: held-out accuracy of entity e's probe reading its matched slot; the mean is the matched
+    correspondence (issue 57) [R]."""
+    return matched_hits(lat_fit, act_fit, lat_eval, act_eval, c).mean(0)
 
 
 def correspondence(acc: np.ndarray, chance_acc: np.ndarray | None = None) -> tuple[float, list[int]]:

@@ -104,25 +104,58 @@ def read_clip(path: Path, size: int | None) -> tuple[np.ndarray, np.ndarray | No
     return frames, actions
 
 
-def read_dataset(folder: Path, size: int) -> tuple[np.ndarray, np.ndarray | None]:
-    """Every clip in ``folder`` (sorted by name), cut to the shortest clip's length:
-    (video [N, T, size, size, 3] uint8, actions [N, T-1, E] or None when any clip has none)."""
+DATA_EXTRAS = ("meta.json",)  # files a data folder may hold beside its clips (gen-data writes meta.json)
+
+
+def read_dataset(folder: Path, size: int, frames: int | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """Every clip in ``folder`` (sorted by name): (video [N, T, size, size, 3] uint8, actions [N, T-1, E]
+    or None when no clip has actions). Without ``frames`` every clip must have the same length; with it
+    each clip is cut into consecutive ``frames``-frame windows (its last frames that do not fill one are
+    dropped), never to the shortest clip. Refused in one line (``UserError``): a file that is not a clip
+    (named), a clip that cannot be read, clips of unequal length without ``frames``, a clip shorter than
+    ``frames``, actions for some clips only, or clips whose actions disagree on E."""
     folder = Path(folder)
     if not folder.is_dir():
         raise UserError(f"{folder} does not exist or is not a folder")
     if not isinstance(size, int) or size < 4:
         raise UserError(f"--size must be an integer >= 4, got {size!r}")
-    entries = sorted(p for p in folder.iterdir()
-                     if (p.is_dir() or (p.suffix.lower() in CLIP_EXT and not p.name.endswith(".actions.npy"))))
+    if frames is not None and (not isinstance(frames, int) or frames < 2):
+        raise UserError(f"--frames must be an integer >= 2, got {frames!r}")
+    names = sorted(p for p in folder.iterdir() if not p.name.startswith("."))
+    entries = [p for p in names if p.is_dir() or (p.suffix.lower() in CLIP_EXT and not p.name.endswith(".actions.npy"))]
+    stray = [p.name for p in names if p not in entries and p.name not in DATA_EXTRAS
+             and not (p.name.endswith(".actions.npy") and p.name[:-len(".actions.npy")] in {e.stem for e in entries})]
+    if stray:
+        more = f" and {len(stray) - 5} more" if len(stray) > 5 else ""
+        raise UserError(f"{folder}: not clips: {', '.join(stray[:5])}{more} (a clip is a folder of PNG/JPEG frames, "
+                        ".npy, .gif, .mp4 or .webm; move other files out)")
     if not entries:
         raise UserError(f"{folder} holds no clips (folders of frames, .npy, .gif, .mp4 or .webm files)")
     clips = [read_clip(p, size) for p in entries]
-    t = min(c[0].shape[0] for c in clips)
-    video = np.stack([c[0][:t] for c in clips])
-    acts = None
-    if all(c[1] is not None for c in clips) and len({c[1].shape[1] for c in clips}) == 1:
-        acts = np.stack([c[1][:t - 1] for c in clips])
-    return video, acts
+    with_acts = [c[1] is not None for c in clips]
+    if any(with_acts) and not all(with_acts):
+        missing = [p.name for p, w in zip(entries, with_acts, strict=True) if not w]
+        raise UserError(f"{folder}: actions for some clips only (none for {', '.join(missing[:3])}"
+                        f"{' ...' if len(missing) > 3 else ''}); give every clip its actions or none")
+    ents = {c[1].shape[1] for c in clips if c[1] is not None}
+    if len(ents) > 1:
+        raise UserError(f"{folder}: the clips' actions disagree on the number of entities E ({sorted(ents)})")
+    lengths = [c[0].shape[0] for c in clips]
+    if frames is None:
+        if len(set(lengths)) > 1:
+            raise UserError(f"{folder}: clips of {min(lengths)} to {max(lengths)} frames; give --frames N to cut "
+                            "every clip into N-frame windows")
+        frames = lengths[0]
+    short = [p.name for p, n in zip(entries, lengths, strict=True) if n < frames]
+    if short:
+        raise UserError(f"{folder}: {len(short)} clip(s) shorter than --frames {frames} ({', '.join(short[:3])})")
+    video, acts = [], []
+    for v, a in clips:
+        for i in range(0, v.shape[0] - frames + 1, frames):
+            video.append(v[i:i + frames])
+            if a is not None:
+                acts.append(a[i:i + frames - 1])
+    return np.stack(video), (np.stack(acts) if acts else None)
 
 
 def write_dataset(video: np.ndarray, actions: np.ndarray | None, out: Path, meta: dict) -> Path:
@@ -156,12 +189,12 @@ def open_run(out: Path, config: dict) -> bool:
             old["model"].setdefault("unroll", 1)  # a RUN written before 0.5 was trained one step ahead
             old["model"].setdefault("local_sigma", 0.0)  # before 0.9: no local slot attention
             old["model"].setdefault("free_bits", 0.0)  # before 0.9.1: no KL floor
-            old["model"].setdefault("logvar_init", 0.0)  # before 0.9.3: the IDM's default init
         if isinstance(old.get("train"), dict):
             old["train"].setdefault("unroll_from", 0)
             for k, v in (("starts", 1), ("start_steps", 0)):  # before 0.9.4: one start
                 if k in config.get("train", {}):
                     old["train"].setdefault(k, v)
+        _drop_removed(old, out)
         for part in sorted(set(old) | set(config)):
             a, b = old.get(part, {}), config.get(part, {})
             if isinstance(a, dict) and isinstance(b, dict):
@@ -184,6 +217,19 @@ def open_run(out: Path, config: dict) -> bool:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return False
+
+
+def _drop_removed(config: dict, run: Path) -> None:
+    """Remove from a RUN's ``config`` (in place) the options deleted in 0.10.0 where they hold their off
+    value; a RUN that used one (another value) -> ``UserError`` naming it."""
+    from .config import removed_options
+
+    for part in ("model", "train"):
+        if isinstance(config.get(part), dict):
+            config[part], used = removed_options(part, config[part])
+            if used:
+                raise UserError(f"{run} was trained with {', '.join(used)}, an option removed in flam-wm 0.10.0 "
+                                "(rejected on dev); train a new RUN")
 
 
 def finish_run(out: Path, model, config: dict, metrics: dict) -> None:
@@ -212,9 +258,11 @@ def load_run(run: Path):
             raise UserError(f"{run}: missing {name} (not a finished RUN written by flam-wm train)")
     try:
         config = json.loads((run / "config.json").read_text())
-        config["model"].setdefault("pos_keys", True)  # a RUN written before 0.4 had position in the keys
-        for key, old in (("decoder", "mlp"), ("slot_pos", False), ("seeding", "learned"), ("recon_all", False)):
-            config["model"].setdefault(key, old)  # a RUN written before 0.7: 0.6's factoriser and aggregator
+        if "slot_pos" not in config["model"]:  # a RUN written before 0.7: 0.6's factoriser and aggregator (before
+            # 0.4 position in the keys too), options removed in 0.10.0, so _drop_removed refuses it
+            for key, old in (("pos_keys", True), ("decoder", "mlp"), ("seeding", "learned")):
+                config["model"].setdefault(key, old)
+        _drop_removed(config, run)
         mcfg = ModelConfig(**config["model"])
     except (ValueError, TypeError, KeyError) as exc:
         raise UserError(f"{run / 'config.json'}: corrupt RUN config ({exc})") from None

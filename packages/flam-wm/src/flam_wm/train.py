@@ -21,7 +21,6 @@ from .evaluate import (  # noqa: F401  (re-exported: the evaluations used to liv
     probe_matrix,
     render_rollout,
     rollout_metrics,
-    rollout_psnr,
 )
 
 CHECKPOINT = "checkpoint.safetensors"
@@ -178,7 +177,7 @@ def train(model_cfg: ModelConfig, train_cfg: TrainConfig, video: np.ndarray, *,
     z_all = model.tokenize(video).to(device)  # frozen: encoded once
     n, t = z_all.shape[:2]
     w = min(train_cfg.window, t)
-    lat_shape = (b, w - 1, model_cfg.slots, model_cfg.slot_latent)
+    lat_shape = (b, w - 1, model_cfg.latent_slots, model_cfg.slot_latent)
 
     def prepare(m, o):
         if accelerator is not None:
@@ -195,9 +194,7 @@ def train(model_cfg: ModelConfig, train_cfg: TrainConfig, video: np.ndarray, *,
             eps = torch.randn(lat_shape, generator=gen)
             batch = z_all[torch.as_tensor(idx[lo:hi], device=device), off:off + w]
             warm = step < train_cfg.unroll_from  # the one-step loss first, then the unrolled one
-            kl_scale = min(1.0, step / train_cfg.kl_warmup) if train_cfg.kl_warmup else 1.0
-            dyn = 0.0 if step < train_cfg.slot_warmup else 1.0  # slots first: reconstruction alone (0.9.3) [R]
-            loss, info = net(batch, eps[lo:hi].to(device), 1 if warm else None, kl_scale, dyn)
+            loss, info = net(batch, eps[lo:hi].to(device), 1 if warm else None)
             if not torch.isfinite(loss):  # a diverged run fails here, by name, not later in a probe
                 raise FloatingPointError(f"training diverged: non-finite loss at step {step + 1} "
                                          f"(model {model_cfg.model}, lr {train_cfg.lr}, seed {train_cfg.seed})")
