@@ -151,6 +151,20 @@ def test_nash_mtl_solution_and_invariances():
     np.testing.assert_allclose(a_orth, np.full(3, 0.5), rtol=1e-6)  # ‖g‖=2 → α = 1/‖g‖
 
 
+def test_nash_mtl_published_step():
+    """α unnormalised: α_i (Kα)_i = 1 with K = GᵀG, so ‖Gα‖ = √K before the clip, ≤ 1 after, and
+    gradients × 10 leave the clipped update unchanged."""
+    from nbcg.core import nash_mtl_step
+
+    rng = np.random.default_rng(1)
+    G = rng.normal(size=(30, 5)) * np.array([0.5, 4.0, 1.0, 0.1, 2.0])
+    alpha, raw, step = nash_mtl_step(G)
+    np.testing.assert_allclose(alpha * (G.T @ G @ alpha), 1.0, atol=1e-6)
+    np.testing.assert_allclose(np.linalg.norm(raw), np.sqrt(5), rtol=1e-6)
+    assert np.linalg.norm(step) <= 1.0 + 1e-12
+    np.testing.assert_allclose(nash_mtl_step(G * 10.0)[2], step, rtol=1e-6, atol=1e-9)
+
+
 def test_metrics_perfect_and_rare_subset():
     rng = np.random.default_rng(0)
     Y = (rng.random((50, 10)) < 0.3).astype(int)

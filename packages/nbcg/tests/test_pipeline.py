@@ -33,7 +33,9 @@ def test_train_predict_eval_roundtrip(trained, capsys):
     assert "TRAIN" in meta["threshold_chosen_on"]           # chosen on the carved dev split
     # the max coalition size was chosen on that dev split; the SEM threshold by BIC on TRAIN labels
     assert meta["chosen_on"] == {"sem_threshold": "BIC of the label SEM on TRAIN",
-                                 "max_coalition": meta["threshold_chosen_on"]}
+                                 "max_coalition": meta["threshold_chosen_on"],
+                                 "loss": meta["threshold_chosen_on"]}    # L* on dev too
+    assert meta["loss"] in ("bce", "asl", "db") and meta["masks"] is True
     grid = meta["tuning_grid"]
     assert len(grid) > 1
     best = max(grid, key=lambda g: g["dev_macro_f1"])

@@ -45,7 +45,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("arm", ["nbcg"])
+@pytest.mark.parametrize("arm", ["nbcg-bce"])
 def test_two_processes_give_the_one_process_weights(tmp_path, arm):
     pytest.importorskip("accelerate")
     script = tmp_path / "run.py"

@@ -86,29 +86,45 @@ class Arm:
     weighting: str   # "uniform", "nash", "nash-mtl"
     doc: str
     sampling: str = "uniform"   # "uniform" (a permutation per epoch) or "label-aware"
+    masks: bool = True          # coalitions read only their own hidden units (CoalitionMLP)
 
 
 ARMS: dict[str, Arm] = {
-    "nbcg": Arm("bce", "causal", "nash", "NBCG: causal coalitions + Nash bargaining [R]"),
-    "nbcg-asl": Arm("asl", "causal", "nash", "NBCG with ASL as the coalition loss (a variant, not the claim) [R]"),
+    "nbcg": Arm("auto", "causal", "nash", "NBCG: causal coalitions + Nash bargaining over the loss L* "
+                "chosen on dev among bce, asl, db [R]"),
+    "nbcg-bce": Arm("bce", "causal", "nash", "Nash bargaining over BCE coalition losses [R]"),
+    "nbcg-asl": Arm("asl", "causal", "nash", "Nash bargaining over ASL coalition losses [R]"),
+    "nbcg-db": Arm("db", "causal", "nash", "Nash bargaining over distribution-balanced coalition losses [R]"),
+    "nbcg-nomask": Arm("auto", "causal", "nash", "NBCG without the communication masks (ablates masks)",
+                       masks=False),
     "bce": Arm("bce", "one", "uniform", "plain BCE = all labels in one coalition (mechanism off)"),
     "focal": Arm("focal", "one", "uniform", "focal loss, γ=2 [C]"),
     "cb": Arm("cb", "one", "uniform", "class-balanced BCE, β=0.999 [C]"),
     "asl": Arm("asl", "one", "uniform", "asymmetric loss, γ−=4, m=0.05 [C]"),
     "resample": Arm("bce", "one", "uniform", "BCE with label-aware re-sampling [C]", "label-aware"),
     "db": Arm("db", "one", "uniform", "distribution-balanced loss, its defaults [C]"),
-    "random-nash": Arm("bce", "random", "nash", "random coalitions (same sizes) + Nash (ablates causality)"),
-    "causal-uniform": Arm("bce", "causal", "uniform", "causal coalitions + uniform weights (ablates bargaining)"),
+    "random-nash": Arm("auto", "random", "nash", "random coalitions (same sizes) + Nash (ablates causality)"),
+    "causal-uniform": Arm("auto", "causal", "uniform", "causal coalitions + masks + uniform weights "
+                          "(ablates bargaining)"),
     "nash-mtl": Arm("bce", "causal", "nash-mtl", "Nash-MTL over causal-coalition gradients, no cvxpy [C]"),
 }
 BASELINES = ("bce", "resample", "focal", "cb", "asl", "db", "nash-mtl")
-ABLATIONS = ("random-nash", "causal-uniform")
+ABLATIONS = ("random-nash", "causal-uniform", "nbcg-nomask")
+NBCG_LOSSES = ("bce", "asl", "db")   # the coalition losses NBCG bargains over; L* is chosen on dev [R]
 
 
-def get_arm(name: str) -> Arm:
+def get_arm(name: str, loss: str | None = None) -> Arm:
+    """The arm ``name``; an ``"auto"`` loss (NBCG and its ablations) becomes ``loss`` when given."""
+    from dataclasses import replace
+
     if name not in ARMS:
         raise KeyError(f"unknown method {name!r} (known: {', '.join(ARMS)})")
-    return ARMS[name]
+    arm = ARMS[name]
+    if loss is not None and arm.loss == "auto":
+        if loss not in NBCG_LOSSES:
+            raise KeyError(f"unknown coalition loss {loss!r} (known: {', '.join(NBCG_LOSSES)})")
+        arm = replace(arm, loss=loss)
+    return arm
 
 
 def label_aware_weights(Y: np.ndarray) -> np.ndarray:

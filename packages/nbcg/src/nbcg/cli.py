@@ -12,7 +12,7 @@ from icml26_shared.cli import add_reproduce_arguments, float_in, positive_int, r
 from icml26_shared.io import print_json
 
 # the arms of nbcg.baselines.ARMS (kept here so --help imports no torch; a test pins the equality)
-METHODS = ("nbcg", "nbcg-asl", "bce", "resample", "focal", "cb", "asl", "db", "random-nash", "causal-uniform", "nash-mtl")
+METHODS = ("nbcg", "nbcg-bce", "nbcg-asl", "nbcg-db", "nbcg-nomask", "bce", "resample", "focal", "cb", "asl", "db", "random-nash", "causal-uniform", "nash-mtl")
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -21,6 +21,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from .scale import process_group
 
     refuse_existing(args.out)
+    from .estimator import resolve_device
+
+    device = resolve_device(args.device)      # cuda without a GPU: refused before any work
     if args.model is not None and args.features != "tfidf":
         raise UserError("--model fine-tunes its own encoder; drop --features")
     if args.model is not None and not (args.model / "config.json").is_file():
@@ -34,12 +37,17 @@ def _cmd_train(args: argparse.Namespace) -> int:
     group = process_group()
     bundle = fit(train, valid, args.method, args.max_coalition, args.epochs, args.seed,
                  features=args.features, model_dir=args.model, coalition_method=args.coalitions,
-                 sem_threshold=args.sem_threshold, group=group)
+                 sem_threshold=args.sem_threshold, group=group, device=device)
     if group.rank != 0:
         return 0
     save(bundle, args.out)
     m = bundle["meta"]
-    print(f"trained {args.method} on {len(train)} documents, {len(m['labels'])} labels, "
+    from .train import THRESHOLD_GRID
+
+    if m["threshold"] in (float(THRESHOLD_GRID.min()), float(THRESHOLD_GRID.max())):
+        print(f"nbcg: warning: the dev-chosen decision threshold {m['threshold']:g} sits on the edge of its grid "
+              f"({THRESHOLD_GRID.min():g}-{THRESHOLD_GRID.max():g}); consider predict --top-k", file=sys.stderr)
+    print(f"trained {args.method} (loss {m['loss']}) on {len(train)} documents, {len(m['labels'])} labels, "
           f"{len(m['causal_coalitions'])} {m['coalition_method']} coalitions (max {m['max_coalition']}, "
           f"SEM threshold {m['sem_threshold']}); decision threshold {m['threshold']:.2f} "
           f"(chosen on {m['threshold_chosen_on']}) -> {args.out}")
@@ -201,6 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="|A_ij| edge threshold of the DAG (default: the BIC of the label SEM on TRAIN, 0.05 ... 2)")
     p.add_argument("--epochs", type=positive_int, default=8)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto", metavar="auto|cpu|cuda[:N]",
+                   help="where the MLP or the fine-tuned encoder trains (default: auto = cuda when visible)")
     p.add_argument("--out", type=Path, required=True, help="model folder to create (never overwritten)")
     p.set_defaults(fn=_cmd_train)
     p = sub.add_parser("predict", help='write JSONL {"id", "labels", "scores"} for DATA')

@@ -334,6 +334,15 @@ def nash_mtl_alpha(G: np.ndarray, tol: float = 1e-10) -> np.ndarray:
     return np.exp(sol.x) / scale
 
 
+def nash_mtl_step(G: np.ndarray, max_norm: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Nash-MTL's published step on p×K gradients ``G``: (α, the update Gα, the update clipped at
+    ``max_norm``). α is not renormalised, so ‖Gα‖² = Σ α_i (GᵀGα)_i = K [C]."""
+    alpha = nash_mtl_alpha(G)
+    raw = np.asarray(G, float) @ alpha
+    norm = float(np.linalg.norm(raw))
+    return alpha, raw, raw * min(1.0, max_norm / max(norm, 1e-12))
+
+
 # --- metrics --------------------------------------------------------------------------------------
 
 

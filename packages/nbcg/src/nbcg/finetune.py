@@ -54,10 +54,11 @@ def load_encoder(model_dir: Path, device: str = "cpu", dtype: torch.dtype = torc
 class EncoderClassifier(torch.nn.Module):
     """Mean-pooled encoder output → the masked multi-coalition head."""
 
-    def __init__(self, encoder: torch.nn.Module, hidden: int, coalitions: list[list[int]], n_labels: int):
+    def __init__(self, encoder: torch.nn.Module, hidden: int, coalitions: list[list[int]], n_labels: int,
+                 masked: bool = True):
         super().__init__()
         self.encoder = encoder
-        self.head = CoalitionMLP(int(encoder.config.hidden_size), hidden, coalitions, n_labels)
+        self.head = CoalitionMLP(int(encoder.config.hidden_size), hidden, coalitions, n_labels, masked=masked)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         out = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
@@ -81,7 +82,7 @@ def fit_encoder(texts: list[str], Y: np.ndarray, coalitions: list[list[int]], ar
     """Fine-tune the encoder in ``model_dir`` and the head together; returns (model, tokenizer, log)."""
     tok, enc = load_encoder(model_dir, device, dtype)
     torch.manual_seed(seed)
-    model = EncoderClassifier(enc, cfg.hidden, coalitions, Y.shape[1]).to(device)
+    model = EncoderClassifier(enc, cfg.hidden, coalitions, Y.shape[1], masked=arm.masks).to(device)
     ids, mask = tokenize(tok, texts, "cpu")
 
     def forward(idx: torch.Tensor) -> torch.Tensor:

@@ -50,7 +50,7 @@ def check_needs() -> tuple[Path, dict[str, Path]]:
 def run_full_seed(records: list[dict], seed: int, encoder: Path) -> dict:
     import torch
 
-    from .baselines import ARMS
+    from .baselines import ARMS, NBCG_LOSSES, get_arm
     from .config import NBCGConfig, SEMConfig
     from .core import (
         choose_sem_threshold,
@@ -62,7 +62,7 @@ def run_full_seed(records: list[dict], seed: int, encoder: Path) -> dict:
     )
     from .finetune import encoder_scores, fit_encoder
     from .pipeline import _matrix, make_split
-    from .train import choose_threshold
+    from .train import choose_threshold, macro_f1_at
     from .tuning import SEM_THRESHOLDS
 
     parts, info = make_split(records, "shift", seed)
@@ -78,10 +78,23 @@ def run_full_seed(records: list[dict], seed: int, encoder: Path) -> dict:
                  "random": random_coalitions([len(c) for c in causal], len(labels), seed + 1000)}
     cfg = NBCGConfig(epochs=FULL["epochs"], batch_size=FULL["batch"], max_coalition=FULL["max_coalition"])
     out = {"n_coalitions": len(causal), "sem_threshold": sem_t, "sizes": info["sizes"], "arms": {}}
-    for name, arm in ARMS.items():
+    # the NBCG-L arms first: L* = the one with the best dev macro-F1; "nbcg" is that arm, and the
+    # ablations bargain over the same L*
+    order = [f"nbcg-{x}" for x in NBCG_LOSSES] + [a for a in ARMS if a != "nbcg" and a not in
+                                                  [f"nbcg-{x}" for x in NBCG_LOSSES]]
+    dev_f1: dict[str, float] = {}
+    lstar = "bce"
+    for name in order:
+        if name not in ARMS:
+            continue
+        if name == "nbcg-nomask" or not name.startswith("nbcg-"):
+            lstar = max(NBCG_LOSSES, key=lambda x: dev_f1.get(f"nbcg-{x}", -1.0))
+        arm = get_arm(name, lstar)
         model, tok, log = fit_encoder(texts, Y, partition[arm.partition], arm, cfg, seed, encoder,
                                       device="cuda", dtype=torch.bfloat16)
-        thr = choose_threshold(encoder_scores(model, tok, [r["text"] for r in parts["dev"]], "cuda"), Ydev)
+        S_dev = encoder_scores(model, tok, [r["text"] for r in parts["dev"]], "cuda")
+        thr = choose_threshold(S_dev, Ydev)
+        dev_f1[name] = float(macro_f1_at(S_dev, Ydev, np.array([thr]))[0])
         res = {"threshold": thr}
         for key, split in (("iid", "test"), ("shift", "test_shift")):
             S = encoder_scores(model, tok, [r["text"] for r in parts[split]], "cuda")
@@ -96,6 +109,9 @@ def run_full_seed(records: list[dict], seed: int, encoder: Path) -> dict:
             res["max_share_over_uniform"] = float(share.max() * len(causal))
             res["head_share"] = float(share[int(np.argmax([counts[c].sum() for c in causal]))])
         out["arms"][name] = res
+        if name == "nbcg-nomask" or not name.startswith("nbcg-"):
+            out["arms"]["nbcg"] = out["arms"][f"nbcg-{lstar}"]
+            out["lstar"] = lstar
         del model
         torch.cuda.empty_cache()
     return out

@@ -18,7 +18,7 @@ from icml26_shared.io import atomic_dir, dumps_json
 
 _EXISTS = "{path} already exists; choose another --out (nothing was written)"
 
-FORMAT = 1
+FORMAT = 2   # 2 (0.4.0): binary communication masks replace the gates of format 1
 
 
 def _matrix(records: list[dict], index: dict[str, int]) -> np.ndarray:
@@ -33,26 +33,20 @@ def _matrix(records: list[dict], index: dict[str, int]) -> np.ndarray:
 def fit(train_recs: list[dict], valid_recs: list[dict] | None, method: str,
         max_coalition: int | None = None, epochs: int = 8, seed: int = 0, features: str = "tfidf",
         model_dir: Path | None = None, coalition_method: str = "components",
-        sem_threshold: float | None = None, max_features: int = 5000, group=None) -> dict:
+        sem_threshold: float | None = None, max_features: int = 5000, group=None,
+        device: str = "cpu") -> dict:
     """Train one arm. The decision threshold is chosen on ``valid_recs`` or, without it, on a 20%
     dev split carved from TRAIN by ``seed`` (the model then trains on the other 80%); the maximum
-    coalition size, when not given, is chosen on the same dev split
+    coalition size and NBCG's coalition loss L*, when not given, are chosen on the same dev split
     (``nbcg.tuning``); the SEM threshold, when not given, by the BIC of the label SEM on TRAIN
-    (a graph criterion). With ``model_dir`` the maximum size defaults to 8."""
+    (a graph criterion). Frozen features go through ``nbcg.NBCGClassifier.fit_dev`` (one code
+    path with the estimator); ``model_dir`` fine-tunes that encoder (max size 8, BCE for NBCG)."""
     import torch
 
     from .baselines import get_arm
-    from .config import NBCGConfig, SEMConfig
-    from .core import (
-        COALITION_METHODS,
-        dag_from_adjacency,
-        fit_label_sem,
-        form_coalitions,
-        random_coalitions,
-    )
+    from .core import COALITION_METHODS
+    from .estimator import NBCGClassifier, resolve_device
     from .features import Featurizer
-    from .train import choose_threshold, predict_scores, train
-    from .tuning import MAX_SIZES, SEM_THRESHOLDS, choose_on_dev
 
     try:
         arm = get_arm(method)
@@ -60,6 +54,7 @@ def fit(train_recs: list[dict], valid_recs: list[dict] | None, method: str,
         raise UserError(str(exc.args[0])) from None
     if coalition_method not in COALITION_METHODS:
         raise UserError(f"unknown --coalitions {coalition_method!r} (known: {', '.join(COALITION_METHODS)})")
+    device = resolve_device(device)
     dev_source = "--valid"
     if valid_recs is None:
         if len(train_recs) < 10:
@@ -75,58 +70,72 @@ def fit(train_recs: list[dict], valid_recs: list[dict] | None, method: str,
     index = {x: i for i, x in enumerate(labels)}
     Y, Ydev = _matrix(train_recs, index), _matrix(valid_recs, index)
     texts, dev_texts = [r["text"] for r in train_recs], [r["text"] for r in valid_recs]
-    torch.set_num_threads(1)
+    if device == "cpu":
+        torch.set_num_threads(1)
+    if model_dir is not None:
+        return _fit_encoder(texts, dev_texts, Y, Ydev, labels, arm, method, max_coalition, epochs, seed,
+                            Path(model_dir), coalition_method, sem_threshold, group, dev_source, device)
+    feat = Featurizer(features, max_features).fit(texts)
+    X, Xdev = feat.transform(texts), feat.transform(dev_texts)
+    est = NBCGClassifier(method, max_coalition=max_coalition, coalitions=coalition_method,
+                         sem_threshold=sem_threshold, epochs=epochs, device=device, random_state=seed)
+    est.fit_dev(X, Y, Xdev, Ydev, dev_source=dev_source, group=group)
+    meta = {"format": FORMAT, "method": method, "loss": est.loss_, "masks": est.arm_.masks, "labels": labels,
+            "counts": est.counts_.tolist(), "threshold": est.threshold_, "threshold_chosen_on": dev_source,
+            "coalitions": est.coalitions_, "causal_coalitions": est.causal_coalitions_,
+            "adjacency": est.adjacency_.tolist(), "dag": est.dag_.astype(int).tolist(),
+            "sem_threshold": est.sem_threshold_, "max_coalition": est.max_coalition_,
+            "chosen_on": est.chosen_on_, "tuning_grid": est.history_["tuning_grid"],
+            "sem_grid": est.history_["sem_grid"], "coalition_method": coalition_method,
+            "features": features, "hidden": est.hidden, "seed": seed, "epochs": epochs,
+            "final_coalition_weights": est.history_["final_coalition_weights"]}
+    return {"model": est.model_.cpu(), "meta": meta, "features": feat.state(), "tokenizer": None,
+            "estimator": est}
+
+
+def _fit_encoder(texts, dev_texts, Y, Ydev, labels, arm, method, max_coalition, epochs, seed, model_dir,
+                 coalition_method, sem_threshold, group, dev_source, device) -> dict:
+    from dataclasses import replace
+
+    from .config import NBCGConfig, SEMConfig
+    from .core import (
+        choose_sem_threshold,
+        dag_from_adjacency,
+        fit_label_sem,
+        form_coalitions,
+        random_coalitions,
+    )
+    from .finetune import encoder_scores, fit_encoder
+    from .train import choose_threshold
+    from .tuning import SEM_THRESHOLDS
+
     counts = Y.sum(0)
     A = fit_label_sem(Y, SEMConfig(), seed=seed)
-    cfg = NBCGConfig(max_coalition=max_coalition or 8, epochs=epochs)
     chosen = {"sem_threshold": "given" if sem_threshold is not None else "BIC of the label SEM on TRAIN",
               "max_coalition": "given" if max_coalition is not None else "default (--model)"}
     sem_grid = []
     if sem_threshold is None:       # a graph criterion on TRAIN labels (no classifier, no dev)
-        from .core import choose_sem_threshold
-
         sem_threshold, sem_grid = choose_sem_threshold(A, Y, SEM_THRESHOLDS)
-    feat, tok, grid = None, None, None
-    if model_dir is None:
-        feat = Featurizer(features, max_features).fit(texts)
-        X, Xdev = feat.transform(texts), feat.transform(dev_texts)
-    tune = model_dir is None and arm.partition != "one" and max_coalition is None
-    if tune:
-        from .baselines import ARMS
-
-        sel_arm = arm if arm.partition == "causal" else ARMS["nbcg"]   # random mirrors causal sizes
-        best = choose_on_dev(A, counts, X, Y, Xdev, Ydev, sel_arm, cfg, seed, coalition_method,
-                             (sem_threshold,), MAX_SIZES)
-        sem_t, max_c, causal, grid = best["threshold"], best["max_coalition"], best["coalitions"], best["grid"]
-        chosen["max_coalition"] = dev_source
-    else:
-        sem_t, max_c = sem_threshold, max_coalition or 8
-        causal = form_coalitions(dag_from_adjacency(A, sem_t), counts, max_c, coalition_method, weights=A)
-    dag = dag_from_adjacency(A, sem_t)
+    max_c = max_coalition or 8
+    causal = form_coalitions(dag_from_adjacency(A, sem_threshold), counts, max_c, coalition_method, weights=A)
+    if arm.loss == "auto":      # fine-tuning an encoder: no loss search, BCE [R]
+        arm = replace(arm, loss="bce")
+        chosen["loss"] = "default (--model)"
     cfg = NBCGConfig(max_coalition=max_c, epochs=epochs)
     coal = {"causal": causal, "one": [list(range(len(labels)))],
             "random": random_coalitions([len(c) for c in causal], len(labels), seed + 1000)}[arm.partition]
-    if model_dir is not None:
-        from .finetune import encoder_scores, fit_encoder
-
-        model, tok, log = fit_encoder(texts, Y, coal, arm, cfg, seed, Path(model_dir), group=group)
-        S_dev = encoder_scores(model, tok, dev_texts)
-    else:
-        if tune and arm.partition == "causal":
-            model, log = best["model"], best["log"]     # the dev winner itself, not retrained
-        else:
-            model, log = train(X, Y, coal, arm, cfg, seed, group=group)
-        S_dev = predict_scores(model, Xdev)
-    thr = choose_threshold(S_dev, Ydev)
-    meta = {"format": FORMAT, "method": method, "labels": labels, "counts": counts.tolist(),
-            "threshold": thr, "threshold_chosen_on": dev_source, "coalitions": coal,
-            "causal_coalitions": causal, "adjacency": A.tolist(), "dag": dag.astype(int).tolist(),
-            "sem_threshold": sem_t, "max_coalition": max_c, "chosen_on": chosen, "tuning_grid": grid,
-            "sem_grid": sem_grid,
-            "coalition_method": coalition_method, "features": "encoder" if model_dir else features,
+    model, tok, log = fit_encoder(texts, Y, coal, arm, cfg, seed, model_dir, group=group, device=device)
+    thr = choose_threshold(encoder_scores(model, tok, dev_texts, device), Ydev)
+    model = model.cpu()
+    meta = {"format": FORMAT, "method": method, "loss": arm.loss, "masks": arm.masks, "labels": labels,
+            "counts": counts.tolist(), "threshold": thr, "threshold_chosen_on": dev_source, "coalitions": coal,
+            "causal_coalitions": causal, "adjacency": A.tolist(),
+            "dag": dag_from_adjacency(A, sem_threshold).astype(int).tolist(),
+            "sem_threshold": sem_threshold, "max_coalition": max_c, "chosen_on": chosen, "tuning_grid": None,
+            "sem_grid": sem_grid, "coalition_method": coalition_method, "features": "encoder",
             "hidden": cfg.hidden, "seed": seed, "epochs": epochs,
             "final_coalition_weights": np.asarray(log.final_coef).tolist()}
-    return {"model": model, "meta": meta, "features": feat.state() if feat else None, "tokenizer": tok}
+    return {"model": model, "meta": meta, "features": None, "tokenizer": tok}
 
 
 def save(bundle: dict, out: Path) -> Path:
@@ -182,14 +191,16 @@ def load(folder: Path):
             from .finetune import EncoderClassifier, encoder_scores, load_encoder
 
             tok, enc = load_encoder(folder / "encoder")
-            model = EncoderClassifier(enc, meta["hidden"], meta["coalitions"], L)
+            model = EncoderClassifier(enc, meta["hidden"], meta["coalitions"], L,
+                                      masked=bool(meta.get("masks", True)))
             model.head.load_state_dict(state)
             model.eval()
             return (lambda texts: encoder_scores(model, tok, texts)), meta
         from .features import Featurizer
 
         feat = Featurizer.from_state(json.loads((folder / "features.json").read_text()))
-        head = CoalitionMLP(state["enc.weight"].shape[1], meta["hidden"], meta["coalitions"], L)
+        head = CoalitionMLP(state["enc.weight"].shape[1], meta["hidden"], meta["coalitions"], L,
+                            masked=bool(meta.get("masks", True)))
         head.load_state_dict(state)
     except UserError:
         raise

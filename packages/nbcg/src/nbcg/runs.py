@@ -25,7 +25,7 @@ def run_dataset_seed(records: list[dict], seed: int, spec: dict, features: str,
                      embeddings: dict[str, np.ndarray] | None = None) -> dict:
     """Every arm on one shift split of ``records`` (split seed = ``seed``). ``embeddings`` (id →
     vector, frozen MiniLM computed once for the whole corpus) replace per-split featurisation."""
-    from .baselines import ARMS
+    from .baselines import ARMS, NBCG_LOSSES, get_arm
     from .config import NBCGConfig, SEMConfig
     from .core import (
         dag_from_adjacency,
@@ -60,13 +60,13 @@ def run_dataset_seed(records: list[dict], seed: int, spec: dict, features: str,
     cfg = NBCGConfig(epochs=spec["epochs"], batch_size=spec["batch"])
     best = choose_on_dev(A, counts, X, Y, Xdev, Ydev, ARMS["nbcg"], cfg, seed,
                          spec.get("coalitions", "components"), spec["thresholds"], spec["sizes"])
-    causal = best["coalitions"]
+    causal, lstar = best["coalitions"], best["loss"]
     cfg = NBCGConfig(epochs=spec["epochs"], batch_size=spec["batch"], max_coalition=best["max_coalition"])
     partition = {"causal": causal, "one": [list(range(len(labels)))],
                  "random": random_coalitions([len(c) for c in causal], len(labels), seed + 1000)}
     out = {"n_coalitions": len(causal), "sem_threshold": best["threshold"],
            "max_coalition": best["max_coalition"], "grid": best["grid"], "sizes": info["sizes"],
-           "n_labels": len(labels), "arms": {}}
+           "n_labels": len(labels), "lstar": lstar, "max_epochs": spec["epochs"], "arms": {}}
     out["sem_edges"] = int(best["dag"].sum())
     if world is not None:   # DAG recovery against the planted graph, at the BIC-chosen threshold
         names = world.names
@@ -80,24 +80,70 @@ def run_dataset_seed(records: list[dict], seed: int, spec: dict, features: str,
         out["dag_at_0.3"] = edge_scores(dag_from_adjacency(A, 0.3), truth)["f1"]
         out["dag_oracle"] = max(edge_scores(dag_from_adjacency(A, t), truth)["f1"] for t in spec["thresholds"])
     n_share = min(len(X), 1000)
-    for name, arm in ARMS.items():
+    for name in ARMS:
+        arm = get_arm(name, lstar)            # NBCG's ablations bargain over the same L*
+        coal = partition[arm.partition]
         if name == "nbcg":
             model, log = best["model"], best["log"]          # the dev winner, not retrained
+        elif name.startswith("nbcg-") and name.removeprefix("nbcg-") in NBCG_LOSSES:   # each loss's dev winner
+            won = best["per_loss"][name.removeprefix("nbcg-")]
+            model, log, coal = won["model"], won["log"], won["coalitions"]
         else:
-            model, log = train(X, Y, partition[arm.partition], arm, cfg, seed)
+            model, log = train(X, Y, coal, arm, cfg, seed, dev=(Xdev, Ydev))
         thr = choose_threshold(predict_scores(model, Xdev), Ydev)   # chosen on dev only
-        res = {"threshold": thr}
+        res = {"threshold": thr, "curve": log.curve, "best_epoch": log.curve.get("best_epoch", cfg.epochs)}
         for key in tests:
             S = predict_scores(model, XT[key])
             res[key] = multilabel_scores(YT[key], (S >= thr).astype(int), S, counts)
         if arm.partition != "random":
+            cs = coal if arm.partition == "causal" else causal
             coef = (log.final_coef if arm.partition == "causal"
                     else np.array([len(c) for c in causal], float) / len(labels))
-            share = gradient_shares(model, X[:n_share], Y[:n_share], causal, coef)
-            res["max_share_over_uniform"] = float(share.max() * len(causal))
-            res["head_share"] = float(share[int(np.argmax([counts[c].sum() for c in causal]))])
+            share = gradient_shares(model, X[:n_share], Y[:n_share], cs, coef)
+            res["max_share_over_uniform"] = float(share.max() * len(cs))
+            res["head_share"] = float(share[int(np.argmax([counts[c].sum() for c in cs]))])
         if arm.weighting != "uniform" and log.weights:
             W = np.stack(log.weights)
             res["weight_spread"] = float((W.max(1) / np.maximum(W.min(1), 1e-12)).mean())
         out["arms"][name] = res
+    out["arms"]["lstar"] = out["arms"][lstar]     # L* alone (the baseline of the dev-chosen loss)
+    for name, (S_dev, score) in anchors(X, Y, Xdev, Ydev, seed).items():
+        thr = choose_threshold(S_dev, Ydev)
+        res = {"threshold": thr}
+        for key in tests:
+            S = score(XT[key])
+            res[key] = multilabel_scores(YT[key], (S >= thr).astype(int), S, counts)
+        out["arms"][name] = res
+    return out
+
+
+ANCHORS = ("prior", "logreg")
+LOGREG_C = (0.1, 1.0, 10.0)
+
+
+def anchors(X: np.ndarray, Y: np.ndarray, Xdev: np.ndarray, Ydev: np.ndarray, seed: int) -> dict:
+    """The anchors of the table (issue 48): ``prior`` scores every document with each label's
+    training frequency; ``logreg`` is scikit-learn's one-vs-rest logistic regression on the same
+    features, C chosen on dev macro-F1 from ``LOGREG_C``. Returns name → (dev scores, scorer)."""
+    import warnings
+
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.multiclass import OneVsRestClassifier
+
+    from .train import THRESHOLD_GRID, macro_f1_at
+
+    freq = Y.mean(0)
+    out = {"prior": (np.tile(freq, (len(Xdev), 1)), lambda Z: np.tile(freq, (len(Z), 1)))}
+    best = None
+    for C in LOGREG_C:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")     # labels absent from train: a constant predictor
+            clf = OneVsRestClassifier(LogisticRegression(C=C, max_iter=500)).fit(X, Y.astype(int))
+        S = clf.predict_proba(Xdev)
+        f = float(macro_f1_at(S, Ydev, THRESHOLD_GRID).max())
+        if best is None or f > best[0]:
+            best = (f, clf, S)
+    assert best is not None
+    clf = best[1]
+    out["logreg"] = (best[2], lambda Z: clf.predict_proba(Z))
     return out

@@ -9,28 +9,46 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from icml26_shared.train import EarlyStopping
+
 from .baselines import LOSSES, Arm
 from .config import NBCGConfig
 from .core import NashBargaining, nash_mtl_alpha
 
 
-class CoalitionMLP(torch.nn.Module):
-    """Shared encoder h = ReLU(Wx + b); coalition k reads h through its learned gate
-    (communication mask) M_k = σ(g_k) and scores its own labels [R]."""
+def hidden_masks(coalitions: list[list[int]], hidden: int, shared_fraction: float = 0.5) -> torch.Tensor:
+    """K×hidden binary masks [R]: every coalition reads the first ⌊shared_fraction·hidden⌋ units
+    (the shared block) and its own private units of the rest (private unit u belongs to coalition
+    u mod K), so no coalition reads another's private units. One coalition reads everything."""
+    K = len(coalitions)
+    M = torch.zeros(K, hidden)
+    n_shared = int(shared_fraction * hidden) if K > 1 else hidden
+    M[:, :n_shared] = 1.0
+    for u in range(n_shared, hidden):
+        M[(u - n_shared) % K, u] = 1.0
+    return M
 
-    def __init__(self, d_in: int, hidden: int, coalitions: list[list[int]], n_labels: int):
+
+class CoalitionMLP(torch.nn.Module):
+    """Shared encoder h = ReLU(Wx + b); coalition k's labels read h only through its binary
+    communication mask M_k (a shared block plus the coalition's private hidden units, see
+    ``hidden_masks``) [R]. ``masked=False`` is the no-mask ablation (every label reads all of h)."""
+
+    def __init__(self, d_in: int, hidden: int, coalitions: list[list[int]], n_labels: int,
+                 masked: bool = True, shared_fraction: float = 0.5):
         super().__init__()
         self.enc = torch.nn.Linear(d_in, hidden)
-        self.gates = torch.nn.Parameter(torch.full((len(coalitions), hidden), 2.0))
         self.head = torch.nn.Linear(hidden, n_labels)
         owner = torch.zeros(n_labels, dtype=torch.long)
         for k, c in enumerate(coalitions):
             owner[c] = k
         self.register_buffer("owner", owner)
+        mask = hidden_masks(coalitions, hidden, shared_fraction) if masked else torch.ones(len(coalitions), hidden)
+        self.register_buffer("mask", mask)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = torch.relu(self.enc(x))
-        W = self.head.weight * torch.sigmoid(self.gates)[self.owner]  # L×hidden, masked per coalition
+        W = self.head.weight * self.mask[self.owner]  # L×hidden: label j reads its coalition's units only
         return h @ W.T + self.head.bias
 
     def shared_params(self) -> list[torch.nn.Parameter]:
@@ -41,6 +59,9 @@ class CoalitionMLP(torch.nn.Module):
 class TrainLog:
     weights: list[np.ndarray] = field(default_factory=list)   # per-step coalition coefficients
     nash: list[np.ndarray] = field(default_factory=list)      # per-step raw Nash weights (mean 1)
+    mtl_norm: list[float] = field(default_factory=list)       # Nash-MTL: ‖Gα‖ of the shared update at each solve
+    mtl_clipped: list[float] = field(default_factory=list)    # ... and the shared gradient norm after the clip
+    curve: dict = field(default_factory=dict)   # per epoch: train_loss, dev_macro_f1; best_epoch, stopped_at
     final_coef: np.ndarray | None = None
 
 
@@ -81,28 +102,36 @@ def coalition_grads(Lk: torch.Tensor, params: list[torch.Tensor]) -> torch.Tenso
     K = Lk.shape[0]
     g = torch.autograd.grad(Lk, params, grad_outputs=torch.eye(K, dtype=Lk.dtype),
                             retain_graph=True, allow_unused=True, is_grads_batched=True)
-    return torch.cat([(t if t is not None else torch.zeros(K, *p.shape)).reshape(K, -1)
-                      for t, p in zip(g, params, strict=True)], 1)
+    return torch.cat([(t if t is not None else torch.zeros(K, *p.shape, device=p.device)).reshape(K, -1)
+                      for t, p in zip(g, params, strict=True)], 1).cpu()
+
+
+NASH_MTL_MAX_NORM = 1.0   # Nash-MTL's max_norm (its code and LibMTL) [C]
 
 
 def train(X: np.ndarray, Y: np.ndarray, coalitions: list[list[int]], arm: Arm,
           cfg: NBCGConfig, seed: int, *, model: torch.nn.Module | None = None,
           forward: Callable[[torch.Tensor], torch.Tensor] | None = None,
-          group: Local | None = None, params: list | None = None
+          group: Local | None = None, params: list | None = None, device: str = "cpu",
+          dev: tuple[np.ndarray, np.ndarray] | None = None, patience: int = 2
           ) -> tuple[torch.nn.Module, TrainLog]:
     """Train one arm; the coalition coefficients actually used are logged after warm-up.
 
     ``model``/``forward(idx) -> logits`` replace the default MLP on ``X`` (fine-tuning a text
     encoder); ``group`` shards every batch over processes: the coalition loss sums (and the
     gradients) are all-reduced *before* the bargaining weights, so every process computes the same
-    weights and the run equals the one-process run on the same batches."""
+    weights and the run equals the one-process run on the same batches. ``device`` holds the
+    default MLP and its inputs; the losses and the bargaining stay on the CPU. With ``dev`` =
+    (X_dev, Y_dev), dev macro-F1 (at its best decision threshold) is measured after every epoch,
+    training stops after ``patience`` epochs without improvement (``icml26_shared.train.
+    EarlyStopping``) and the best-dev epoch's weights are returned; the curves go to ``log.curve``."""
     group = group or Local()
     torch.manual_seed(seed)
     Yt = torch.as_tensor(Y, dtype=torch.float32)
     if model is None:
-        Xt = torch.as_tensor(X, dtype=torch.float32)
-        model = CoalitionMLP(Xt.shape[1], cfg.hidden, coalitions, Yt.shape[1])
-        forward = lambda idx: model(Xt[idx])  # noqa: E731
+        Xt = torch.as_tensor(X, dtype=torch.float32).to(device)
+        model = CoalitionMLP(Xt.shape[1], cfg.hidden, coalitions, Yt.shape[1], masked=arm.masks).to(device)
+        forward = lambda idx: model(Xt[idx.to(device)]).cpu()  # noqa: E731
     assert forward is not None
     counts = Yt.sum(0)
     n, L = Yt.shape
@@ -114,6 +143,8 @@ def train(X: np.ndarray, Y: np.ndarray, coalitions: list[list[int]], arm: Arm,
     # the fused kernel: the same Adam update in one op per tensor (per-step Python overhead dominates here)
     opt = torch.optim.Adam(groups, lr=cfg.lr, fused=all(p.dtype == torch.float32 for p in flat))
     shared = model.shared_params()
+    if arm.loss not in LOSSES:
+        raise ValueError(f"arm loss {arm.loss!r} is not a registered loss (choose it first: nbcg.tuning)")
     loss_fn = LOSSES[arm.loss]
     bargain = NashBargaining(cfg)
     gen = torch.Generator().manual_seed(seed)
@@ -126,7 +157,11 @@ def train(X: np.ndarray, Y: np.ndarray, coalitions: list[list[int]], arm: Arm,
         from .baselines import label_aware_weights
 
         probs = torch.as_tensor(label_aware_weights(Y), dtype=torch.float64)
+    stopper = EarlyStopping(patience=patience, mode="max") if dev is not None else None
+    best_state = None
+    curve: dict = {"epoch": [], "train_loss": [], "dev_macro_f1": []}
     for epoch in range(cfg.epochs):
+        loss_sum, n_batches = 0.0, 0
         if arm.sampling == "label-aware":   # n draws with replacement: the same steps per epoch
             perm = torch.multinomial(probs, n, replacement=True, generator=gen)
         else:
@@ -151,11 +186,13 @@ def train(X: np.ndarray, Y: np.ndarray, coalitions: list[list[int]], arm: Arm,
                 ref = torch.as_tensor(bargain.ref, dtype=torch.float32)
                 # ∇(−Σ log(u_k − d_k)) = Σ_k w_k ∇L_k / L_k⁰ (up to a constant); rescaled to loss units
                 coef = torch.as_tensor(w, dtype=torch.float32) / ref * ref.mean() / K
-            else:  # nash-mtl: α from (GᵀG)α = 1/α over coalition gradients of the shared encoder
-                if step % cfg.nash_mtl_every == 0:
+            else:  # nash-mtl: the published step (Navon et al. 2022; LibMTL): unnormalised α from
+                # (GᵀG)α = 1/α over the coalition gradients of the shared encoder, so ‖Gα‖ = √K,
+                # then the shared gradient is clipped at max-norm 1 (below)
+                solved = step % cfg.nash_mtl_every == 0
+                if solved:
                     G = group.sum(coalition_grads(Lk, shared)).numpy()   # K×P, all-reduced
                     alpha = nash_mtl_alpha(G.T.astype(np.float64))
-                    alpha = alpha / alpha.sum()
                 coef = torch.as_tensor(alpha, dtype=torch.float32)
             loss = (coef * Lk).sum()
             opt.zero_grad()
@@ -164,19 +201,44 @@ def train(X: np.ndarray, Y: np.ndarray, coalitions: list[list[int]], arm: Arm,
                 for p in flat:
                     if p.grad is not None:
                         p.grad = group.sum(p.grad)
+            if arm.weighting == "nash-mtl" and not warm:
+                norm = float(torch.nn.utils.clip_grad_norm_(shared, NASH_MTL_MAX_NORM))
+                if solved:
+                    log.mtl_norm.append(norm)
+                    log.mtl_clipped.append(float(torch.linalg.vector_norm(
+                        torch.cat([p.grad.reshape(-1) for p in shared if p.grad is not None]))))
             opt.step()
+            loss_sum, n_batches = loss_sum + float(loss.detach()) / float(coef.sum()), n_batches + 1
             if not warm:
                 log.weights.append((coef / coef.sum()).numpy().copy())
             step += 1
         if warm and epoch == cfg.warmup_epochs - 1 and arm.weighting == "nash":
             bargain.set_reference((warm_sum / max(warm_n, 1)).numpy())
+        curve["epoch"].append(epoch + 1)
+        curve["train_loss"].append(loss_sum / max(n_batches, 1))
+        if stopper is not None:
+            f = float(macro_f1_at(predict_scores(model, dev[0]), dev[1], THRESHOLD_GRID).max())
+            curve["dev_macro_f1"].append(f)
+            stop = stopper.step(f, at=epoch + 1)
+            if stopper.improved:
+                best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            if stop:
+                break
+    if stopper is not None and best_state is not None:
+        model.load_state_dict(best_state)        # the best-dev epoch, not the last
+        curve["best_epoch"], curve["stopped_at"] = int(stopper.best_at), stopper.stopped_at
+    log.curve = curve
     log.final_coef = (log.weights[-1] if log.weights else (sizes / L).numpy())
     return model, log
 
 
-def predict_scores(model: CoalitionMLP, X: np.ndarray) -> np.ndarray:
+def predict_scores(model: CoalitionMLP, X: np.ndarray, batch_size: int = 4096) -> np.ndarray:
+    dev = next(model.parameters()).device
+    X = np.asarray(X, dtype=np.float32)
     with torch.no_grad():
-        return torch.sigmoid(model(torch.as_tensor(X, dtype=torch.float32))).numpy()
+        out = [torch.sigmoid(model(torch.as_tensor(X[s:s + batch_size]).to(dev))).cpu().numpy()
+               for s in range(0, len(X), batch_size)]
+    return np.concatenate(out) if out else np.zeros((0, model.head.out_features), np.float32)
 
 
 def gradient_shares(model: CoalitionMLP, X: np.ndarray, Y: np.ndarray, coalitions: list[list[int]],
@@ -191,7 +253,7 @@ def gradient_shares(model: CoalitionMLP, X: np.ndarray, Y: np.ndarray, coalition
     return norms / max(norms.sum(), 1e-12)
 
 
-THRESHOLD_GRID = np.linspace(0.05, 0.7, 14)
+THRESHOLD_GRID = np.round(np.concatenate([[0.01, 0.02, 0.03], np.linspace(0.05, 0.7, 14), [0.8, 0.9]]), 3)
 
 
 def macro_f1_at(S: np.ndarray, Y: np.ndarray, thresholds: np.ndarray) -> np.ndarray:

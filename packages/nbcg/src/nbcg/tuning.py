@@ -5,7 +5,7 @@ the logistic SEM refitted on each candidate DAG's edges on TRAIN (``core.choose_
 classifier, no true DAG) [R]. The maximum coalition size is a question about the classifier: each
 size of the grid that gives a distinct partition of the chosen DAG is trained with the arm itself
 and scored by dev macro-F1 at its own dev-chosen decision threshold; the best wins (ties: the
-smaller size).
+smaller size). For NBCG the coalition loss L* is chosen the same way among bce, asl and db.
 """
 
 from __future__ import annotations
@@ -38,26 +38,39 @@ def candidate_partitions(A: np.ndarray, counts: np.ndarray, threshold: float, si
 
 def choose_on_dev(A: np.ndarray, counts: np.ndarray, X: np.ndarray, Y: np.ndarray, Xdev: np.ndarray,
                   Ydev: np.ndarray, arm: Arm, cfg: NBCGConfig, seed: int, method: str = "components",
-                  thresholds=SEM_THRESHOLDS, sizes=MAX_SIZES) -> dict:
-    """``{"threshold", "max_coalition", "dag", "coalitions", "model", "log", "dev_macro_f1",
-    "grid", "sem_grid"}``: the BIC-chosen SEM threshold (on TRAIN labels) and the dev-chosen
-    maximum size (the winning model is returned, not retrained)."""
+                  thresholds=SEM_THRESHOLDS, sizes=MAX_SIZES, device: str = "cpu") -> dict:
+    """``{"threshold", "max_coalition", "loss", "arm", "dag", "coalitions", "model", "log",
+    "dev_macro_f1", "grid", "sem_grid", "per_loss"}``: the BIC-chosen SEM threshold (on TRAIN
+    labels), and the dev-chosen maximum size and, for an ``"auto"`` loss (NBCG), the dev-chosen
+    coalition loss L* among ``NBCG_LOSSES`` (the winning model is returned, not retrained).
+    ``per_loss[L]`` is the best (size) of each loss tried."""
+    from .baselines import NBCG_LOSSES
     from .train import THRESHOLD_GRID, macro_f1_at, predict_scores, train
 
     if len(thresholds) > 1:
         t, sem_grid = choose_sem_threshold(A, Y, thresholds)
     else:
         t, sem_grid = float(thresholds[0]), []
-    best, grid = None, []
-    for m, coal in candidate_partitions(A, counts, t, sizes, method):
-        model, log = train(X, Y, coal, arm, replace(cfg, max_coalition=m), seed)
-        f_all = macro_f1_at(predict_scores(model, Xdev), Ydev, THRESHOLD_GRID)
-        f = float(f_all.max())
-        grid.append({"threshold": t, "max_coalition": m, "n_coalitions": len(coal), "dev_macro_f1": f})
-        if best is None or f > best["dev_macro_f1"]:
-            best = {"threshold": t, "max_coalition": m, "dag": dag_from_adjacency(A, t), "coalitions": coal,
-                    "model": model, "log": log, "dev_macro_f1": f,
-                    "decision_threshold": float(THRESHOLD_GRID[int(np.argmax(f_all))])}
+    losses = NBCG_LOSSES if arm.loss == "auto" else (arm.loss,)
+    best, grid, per_loss = None, [], {}
+    parts = candidate_partitions(A, counts, t, sizes, method)
+    for loss in losses:
+        a = replace(arm, loss=loss)
+        for m, coal in parts:
+            model, log = train(X, Y, coal, a, replace(cfg, max_coalition=m), seed, device=device,
+                               dev=(Xdev, Ydev))
+            f_all = macro_f1_at(predict_scores(model, Xdev), Ydev, THRESHOLD_GRID)
+            f = float(f_all.max())
+            grid.append({"loss": loss, "threshold": t, "max_coalition": m, "n_coalitions": len(coal),
+                         "dev_macro_f1": f})
+            if loss not in per_loss or f > per_loss[loss]["dev_macro_f1"]:
+                per_loss[loss] = {"threshold": t, "max_coalition": m, "loss": loss, "arm": a,
+                                  "dag": dag_from_adjacency(A, t), "coalitions": coal, "model": model,
+                                  "log": log, "dev_macro_f1": f,
+                                  "decision_threshold": float(THRESHOLD_GRID[int(np.argmax(f_all))])}
+            if best is None or f > best["dev_macro_f1"]:
+                best = per_loss[loss]
     assert best is not None
-    best["grid"], best["sem_grid"] = grid, sem_grid
+    best = dict(best)
+    best["grid"], best["sem_grid"], best["per_loss"] = grid, sem_grid, per_loss
     return best
