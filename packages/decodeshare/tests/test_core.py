@@ -20,8 +20,9 @@ from decodeshare.core import (
 )
 
 
-def planted(T=4, d=40, n=300, n_shared=2, n_own=4, seed=0):
-    """Tasks sharing ``n_shared`` coordinate directions, each with ``n_own`` private ones."""
+def planted(T=4, d=40, n=300, n_shared=2, n_own=4, seed=0, offsets=None):
+    """Tasks sharing ``n_shared`` coordinate directions, each with ``n_own`` private ones; every
+    state is shifted by 5, plus ``offsets[t]`` [d] for task t when given."""
     rng = np.random.default_rng(seed)
     states = {}
     for t in range(T):
@@ -32,6 +33,8 @@ def planted(T=4, d=40, n=300, n_shared=2, n_own=4, seed=0):
         own = np.arange(n_shared + t * n_own, n_shared + (t + 1) * n_own)
         scale[own] = 1.0 + 0.03 * own  # distinct variances: no eigenvalue ties across tasks
         states[f"t{t}"] = np.sqrt(n) * z * scale + 5.0  # an offset centring must remove
+        if offsets is not None:
+            states[f"t{t}"] = states[f"t{t}"] + offsets[t]
     return states
 
 
@@ -51,6 +54,44 @@ def test_planted_shared_directions_are_recovered_exactly():
     assert principal_angles(fit.shared, truth).max() < 1e-3
     # with m = 1 every direction any task uses is "shared": the m rule is what selects
     assert len(fit_shared(planted(), var=0.999, tau=1e-3, m=1).shared_idx) == fit.k
+
+
+def test_each_task_is_centred_by_its_own_mean():
+    """Step 3 centres every task by its own mean: tasks whose states sit at different places (a
+    per-task offset, as real tasks' prompts put them) still give exactly the planted shared set.
+    Centring by the pooled mean instead turns the offsets into T - 1 spurious between-task
+    directions, which enter the pooled basis and the shared set."""
+    from decodeshare.core import subsample_center
+
+    rng = np.random.default_rng(7)
+    offsets = 3.0 * rng.standard_normal((4, 40))
+    states = planted(offsets=offsets)
+    _, blocks = subsample_center(states)
+    for b in blocks:
+        np.testing.assert_allclose(b.mean(0), 0.0, atol=1e-9)
+    fit = fit_shared(states, var=0.999, tau=1e-3, m="all")
+    assert fit.k == 2 + 4 * 4 and len(fit.shared_idx) == 2
+    assert principal_angles(fit.shared, np.eye(40)[:, :2]).max() < 1e-3
+
+
+def test_tau_on_the_stringency_scale():
+    """tau_k sets tau = tau_k / k at the fitted k: a direction some task uses at relative variance
+    between 1e-3 and tau_k / k is shared at the literal tau = 1e-3 but not at the paper's
+    stringency."""
+    states = planted()
+    literal = fit_shared(states, var=0.999, tau=1e-3, m="all")
+    strict = fit_shared(states, var=0.999, tau=1e-3, m="all", tau_k=2.8)
+    assert strict.k == literal.k and strict.tau == pytest.approx(2.8 / strict.k)
+    assert strict.tau * strict.k == pytest.approx(2.8)
+    # the private directions: every task's relvar there is ~0 (< 1e-3) except its owner's
+    assert set(strict.shared_idx) <= set(literal.shared_idx)
+    weak = {t: x.copy() for t, x in states.items()}
+    for i, t in enumerate(weak):  # a weak direction all tasks use a little (relvar ~ 0.02 < 2.8 / 18)
+        weak[t][:, 30] = 5.0 + 0.5 * np.random.default_rng(i).standard_normal(len(weak[t]))
+    lit = fit_shared(weak, var=0.9999, tau=1e-3, m="all")
+    st = fit_shared(weak, var=0.9999, tau=1e-3, m="all", tau_k=2.8)
+    assert len(lit.shared_idx) == len(st.shared_idx) + 1
+    assert len(null_scramble(weak, 0.9999, 1e-3, "all", 5, tau_k=2.8)[2]) == 5
 
 
 def test_nulls_reject_planted_and_accept_structureless_data():

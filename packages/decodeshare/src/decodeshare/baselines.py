@@ -75,8 +75,10 @@ def k_control(ctx: ControlContext):
 
 @register("random")
 def random_control(ctx: ControlContext):
-    """A uniformly random |S|-dimensional subspace, alpha = 1 [P]."""
-    return random_basis(ctx.fit.Q.shape[0], len(ctx.fit.shared_idx), ctx.seed + 2), 1.0
+    """The paper's "energy-matched random": a uniformly random |S|-dimensional subspace, alpha
+    scaled so that alpha^2 E(Q_rand) = E(Q_S) [P] (0.2.x used alpha = 1: about 0.1 of the energy)."""
+    Q = random_basis(ctx.fit.Q.shape[0], len(ctx.fit.shared_idx), ctx.seed + 2)
+    return Q, alpha_match(ctx.target, Q, ctx.states)
 
 
 @register("prefill")

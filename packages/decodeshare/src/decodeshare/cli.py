@@ -26,6 +26,13 @@ def _fraction(text: str) -> float:
     return v
 
 
+def _positive_float(text: str) -> float:
+    v = finite_float(text)
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return v
+
+
 def _m(text: str) -> int | str:
     return "all" if text == "all" else positive_int(text)
 
@@ -41,7 +48,16 @@ def _print(obj, as_json: bool) -> None:
 def _model(args):
     from .io import load_model
 
-    return load_model(args.model, device_map=getattr(args, "device_map", None))
+    return load_model(args.model, dtype=args.dtype, device=args.device,
+                      device_map=getattr(args, "device_map", None))
+
+
+def _prompt_key(it: dict) -> str:
+    """A calibration item's fingerprint (its task and prompt text), kept in the states' manifest
+    so that evaluation items can be checked against it without the calibration file."""
+    import hashlib
+
+    return hashlib.sha1(f"{it['task']}\n{it['prompt']}".encode()).hexdigest()[:16]
 
 
 def _cmd_collect(args) -> int:
@@ -51,7 +67,7 @@ def _cmd_collect(args) -> int:
     from .tasks import by_task
 
     refuse_existing(args.out)
-    items = by_task(read_tasks(args.tasks))
+    items = by_task(read_tasks(args.calib))
     import torch
     from accelerate import PartialState
 
@@ -59,15 +75,16 @@ def _cmd_collect(args) -> int:
     # talk over gloo. One process: no distributed state at all.
     state = PartialState(cpu=not torch.cuda.is_available())
     model, tok = _model(args)
-    if args.device_map is None and state.device.type != "cpu":
+    if args.device_map is None and args.device == "auto" and state.device.type != "cpu":
         model.to(state.device)
     get_layer(model, args.layer)
     import random
 
     rng = random.Random(args.seed)
-    prompts = {}
+    prompts, used = {}, []
     for t, its in items.items():
         its = rng.sample(its, args.per_task) if args.per_task and args.per_task < len(its) else its
+        used += its
         prompts[t] = [chat_body(tok, it["prompt"]) + (CUE if "options" in it else "") for it in its]
     with state.split_between_processes(sorted(prompts)) as mine:
         part = collect_decode_states(model, tok, {t: prompts[t] for t in mine}, args.layer,
@@ -78,7 +95,9 @@ def _cmd_collect(args) -> int:
         part = dict(kv for d in gather_object([part]) for kv in d.items())
     if state.is_main_process:
         save_states(args.out, part, {"model": args.model, "layer": args.layer, "phase": args.phase,
-                                     "max_new_tokens": args.max_new_tokens, "tasks_file": str(args.tasks)})
+                                     "max_new_tokens": args.max_new_tokens,
+                                     "calib_file": str(Path(args.calib).resolve()),
+                                     "calib_prompts": sorted({_prompt_key(it) for it in used})})
         print(f"wrote {sum(len(x) for x in part.values())} {args.phase} states of {len(part)} tasks -> {args.out}")
     return 0
 
@@ -90,12 +109,13 @@ def _cmd_fit(args) -> int:
     refuse_existing(args.out)
     states, manifest = load_states(args.states)
     try:
-        fit = fit_shared(states, args.var, args.tau, args.m)
+        fit = fit_shared(states, args.var, args.tau, args.m, tau_k=args.tau_k)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     save_basis(args.out, fit, {"states": str(Path(args.states).resolve()), "var": args.var,
                                "layer": manifest.get("layer"), "model": manifest.get("model"),
-                               "phase": manifest.get("phase", "decode")})
+                               "phase": manifest.get("phase", "decode"), "m_rule": args.m,
+                               "tau_k_rule": args.tau_k})
     print(f"k = {fit.k}, |S| = {len(fit.shared_idx)}, tau*k = {fit.tau * fit.k:.3g} -> {args.out}")
     return 0
 
@@ -109,46 +129,80 @@ def _cmd_null(args) -> int:
     if args.null == "perm":
         from .core import fit_shared
 
-        fit = fit_shared(states, meta.get("var", 0.95), meta["tau"], meta["m"])
+        fit = fit_shared(states, meta.get("var", 0.95), meta["tau"], meta["m"], tau_k=meta.get("tau_k_rule"))
         p, obs, _ = null_perm(fit.relvar, fit.tau, fit.m, args.trials, args.seed)
     else:
-        p, obs, _ = null_scramble(states, meta.get("var", 0.95), meta["tau"], meta["m"], args.trials, args.seed)
+        p, obs, _ = null_scramble(states, meta.get("var", 0.95), meta["tau"], meta["m"], args.trials, args.seed,
+                                  tau_k=meta.get("tau_k_rule"))
     _print({"null": args.null, "p": p, "observed": obs, "trials": args.trials}, args.json)
     return 0
+
+
+def _split_items(args, manifest: dict) -> tuple[list[dict], list[dict] | None]:
+    """``(evaluation items, calibration items or None)``. Evaluation items that are calibration
+    prompts (those the states were collected on, recorded in their manifest, or those of
+    ``--calib``) are refused unless ``--allow-overlap``: the basis was fit on them."""
+    from .io import read_tasks
+
+    items = read_tasks(args.eval)
+    calib_path = args.calib or (Path(manifest["calib_file"]) if manifest.get("calib_file") else None)
+    if (args.calib is not None and Path(args.calib).resolve() == Path(args.eval).resolve()
+            and not args.allow_overlap):
+        raise UserError(f"--eval {args.eval} is the --calib file: evaluate on items the basis was not "
+                        "fit on (or pass --allow-overlap)")
+    calib = read_tasks(calib_path) if calib_path is not None and Path(calib_path).exists() else None
+    if args.calib is not None and calib is None:
+        raise UserError(f"{args.calib} does not exist")
+    seen = set(manifest.get("calib_prompts", ()))
+    if calib is not None:
+        seen |= {_prompt_key(it) for it in calib}
+    overlap = [it for it in items if _prompt_key(it) in seen]
+    if overlap and not args.allow_overlap:
+        raise UserError(f"{len(overlap)} of {len(items)} evaluation items are calibration prompts (e.g. "
+                        f"id {overlap[0]['id']!r}): the basis was fit on them; give disjoint --calib/--eval "
+                        "files (or pass --allow-overlap)")
+    return items, calib
 
 
 def _protocol(args, need_prefill: bool, forced_only: bool = False):
     import numpy as np
 
-    from .io import forced_choice_only, load_basis, load_states, read_tasks
+    from .hooks import hidden_size
+    from .io import forced_choice_only, load_basis, load_states
     from .protocol import Protocol
     from .tasks import by_task
 
-    items = read_tasks(args.tasks)
-    if forced_only:
-        items = forced_choice_only(items, str(args.tasks))
-    model, tok = _model(args)
-    tensors, meta = load_basis(args.basis, model.config.hidden_size)
-    layer = meta.get("layer") if args.layer is None else args.layer
-    if layer is None:
-        raise UserError("the basis does not name its layer: give --layer")
+    _, meta = load_basis(args.basis)
     src = Path(meta.get("states", ""))
     if not src.is_dir():
         raise UserError(f"the basis names states {src} that do not exist (refit with decodeshare fit)")
-    dec, _ = load_states(src)
+    dec, manifest = load_states(src)
+    items, calib = _split_items(args, manifest)
+    if forced_only:
+        items = forced_choice_only(items, str(args.eval))
+    if need_prefill and calib is None:
+        raise UserError("the prefill control needs the calibration items: give --calib (the file the "
+                        "states were collected on)")
+    model, tok = _model(args)
+    tensors, meta = load_basis(args.basis, hidden_size(model))
+    layer = meta.get("layer") if args.layer is None else args.layer
+    if layer is None:
+        raise UserError("the basis does not name its layer: give --layer")
     pre = {}
-    if need_prefill:
+    if need_prefill:  # the prefill basis from the calibration prompts' last token, never evaluation's
         from .hooks import collect_decode_states
         from .readout import CUE, chat_body
 
         prompts = {t: [chat_body(tok, it["prompt"]) + (CUE if "options" in it else "") for it in its]
-                   for t, its in by_task(items).items()}
+                   for t, its in by_task(calib).items()}
         pre = {t: x.numpy().astype(np.float64)
                for t, x in collect_decode_states(model, tok, prompts, layer, 2, phase="prefill").items()}
         pre = {t: pre[t] for t in dec if t in pre}
+    fit_kw = {"tau": meta.get("tau", 1e-3), "m": meta.get("m_rule", "all"), "var": meta.get("var", 0.95),
+              "tau_k": meta.get("tau_k_rule")}  # every LOTO refit applies the basis's own rule
     try:
         return Protocol(model, tok, int(layer), dec, pre or None, by_task(items), args.seed,
-                        gen_tokens=getattr(args, "max_new_tokens", 16))
+                        gen_tokens=getattr(args, "max_new_tokens", 16), **fit_kw)
     except ValueError as exc:
         raise UserError(str(exc)) from None
 
@@ -227,9 +281,20 @@ def _cmd_report(args) -> int:
 
 def _model_args(p) -> None:
     p.add_argument("--model", required=True, help="local HF folder, smollm2, tiny-llama or tiny-qwen2")
-    p.add_argument("--tasks", required=True, type=Path, help="JSONL tasks or a local datasets folder")
-    p.add_argument("--device-map", default=None, help="e.g. auto (beyond one GPU)")
+    p.add_argument("--dtype", default="auto",
+                   help="auto (float32 on the CPU, bfloat16 on a GPU that has it), float32, bfloat16, float16")
+    p.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda or cuda:N")
+    p.add_argument("--device-map", default=None, help="e.g. auto (across several GPUs; overrides --device)")
     p.add_argument("--seed", type=int, default=0)
+
+
+def _split_args(p) -> None:
+    p.add_argument("--eval", "--tasks", dest="eval", required=True, type=Path,
+                   help="evaluation items (JSONL or a local datasets folder)")
+    p.add_argument("--calib", type=Path, default=None,
+                   help="calibration items (default: the file the basis's states were collected on)")
+    p.add_argument("--allow-overlap", action="store_true",
+                   help="evaluate even on calibration items (the basis was fit on them)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -238,6 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("collect", help="record decode (or prefill) states of each task")
     _model_args(p)
+    p.add_argument("--calib", "--tasks", dest="calib", required=True, type=Path,
+                   help="calibration items (JSONL or a local datasets folder)")
     p.add_argument("--layer", type=nonneg_int, required=True)
     p.add_argument("--max-new-tokens", type=positive_int, required=True)
     p.add_argument("--out", type=Path, required=True)
@@ -248,7 +315,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("states", type=Path)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--var", type=_fraction, default=0.95)
-    p.add_argument("--tau", type=_fraction, default=1e-3)
+    tau = p.add_mutually_exclusive_group()
+    tau.add_argument("--tau", type=_fraction, default=1e-3, help="usage threshold (the paper's 1e-3)")
+    tau.add_argument("--tau-k", type=_positive_float, default=None,
+                     help="threshold on the stringency scale: tau = TAU_K / k (the paper's 1e-3 at k = "
+                          "2,600-3,000 is 2.6-3.0; give 2.8 to match it at a small model's k)")
     p.add_argument("--m", type=_m, default="all")
     p.set_defaults(fn=_cmd_fit)
     p = sub.add_parser("null-test", help="permutation or orthogonal-scramble null of |S|")
@@ -264,6 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
                             ("steer-audit", _cmd_steer, "overlap, repair and decode-time utility of vectors")):
         p = sub.add_parser(name, help=help_)
         _model_args(p)
+        _split_args(p)
         p.add_argument("--basis", type=Path, required=True)
         p.add_argument("--layer", type=nonneg_int, default=None, help="default: the basis's layer")
         p.add_argument("--json", action="store_true")

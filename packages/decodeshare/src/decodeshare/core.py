@@ -63,8 +63,9 @@ def subsample_center(states: Mapping[str, np.ndarray], seed: int = 42) -> tuple[
         x = np.asarray(states[t], dtype=np.float64)
         if len(x) > n:
             x = x[np.sort(rng.choice(len(x), n, replace=False))]
-        blocks.append(x - x.mean(0, keepdims=True))
-    return names, blocks
+        blocks.append(x)
+    centres = [b.mean(0, keepdims=True) for b in blocks]  # step 3: each task by its own mean
+    return names, [b - c for b, c in zip(blocks, centres, strict=True)]
 
 
 def pooled_pca_gram(gram: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -103,9 +104,16 @@ def resolve_m(m: int | str, n_tasks: int) -> int:
     return m
 
 
-def _fit_from_grams(grams, names, n, var, tau, m) -> SharedFit:
+#: the paper's stringency tau * k: tau = 1e-3 at pooled k = 2,600-3,000 (7B models, d = 3,584-4,544)
+#: gives tau * k = 2.6-3.0; its midpoint [P: H1 config and k; R: matching it at our k]
+PAPER_TAU_K = 2.8
+
+
+def _fit_from_grams(grams, names, n, var, tau, m, tau_k=None) -> SharedFit:
     sigma2, V = pooled_pca_gram(sum(grams))
     k = choose_k(sigma2, var)
+    if tau_k is not None:  # the threshold on the tau * k scale, fixed by k (calibration states only)
+        tau = float(tau_k) / k
     Q = V[:, :k]
     r = relative_usage(grams, Q)
     mm = resolve_m(m, len(names))
@@ -114,10 +122,14 @@ def _fit_from_grams(grams, names, n, var, tau, m) -> SharedFit:
 
 
 def fit_shared(states: Mapping[str, np.ndarray], var: float = 0.95, tau: float = 1e-3,
-               m: int | str = "all", seed: int = 42) -> SharedFit:
-    """Steps 2–7 of the protocol: one pooled basis, the per-task usage and the shared set."""
+               m: int | str = "all", seed: int = 42, tau_k: float | None = None) -> SharedFit:
+    """Steps 2–7 of the protocol: one pooled basis, the per-task usage and the shared set.
+
+    ``tau_k`` (when given) sets the threshold on the paper's stringency scale instead of ``tau``:
+    tau = tau_k / k at the fitted k (the paper's tau = 1e-3 at k = 2,600-3,000 is tau_k = 2.6-3.0,
+    :data:`PAPER_TAU_K`); at a small model's k the literal 1e-3 is ~50x looser."""
     names, blocks = subsample_center(states, seed)
-    return _fit_from_grams([b.T @ b for b in blocks], names, len(blocks[0]), var, tau, m)
+    return _fit_from_grams([b.T @ b for b in blocks], names, len(blocks[0]), var, tau, m, tau_k)
 
 
 def null_perm(relvar: np.ndarray, tau: float, m: int, trials: int, seed: int = 0) -> tuple[float, int, np.ndarray]:
@@ -131,13 +143,15 @@ def null_perm(relvar: np.ndarray, tau: float, m: int, trials: int, seed: int = 0
 
 
 def null_scramble(states: Mapping[str, np.ndarray], var: float, tau: float, m: int | str,
-                  trials: int, seed: int = 0, fit_seed: int = 42) -> tuple[float, int, np.ndarray]:
+                  trials: int, seed: int = 0, fit_seed: int = 42,
+                  tau_k: float | None = None) -> tuple[float, int, np.ndarray]:
     """Null-2: a different random signed permutation of the coordinates for each task, then the
-    pooled PCA and the shared count again (on permuted Grams: P G P^T is G re-indexed)."""
+    pooled PCA and the shared count again (on permuted Grams: P G P^T is G re-indexed). With
+    ``tau_k`` every refit applies the same rule tau = tau_k / k at its own k."""
     names, blocks = subsample_center(states, fit_seed)
     grams = [b.T @ b for b in blocks]
     n = len(blocks[0])
-    observed = len(_fit_from_grams(grams, names, n, var, tau, m).shared_idx)
+    observed = len(_fit_from_grams(grams, names, n, var, tau, m, tau_k).shared_idx)
     rng = np.random.default_rng(seed)
     d = grams[0].shape[0]
     null = np.empty(trials, dtype=int)
@@ -146,7 +160,7 @@ def null_scramble(states: Mapping[str, np.ndarray], var: float, tau: float, m: i
         for g in grams:
             perm, sign = rng.permutation(d), rng.choice([-1.0, 1.0], d)
             scr.append(g[np.ix_(perm, perm)] * np.outer(sign, sign))
-        null[b] = len(_fit_from_grams(scr, names, n, var, tau, m).shared_idx)
+        null[b] = len(_fit_from_grams(scr, names, n, var, tau, m, tau_k).shared_idx)
     return _p(null, observed, trials), observed, null
 
 

@@ -40,6 +40,29 @@ def get_layer(model, layer: int) -> torch.nn.Module:
     return layers[layer]
 
 
+def hidden_size(model) -> int:
+    """The decoder's width: ``config.hidden_size``, read through ``text_config`` on multimodal
+    wrappers (Llava, Gemma-3, Qwen2-VL, ...) whose top-level config has none."""
+    cfg = model.config
+    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    width = getattr(text, "hidden_size", None) or getattr(cfg, "hidden_size", None)
+    if width is None:
+        raise UserError(f"cannot read the hidden size of {type(model).__name__} (no hidden_size in its "
+                        "config or text_config)")
+    return int(width)
+
+
+def eos_ids(model, tokenizer) -> list[int]:
+    """Every token that ends a generation: ``generation_config.eos_token_id`` (an int or a list, as
+    Llama-3 chat models ship: <|end_of_text|> and <|eot_id|>), else the tokenizer's EOS."""
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if eos is None:
+        eos = tokenizer.eos_token_id
+    if eos is None:
+        return []
+    return [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])]
+
+
 def _split(output):
     return (output[0], output[1:]) if isinstance(output, tuple) else (output, None)
 
@@ -80,7 +103,7 @@ class PhaseIntervention:
             raise UserError(f"unknown phase {self.phase!r} (choose decode or prefill)")
         self.module = get_layer(model, layer)
         self.basis = torch.as_tensor(basis)
-        width = model.config.hidden_size if hasattr(model, "config") else self.basis.shape[0]
+        width = hidden_size(model) if hasattr(model, "config") else self.basis.shape[0]
         if mode == "add" and self.basis.dim() not in (1, 2):
             raise UserError("mode 'add' needs a vector [d] (or one per batch row, [b, d])")
         if mode != "add" and self.basis.dim() not in (2, 3):
@@ -209,8 +232,9 @@ def collect_decode_states(model, tokenizer, prompts_by_task: dict[str, list[str]
     for li in layers:
         get_layer(model, li)
     dev = next(model.parameters()).device
-    eos = tokenizer.eos_token_id
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+    eos = eos_ids(model, tokenizer)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos[0] if eos else 0)
+    width = hidden_size(model)
     out = {"decode": {li: {} for li in layers}, "prefill": {li: {} for li in layers}}
     for task, prompts in prompts_by_task.items():
         dec = {li: [] for li in layers}
@@ -220,15 +244,15 @@ def collect_decode_states(model, tokenizer, prompts_by_task: dict[str, list[str]
             with StateRecorder(model, layers) as rec:
                 gen = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
                                      min_new_tokens=1, do_sample=False, pad_token_id=pad,
-                                     eos_token_id=eos)
+                                     eos_token_id=eos or None)
             new = gen[:, ids.shape[1]:].cpu()
-            done = torch.cumsum(new == eos, 1) > 0 if eos is not None else torch.zeros_like(new, dtype=bool)
+            done = torch.cumsum(torch.isin(new, torch.tensor(eos, dtype=new.dtype)), 1) > 0
             for li in layers:
                 pre[li].append(rec.prefill[li][0])
                 for step, h in enumerate(rec.decode[li]):  # pass `step` reads token new[:, step]
                     dec[li].append(h[~done[:, step]])
         for li in layers:
-            out["decode"][li][task] = torch.cat(dec[li]) if dec[li] else torch.zeros(0, model.config.hidden_size)
+            out["decode"][li][task] = torch.cat(dec[li]) if dec[li] else torch.zeros(0, width)
             out["prefill"][li][task] = torch.cat(pre[li])
     if phase != "both":
         out = out[phase]

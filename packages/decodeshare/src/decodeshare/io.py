@@ -69,13 +69,14 @@ def forced_choice_only(items: list[dict], where: str) -> list[dict]:
 
 def char_tokenizer():
     """A character-level fast tokenizer built in-process (no files), for the tiny models."""
-    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     chars = [chr(i) for i in range(32, 127)] + ["\n"]
     vocab = {"<pad>": 0, "<eos>": 1, "<unk>": 2, **{c: i + 3 for i, c in enumerate(chars)}}
     tk = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tk.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tk.decoder = decoders.Fuse()  # decode "abc" as "abc", not "a b c" (generation exact match)
     return PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", eos_token="<eos>",
                                    unk_token="<unk>")
 
@@ -99,19 +100,44 @@ def tiny_model(kind: str = "llama", seed: int = 0, layers: int = 2, hidden: int 
     return model.eval(), tok
 
 
-def load_model(spec: str, dtype: str = "float32", device_map: str | None = None):
+_TINY_DTYPES = {"auto": "float32", "float32": "float32", "fp32": "float32", "bfloat16": "bfloat16",
+                "bf16": "bfloat16", "float16": "float16", "fp16": "float16", "half": "float16"}
+
+
+def _tiny_on(model, dtype: str, device: str):
+    """The in-process tiny models on the asked dtype and device (the core's names and checks)."""
+    import torch
+
+    name = _TINY_DTYPES.get(str(dtype).lower())
+    if name is None:
+        raise UserError(f"unknown dtype {dtype!r} (choose one of auto, float32, bfloat16, float16)")
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    ok = device in ("cpu", "cuda", "mps") or (device.startswith("cuda:") and device[5:].isdigit())
+    if not ok:
+        raise UserError(f"unknown device {device!r} (choose auto, cpu, cuda or cuda:N)")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"device {device} asked for, but torch sees no CUDA GPU here")
+    return model.to(device=device, dtype=getattr(torch, name))
+
+
+def load_model(spec: str, dtype: str = "float32", device: str = "cpu", device_map: str | None = None):
     """``(model, tokenizer)`` from a local folder (through the core's ``load_pretrained``: the
     folder is checked first, every failure is one ``UserError`` line, nothing is downloaded),
-    ``smollm2`` or ``tiny-llama`` / ``tiny-qwen2``; on the CPU unless ``device_map`` says where."""
+    ``smollm2`` or ``tiny-llama`` / ``tiny-qwen2``, in ``dtype`` (auto, float32, bfloat16,
+    float16; auto = float32 on the CPU, bfloat16 on a GPU that has it) on ``device`` (auto, cpu,
+    cuda, cuda:N), or placed by ``device_map`` (e.g. auto, across GPUs)."""
     if spec in ("tiny-llama", "tiny-qwen2"):
-        return tiny_model(spec.split("-")[1])
+        model, tok = tiny_model(spec.split("-")[1])
+        return _tiny_on(model, dtype, device), tok
     from icml26_shared.hf import load_pretrained
 
     if spec == "smollm2":
         from icml26_shared.data import smollm2_hf_dir
 
         spec = smollm2_hf_dir()
-    model, tok = load_pretrained(spec, dtype=dtype, device="cpu", device_map=device_map)
+    kw = {"device_map": device_map} if device_map else {}
+    model, tok = load_pretrained(spec, dtype=dtype, device=device, **kw)
     tok.padding_side = "left"
     return model, tok
 

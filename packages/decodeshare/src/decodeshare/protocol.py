@@ -31,8 +31,10 @@ def choice_logprob(scores: np.ndarray, answers: np.ndarray) -> np.ndarray:
 
 class Protocol:
     def __init__(self, model, tok, layer: int, dec_states: dict, pre_states: dict,
-                 eval_by_task: dict, seed: int = 0, gen_tokens: int = 16):
+                 eval_by_task: dict, seed: int = 0, gen_tokens: int = 16, *,
+                 tau: float = 1e-3, tau_k: float | None = None, var: float = 0.95, m="all"):
         self.model, self.tok, self.layer, self.seed = model, tok, layer, seed
+        self.fit_kw = dict(var=var, tau=tau, m=m, tau_k=tau_k)  # the shared-set rule of every fit
         self.dec, self.pre = dec_states, pre_states
         self.tasks = list(eval_by_task)
         self.batches = {t: self._prepare(t, its, gen_tokens) for t, its in eval_by_task.items()}
@@ -61,8 +63,8 @@ class Protocol:
 
     def context(self, exclude: str | None = None) -> ControlContext:
         keep = [t for t in self.dec if t != exclude]
-        fit = fit_shared({t: self.dec[t] for t in keep})
-        pfit = fit_shared({t: self.pre[t] for t in keep}) if self.pre else None
+        fit = fit_shared({t: self.dec[t] for t in keep}, **self.fit_kw)
+        pfit = fit_shared({t: self.pre[t] for t in keep}, **self.fit_kw) if self.pre else None
         return ControlContext(fit, np.concatenate([self.dec[t] for t in keep]), pfit, self.seed)
 
     def run(self, task: str, basis, alpha: float = 1.0, mode: str = "remove", **kw) -> np.ndarray:
@@ -103,8 +105,17 @@ class Protocol:
         base = np.concatenate([self.correct(t, self.clean[t]) for t in self.tasks])
         out = {c: {"correct": [], "energy_ratio": [], "dim": [], "alpha": []} for c in conditions}
         shared_ctx = None if loto else self.context()
+        empty = []
         for t in self.tasks:
             ctx = self.context(t) if loto else shared_ctx
+            if len(ctx.fit.shared_idx) == 0:  # no shared direction: nothing to remove or match
+                empty.append(t)
+                ok = self.correct(t, self.clean[t])
+                for c in conditions:
+                    out[c]["correct"].append(ok)
+                    out[c]["dim"].append(0)
+                    out[c]["alpha"].append(0.0)
+                continue
             built = [build(c, ctx) for c in conditions]
             for c, (Qc, a), s in zip(conditions, built, self.run_many(t, built)):
                 out[c]["correct"].append(self.correct(t, s))
@@ -114,8 +125,9 @@ class Protocol:
         for c in conditions:
             out[c]["correct"] = np.concatenate(out[c]["correct"])
             for key in ("energy_ratio", "dim", "alpha"):
-                out[c][key] = float(np.mean(out[c][key]))
-        return {"baseline": base, "conditions": out}
+                out[c][key] = float(np.mean(out[c][key])) if out[c][key] else float("nan")
+        task_of = np.concatenate([[t] * len(self.batches[t].items) for t in self.tasks])
+        return {"baseline": base, "conditions": out, "empty_folds": empty, "task_of": task_of}
 
     def patchback(self) -> dict:
         """Flip set = evaluation items correct clean and wrong under shared removal; rescue rate of

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .hooks import encode_left
+from .hooks import encode_left, eos_ids
 
 CUE = "Answer:"
 
@@ -164,7 +164,7 @@ class GenPrepared:
     first: torch.Tensor          # [b] greedy first new token from the prefill's last logits
     targets: list[str]
     max_new_tokens: int
-    eos: int | None
+    eos: list[int]               # every end-of-generation id (generation_config's list, or the tokenizer's)
 
 
 @torch.no_grad()
@@ -178,7 +178,7 @@ def prepare_gen(model, tok, items: list[dict], max_new_tokens: int = 16) -> GenP
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **_last_logits(model))
     cache = getattr(out, "cache", None) or out.past_key_values
     return GenPrepared(items, ids, mask, cache, out.logits[:, -1].argmax(-1), [str(it["target"]) for it in items],
-                       max_new_tokens, tok.eos_token_id)
+                       max_new_tokens, eos_ids(model, tok))
 
 
 @torch.no_grad()
@@ -190,14 +190,15 @@ def generate_cached(model, p: GenPrepared) -> torch.Tensor:
     b, L = p.ids.shape
     last = (p.mask.cumsum(1) - 1)[:, -1]
     tok, mask = p.first.clone(), p.mask
-    done = tok == p.eos if p.eos is not None else torch.zeros(b, dtype=torch.bool, device=dev)
+    eos = torch.tensor(p.eos, dtype=tok.dtype, device=dev)
+    done = torch.isin(tok, eos)
     out = [tok]
     for j in range(1, p.max_new_tokens):
         mask = torch.cat([mask, torch.ones(b, 1, dtype=mask.dtype, device=dev)], 1)
         nxt = _step(model, p, tok, mask, last + j).argmax(-1)
-        if p.eos is not None:
-            nxt = torch.where(done, torch.full_like(nxt, p.eos), nxt)
-            done = done | (nxt == p.eos)
+        if p.eos:
+            nxt = torch.where(done, torch.full_like(nxt, p.eos[0]), nxt)
+            done = done | torch.isin(nxt, eos)
         out.append(nxt)
         tok = nxt
     _crop_to(p.cache, L)
@@ -217,4 +218,4 @@ def exact_match(texts: list[str], targets: list[str]) -> np.ndarray:
 
 
 def generated_texts(tok, p: GenPrepared, tokens: torch.Tensor) -> list[str]:
-    return [tok.decode([t for t in row.tolist() if t != p.eos], skip_special_tokens=True) for row in tokens]
+    return [tok.decode([t for t in row.tolist() if t not in p.eos], skip_special_tokens=True) for row in tokens]

@@ -49,7 +49,8 @@ def _parity(rng: random.Random) -> tuple[str, list[str], int]:
 def _letters(rng: random.Random) -> tuple[str, list[str], int]:
     w = rng.choice(WORDS)
     n = len(w)
-    opts = sorted({n, n - 1, n + 1, n + 2})
+    opts = [n, *rng.sample([n - 2, n - 1, n + 1, n + 2], 3)]
+    rng.shuffle(opts)  # the answer's position is uniform over A-D (0.2.x always put it at B)
     return (f"How many letters are in the word \"{w}\"? "
             + " ".join(f"{L}) {o}" for L, o in zip("ABCD", opts)) + " Reply with the letter.",
             LETTERS, opts.index(n))
