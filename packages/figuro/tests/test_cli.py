@@ -35,11 +35,15 @@ def test_simulate_writes_views_and_truth_deterministically(sim, tmp_path):
 def test_multimodal_prints_and_writes_json(sim, tmp_path, capsys):
     out = tmp_path / "r.json"
     assert main(["multimodal", str(sim / "x1.npy"), str(sim / "x2.npy"), "--latent-dim", "6",
-                 "--json", str(out)]) == 0
-    printed = json.loads(capsys.readouterr().out)
+                 "--max-rounds", "3", "--json", str(out)]) == 0
+    cap = capsys.readouterr()
+    printed = json.loads(cap.out)
     assert printed == json.loads(out.read_text())
-    assert set(printed) >= {"shared", "private", "history"} and len(printed["private"]) == 2
+    assert set(printed) >= {"shared", "private", "history", "answer_distortion", "pretrain_plateau"}
+    assert len(printed["private"]) == 2
     assert printed["history"][0] == {"shared": 6, "private0": 6, "private1": 6}
+    # 3 checks cannot accept a reduction: the answer is the cap, said once on stderr and in JSON
+    assert printed["warnings"] and "no reduction found" in cap.err
 
 
 def test_compare_classical_uses_inclusion_exclusion(sim, capsys):
@@ -66,6 +70,7 @@ def test_csv_id_column_aligns_rows(tmp_path, capsys):
     (["multimodal", "MISSING.npy", "MISSING2.npy"], "does not exist"),
     (["estimate", "X.npy", "--threshold", "nan"], "finite"),
     (["estimate", "X.npy", "--latent-dim", "0"], ">= 1"),
+    (["estimate", "X.npy", "--max-rounds", "0"], ">= 1"),
     (["compare", "X.npy", "--estimators", "twonn,magic"], "unknown estimator"),
     (["simulate", "--ks", "-1", "--k1", "1", "--k2", "1", "--out", "o"], ">= 0"),
     (["multimodal", "X.npy"], "at least two views"),
@@ -121,3 +126,19 @@ def test_embed_refusals(tmp_path, capsys):
     assert main(["embed", str(empty), "--out", str(out), "--model", str(tmp_path)]) == 2
     _one_line_error(capsys, "has no texts")
     assert not out.exists()
+
+
+def test_csv_quoted_fields_tsv_and_non_numeric(tmp_path, capsys):
+    from figuro.io import load_view
+
+    a = tmp_path / "a.csv"
+    a.write_text('"id","f1"\n"x,1",1.5\n"x,2",2.5\n')
+    x, ids = load_view(a, id_column="id")
+    assert ids == ["x,1", "x,2"] and x[:, 0].tolist() == [1.5, 2.5]
+    t = tmp_path / "t.tsv"
+    t.write_text("f1\tf2\n1\t2\n3\t4\n")
+    assert load_view(t)[0].tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    bad = tmp_path / "bad.csv"
+    bad.write_text("name,f1\nr1,1\n")
+    assert main(["estimate", str(bad), "--latent-dim", "1"]) == 2
+    _one_line_error(capsys, "non-numeric value")

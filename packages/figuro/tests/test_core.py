@@ -51,6 +51,8 @@ def test_masked_directions_get_zero_gradient():
 
 
 def _ctl(**kw):
+    """A controller that accepts a state at its first check (confirm=1), to script single moves."""
+    kw.setdefault("confirm", 1)
     return RankController({SHARED: 4, "private0": 4, "private1": 4}, [1.0, 1.0], threshold=0.1,
                           jumps=False, **kw)
 
@@ -77,7 +79,7 @@ def test_private_before_shared_on_ties_and_shared_only_after_privates_rejected()
 
 
 def test_jump_takes_the_lowest_truncation_that_keeps_fidelity():
-    ctl = RankController({"private0": 16}, [1.0], threshold=0.05)
+    ctl = RankController({"private0": 16}, [1.0], threshold=0.05, confirm=1)
     props = ctl.proposals()
     assert ("private0", 15) in props and ("private0", 8) in props and ("private0", 12) in props
     cands = {(sp, r): [1.0 if r >= 12 else 3.0] for sp, r in props}
@@ -104,7 +106,7 @@ def test_raise_violated_private_or_shared_when_several():
 
 
 def test_two_cycle_is_detected():
-    ctl = RankController({"private0": 3}, [1.0], threshold=0.1, jumps=False)
+    ctl = RankController({"private0": 3}, [1.0], threshold=0.1, jumps=False, confirm=1)
     # violated (raise) / holds (reduce) alternately: 3 -> 4 -> 3 -> 4 -> 3 ...
     for i in range(8):
         if ctl.done:
@@ -115,10 +117,10 @@ def test_two_cycle_is_detected():
 
 
 def test_stops_when_nothing_can_be_reduced_and_at_max_rounds():
-    ctl = RankController({"private0": 1}, [1.0], rejected={("private0", 1)})
+    ctl = RankController({"private0": 1}, [1.0], rejected={("private0", 1)}, confirm=1)
     ctl.step([1.0], {})
     assert ctl.done and "no admissible" in ctl.reason
-    ctl = RankController({"private0": 50}, [1.0], jumps=False, max_rounds=3)
+    ctl = RankController({"private0": 50}, [1.0], jumps=False, max_rounds=3, confirm=1)
     while not ctl.done:
         ctl.step([1.0], {("private0", ctl.ranks["private0"] - 1): [1.0]})
     assert ctl.reason == "max_rounds reached" and ctl.ranks == {"private0": 47}
@@ -126,9 +128,51 @@ def test_stops_when_nothing_can_be_reduced_and_at_max_rounds():
 
 def test_parsimony_tie_break_for_zero_shared():
     ctl = _ctl()
-    ctl.feasible = [{SHARED: 8, "private0": 0, "private1": 0}, {SHARED: 0, "private0": 4, "private1": 4},
-                    {SHARED: 2, "private0": 4, "private1": 4}]
-    assert ctl.result() == {SHARED: 0, "private0": 4, "private1": 4}
+    ctl.stable = [({SHARED: 8, "private0": 0, "private1": 0}, [1.0, 1.0]),
+                  ({SHARED: 0, "private0": 4, "private1": 4}, [1.01, 1.0]),
+                  ({SHARED: 2, "private0": 4, "private1": 4}, [1.0, 1.0])]
+    assert ctl.result() == ({SHARED: 0, "private0": 4, "private1": 4}, [1.01, 1.0])
+
+
+def test_answer_is_a_stable_state_not_one_lucky_check():
+    """Scripted distortions: 4 is truly needed (3 breaks fidelity), but one noisy check makes 3
+    feasible once. The answer must be 4 — a state held at 2 consecutive checks — with its own
+    distortion; the minimum over every state ever feasible would answer 3."""
+    ctl = RankController({"private0": 5}, [1.0], threshold=0.1, jumps=False, confirm=2)
+    ok, bad = [1.0], [2.0]
+    assert ctl.step(ok) == {"private0": 5}            # holds once: not yet accepted
+    assert ctl.step(ok, {("private0", 4): ok}) == {"private0": 4}  # held twice: reduce
+    ctl.step([1.02])
+    assert ctl.step([1.03], {("private0", 3): ok}) == {"private0": 3}
+    assert ctl.step([1.05]) == {"private0": 3}        # the lucky check: 3 holds once ...
+    assert ctl.step(bad) == {"private0": 4}           # ... and breaks at the next: revert
+    assert ("private0", 4) in ctl.rejected
+    assert [r for r, _ in ctl.feasible].count({"private0": 3}) == 1
+    ctl.step([1.01])
+    ctl.step([1.02])
+    assert ctl.done and "no admissible" in ctl.reason
+    assert ctl.result() == ({"private0": 4}, [1.03])
+
+
+def test_no_stable_state_answers_the_starting_ranks():
+    ctl = RankController({"private0": 5}, [1.0], threshold=0.1, confirm=2, max_rounds=1)
+    ctl.step([1.0])
+    assert ctl.done and ctl.result() == ({"private0": 5}, None)
+
+
+def test_raise_never_exceeds_the_cap_of_its_space():
+    ctl = RankController({SHARED: 3, "private0": 2, "private1": 4}, [1.0, 1.0],
+                         k_max={SHARED: 3, "private0": 2, "private1": 10}, confirm=1)
+    assert ctl.step([2.0, 2.0])[SHARED] == 3                    # shared at its cap
+    assert ctl.step([2.0, 1.0])["private0"] == 2                # private0 at its cap
+    assert ctl.step([1.0, 2.0])["private1"] == 5
+
+
+def test_absolute_rule_judges_the_loss_in_units_of_the_scale():
+    ctl = RankController({"private0": 4}, [0.001], threshold=0.05, scale=[1.0])
+    assert ctl.fidelity([0.04]) and not ctl.fidelity([0.06])
+    rel = RankController({"private0": 4}, [0.001], threshold=0.05)   # default: relative
+    assert rel.fidelity([0.00104]) and not rel.fidelity([0.0011])
 
 
 def test_linear_simulator_rank_and_inclusion_exclusion_exact():
@@ -146,3 +190,13 @@ def test_simulate_is_deterministic_under_a_seed():
     c = simulate(2, 1, 3, n=100, seed=6)
     assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) and a[2] == b[2]
     assert not np.array_equal(a[0], c[0])
+
+
+def test_capacity_ablation_adds_a_hidden_layer():
+    from figuro.core import SharedPrivateAE
+
+    base, deep = SharedPrivateAE([5, 4], 3, 8), SharedPrivateAE([5, 4], 3, 16, depth=2)
+    n_lin = [sum(isinstance(m, torch.nn.Linear) for m in net.enc[0]) for net in (base, deep)]
+    assert n_lin == [2, 3] and deep.enc[0][0].out_features == 16
+    s, p = deep.codes([torch.randn(7, 5), torch.randn(7, 4)])
+    assert s[0].shape == (7, 3) and p[1].shape == (7, 3)

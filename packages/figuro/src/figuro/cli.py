@@ -64,14 +64,33 @@ def _emit(obj: dict, target: Path | None) -> int:
 
 
 def _fit(views, args):
+    import warnings
+
     from .estimator import FiGuRO
 
     est = FiGuRO(latent_dim=args.latent_dim, distortion_threshold=args.threshold,
-                 random_state=args.seed)
+                 max_rounds=args.max_rounds, n_threads=args.threads, random_state=args.seed)
     try:
-        return est.fit(views if len(views) > 1 else views[0])
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", UserWarning)
+            est.fit(views if len(views) > 1 else views[0])
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    est.cli_warnings_ = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+    for w in est.cli_warnings_:
+        print(f"figuro: warning: {w}", file=sys.stderr)
+    return est
+
+
+def _report(est) -> dict:
+    """What every FiGuRO command prints beside the ranks: the answer's own held-out distortion,
+    the reference, the pre-training and search summaries, and any warning."""
+    return {"answer_distortion": est.answer_distortion_,
+            "reference_distortion": est.reference_distortion_,
+            "distortion_unit": est.distortion_scale_,
+            "pretrain_steps": est.pretrain_steps_, "pretrain_plateau": est.pretrain_plateau_,
+            "history": est.rank_history_, "stop": est.stop_reason_,
+            "max_rounds_hit": est.stopped_by_max_rounds_, "warnings": est.cli_warnings_}
 
 
 def _cmd_estimate(args) -> int:
@@ -80,8 +99,7 @@ def _cmd_estimate(args) -> int:
     target = _json_target(args)
     views = load_views([args.X], min_rows=4 * args.latent_dim)
     est = _fit(views, args)
-    return _emit({"dimension": int(est.dimension_), "history": est.rank_history_,
-                  "stop": est.stop_reason_}, target)
+    return _emit({"dimension": int(est.dimension_), **_report(est)}, target)
 
 
 def _cmd_multimodal(args) -> int:
@@ -91,8 +109,7 @@ def _cmd_multimodal(args) -> int:
     views = load_views(args.views, args.id_column, min_rows=4 * args.latent_dim)
     est = _fit(views, args)
     return _emit({"shared": int(est.shared_dim_), "private": [int(k) for k in est.private_dims_],
-                  "history": est.rank_history_, "stop": est.stop_reason_,
-                  "max_rounds_hit": est.stopped_by_max_rounds_}, target)
+                  **_report(est)}, target)
 
 
 def _cmd_compare(args) -> int:
@@ -133,7 +150,11 @@ def _cmd_sweep(args) -> int:
     rows = []
     for lam in args.lambdas:
         for L in args.latent_dims:
-            est = FiGuRO(latent_dim=L, distortion_threshold=lam, random_state=args.seed).fit(views)
+            est = FiGuRO(latent_dim=L, distortion_threshold=lam, random_state=args.seed)
+            try:
+                est.fit(views)
+            except ValueError as exc:
+                raise UserError(str(exc)) from None
             rows.append({"lambda": lam, "latent_dim": L, "shared": est.shared_dim_,
                          "private": est.private_dims_, "max_rounds_hit": est.stopped_by_max_rounds_})
             print(f"λ={lam:<6g} L={L:<3d} shared={est.shared_dim_} private={est.private_dims_}",
@@ -176,6 +197,9 @@ def _cmd_embed(args) -> int:
 def _common(p, views: bool = True) -> None:
     p.add_argument("--latent-dim", type=_int_at_least(1), default=32, help="L (default 32)")
     p.add_argument("--threshold", type=_threshold, default=0.05, help="λ (default 0.05)")
+    p.add_argument("--max-rounds", type=_int_at_least(1), default=200,
+                   help="most rank checks before the search stops (default 200)")
+    p.add_argument("--threads", type=_int_at_least(1), default=1, help="torch CPU threads (default 1)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, default=None, help="also write the result here (new file)")
     if views:

@@ -77,8 +77,13 @@ class LowRankLinear(nn.Module):
         return torch.linalg.svdvals(self.weight)
 
 
-def _mlp(d_in: int, hidden: int, d_out: int) -> nn.Sequential:
-    return nn.Sequential(nn.Linear(d_in, hidden), nn.GELU(), nn.Linear(hidden, d_out))
+def _mlp(d_in: int, hidden: int, d_out: int, depth: int = 1) -> nn.Sequential:
+    """``depth`` hidden GELU layers of width ``hidden``."""
+    layers, d = [], d_in
+    for _ in range(depth):
+        layers += [nn.Linear(d, hidden), nn.GELU()]
+        d = hidden
+    return nn.Sequential(*layers, nn.Linear(d, d_out))
 
 
 class SharedPrivateAE(nn.Module):
@@ -86,14 +91,15 @@ class SharedPrivateAE(nn.Module):
     projections P_m (rank k_m); shared code s = mean_m S_m h_m; decoders D_m([s, P_m h_m]) [S/R].
     With one modality and ``shared=False`` it is a single-latent rank-reduction autoencoder."""
 
-    def __init__(self, dims: list[int], latent: int, hidden: int, shared: bool = True):
+    def __init__(self, dims: list[int], latent: int, hidden: int, shared: bool = True,
+                 depth: int = 1):
         super().__init__()
         self.M, self.L, self.has_shared = len(dims), latent, shared
-        self.enc = nn.ModuleList(_mlp(d, hidden, latent) for d in dims)
+        self.enc = nn.ModuleList(_mlp(d, hidden, latent, depth) for d in dims)
         self.priv = nn.ModuleList(LowRankLinear(latent, latent) for _ in dims)
         self.shr = nn.ModuleList(LowRankLinear(latent, latent) for _ in dims) if shared else None
         width = 2 * latent if shared else latent
-        self.dec = nn.ModuleList(_mlp(width, hidden, d) for d in dims)
+        self.dec = nn.ModuleList(_mlp(width, hidden, d, depth) for d in dims)
 
     def spaces(self) -> list[str]:
         return ([SHARED] if self.has_shared else []) + [f"private{m}" for m in range(self.M)]
@@ -146,38 +152,52 @@ class RankController:
     ``proposals()`` lists the candidate reductions (space, new rank): rank − 1 and the jumps
     rank − ⌈rank/2⌉, rank − ⌈rank/4⌉, ... ; ``step(D, candidates)`` takes the current
     per-modality distortions D_m and the distortions measured after each proposed truncation,
-    and returns the next ranks. Fidelity holds when D_m <= (1 + λ)·D*_m for all m:
+    and returns the next ranks. Fidelity holds when D_m <= D*_m + λ·s_m for all m, with s_m the
+    ``scale`` (default D*_m: the relative rule D_m <= (1 + λ)·D*_m; the estimator passes the
+    held-out distortion of the zero code, so λ is a fraction of the data's variance):
       - holds → reduce. Order (parsimony, private before shared): the private space whose −1
         truncation loses least (ties: larger rank), the shared space only once every private move
         has been rejected. The new rank is the lowest proposed one whose truncation keeps
-        fidelity, else rank − 1 (then judged after ``update_every`` epochs of training);
+        fidelity, else rank − 1 (then judged after ``update_every`` steps of training);
       - violated just after a reduction → revert it (ranks back to their previous values) and
         reject that move (space, rank) for good;
-      - violated otherwise → raise the violated modality's private rank, or the shared rank
-        when several modalities are violated.
+      - violated at an accepted state at ``confirm`` consecutive checks → raise the violated
+        modality's private rank, or the shared rank when several modalities are violated (a
+        single violation there waits).
+    A state is *stable* once fidelity held at ``confirm`` consecutive checks (each after
+    ``update_every`` steps of re-training); only a stable state is reduced further, and a
+    violation before that counts as "just after a reduction" (revert). ``k_max`` caps every raise:
+    an int, or one cap per space (the estimator passes min(L, D) per space).
     Stops on a 2-cycle, ``patience`` unchanged rounds, no admissible move, or ``max_rounds``.
     """
 
     ranks: dict[str, int]
     reference: list[float]
     threshold: float = 0.05
+    scale: list[float] | None = None
     k_min: int = 0
-    k_max: int | None = None
+    k_max: int | dict[str, int] | None = None
+    confirm: int = 2
     patience: int = 5
     max_rounds: int = 200
     tie_tol: float = 0.01
     jumps: bool = True
     history: list[dict[str, int]] = field(default_factory=list)
     events: list[str] = field(default_factory=list)
-    feasible: list[dict[str, int]] = field(default_factory=list)
+    feasible: list[tuple[dict[str, int], list[float]]] = field(default_factory=list)
+    stable: list[tuple[dict[str, int], list[float]]] = field(default_factory=list)
     prev: dict[str, int] | None = None
     rejected: set = field(default_factory=set)
     done: bool = False
     reason: str = ""
     _unchanged: int = 0
+    _holds: int = 0
+    _viols: int = 0
 
     def __post_init__(self) -> None:
         self.ranks = dict(self.ranks)
+        if self.scale is None:
+            self.scale = list(self.reference)
         if not self.history:
             self.history.append(dict(self.ranks))
 
@@ -185,11 +205,11 @@ class RankController:
         return not self.violated(D)
 
     def violated(self, D) -> list[int]:
-        return [m for m, (d, ref) in enumerate(zip(D, self.reference))
-                if not d <= (1.0 + self.threshold) * ref]
+        return [m for m, (d, ref, sc) in enumerate(zip(D, self.reference, self.scale))
+                if not d <= ref + self.threshold * sc]
 
     def _worst(self, D) -> float:
-        return max(d / max(ref, 1e-12) for d, ref in zip(D, self.reference))
+        return max((d - ref) / max(sc, 1e-12) for d, ref, sc in zip(D, self.reference, self.scale))
 
     def moves(self) -> list[str]:
         """Spaces that may be reduced now (above k_min, that move not rejected)."""
@@ -218,7 +238,7 @@ class RankController:
 
         if privs:
             best = min(loss(sp) for sp in privs)
-            ties = [sp for sp in privs if loss(sp) <= best * (1 + self.tie_tol) + 1e-12]
+            ties = [sp for sp in privs if loss(sp) <= best + self.tie_tol + 1e-12]
             sp = min(ties, key=lambda s: (-self.ranks[s], s))
         else:
             sp = moves[0]
@@ -232,7 +252,13 @@ class RankController:
         before = dict(self.ranks)
         viol = self.violated(D)
         if not viol:
-            self.feasible.append(dict(self.ranks))
+            self.feasible.append((dict(self.ranks), [float(d) for d in D]))
+            self._viols = 0
+            self._holds += 1
+            if self._holds < self.confirm:
+                return self._record(before)
+            if self._holds == self.confirm:
+                self.stable.append((dict(self.ranks), [float(d) for d in D]))
             self.prev = None
             if not self.moves():
                 return self._stop("no admissible reduction keeps fidelity")
@@ -248,13 +274,28 @@ class RankController:
             self.events.append(f"revert {sp} {self.ranks[sp]}->{k_prev}")
             self.ranks, self.prev = dict(self.prev), None
         else:
+            self._viols += 1
+            if self._viols < self.confirm:
+                # a violation at an accepted state is acted on only once it persists (the same
+                # 'confirm' checks as a hold): one noisy check, or the dip after a revert, waits
+                self.events.append("wait")
+                self._holds = 0
+                return self._record(before)
             target = (SHARED if len(viol) > 1 and SHARED in self.ranks
                       else f"private{viol[0]}" if f"private{viol[0]}" in self.ranks
                       else next(iter(self.ranks)))
-            cap = self.k_max if self.k_max is not None else 10**9
-            if self.ranks[target] < cap:
+            if self.ranks[target] < self.cap(target):
                 self.ranks[target] += 1
             self.events.append(f"raise {target}")
+        self._holds = self._viols = 0
+        return self._record(before)
+
+    def cap(self, space: str) -> int:
+        if self.k_max is None:
+            return 10**9
+        return self.k_max[space] if isinstance(self.k_max, dict) else self.k_max
+
+    def _record(self, before: dict[str, int]) -> dict[str, int]:
         self.history.append(dict(self.ranks))
         self._unchanged = self._unchanged + 1 if self.ranks == before else 0
         h = self.history
@@ -270,11 +311,14 @@ class RankController:
         self.done, self.reason = True, reason
         return dict(self.ranks)
 
-    def result(self) -> dict[str, int]:
-        """Parsimony: among the visited states that kept fidelity, the smallest total rank, then
-        the smallest shared rank (private before shared) [R]; the current ranks if none."""
-        pool = self.feasible or [self.ranks]
-        return dict(min(pool, key=lambda r: (sum(r.values()), r.get(SHARED, 0))))
+    def result(self) -> tuple[dict[str, int], list[float] | None]:
+        """The answer and its own distortion. Parsimony among the *stable* states (fidelity held
+        at ``confirm`` consecutive checks): the smallest total rank, then the smallest shared
+        rank (private before shared) [R]. A state that held once (one lucky check) is never the
+        answer. With no stable state: the starting ranks (no reduction found), distortion None."""
+        pool = self.stable or [(self.history[0], None)]
+        ranks, dist = min(pool, key=lambda s: (sum(s[0].values()), s[0].get(SHARED, 0)))
+        return dict(ranks), dist
 
 
 # --- the known-truth simulator -------------------------------------------------------------------

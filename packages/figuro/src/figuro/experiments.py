@@ -28,19 +28,22 @@ from .estimator import FiGuRO, fit_with, rank_error
 from .registry import CLAIMS, DESCRIPTOR
 
 GRID = ((2, 2, 2), (5, 3, 1), (8, 2, 6), (0, 4, 4))
+#: the reported skdim manifolds (the review's nine plus M4_Nonlinear); nothing is chosen on them
+MANIFOLDS = ("M1_Sphere", "M2_Affine_3to5", "M3_Nonlinear_4to6", "M4_Nonlinear", "M5a_Helix1d",
+             "M6_Nonlinear", "M7_Roll", "M10a_Cubic", "M11_Moebius", "Mp2_Paraboloid")
 CFG = {
     "smoke": dict(grid=((2, 1, 1),), n=300, dim=20, seeds=1, classical=(),
-                  fig=dict(latent_dim=8, pretrain_epochs=8, update_every=2, max_rounds=25),
+                  fig=dict(latent_dim=6, pretrain_max_steps=200, update_every=20, max_rounds=12),
                   sweep=None, manifolds=(), digits=False, posthoc=False, arr=False),
     "full": dict(grid=GRID, n=5000, dim=50, seeds=5, classical=("twonn", "mle", "danco", "lpca"),
                  fig={}, sweep=dict(lams=(0.01, 0.05, 0.1), Ls=(16, 32, 64), ks=(5, 10, 20, 50)),
-                 manifolds=("M1_Sphere", "M4_Nonlinear", "M6_Nonlinear", "M7_Roll"),
-                 digits=True, posthoc=True, arr=5),
+                 manifolds=MANIFOLDS, digits=True, posthoc=True, arr=5, dev_lams=(0.02, 0.05, 0.1)),
     "quick": dict(grid=GRID, n=2000, dim=50, seeds=3, classical=("twonn", "mle", "lpca"),
                   fig={}, sweep=dict(lams=(0.01, 0.05, 0.1), Ls=(16, 32, 64), ks=(5, 10, 20, 50)),
-                  manifolds=("M1_Sphere", "M4_Nonlinear", "M6_Nonlinear", "M7_Roll"),
-                  digits=True, posthoc=True, arr=1),
+                  manifolds=MANIFOLDS, digits=True, posthoc=True, arr=1, dev_lams=(0.02, 0.05, 0.1)),
 }
+#: dev simulations for the λ choice: configurations, seeds and a nonlinearity outside the grid
+DEV_SIMS = (((3, 2, 4), 100, "sin"), ((1, 3, 2), 101, "sin"))
 CLAIM = {c.id: c for c in CLAIMS}
 
 
@@ -58,6 +61,8 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
     t0 = time.perf_counter()
     try:
         base = FiGuROConfig(**cfg["fig"])
+        if cfg.get("dev_lams"):
+            base = _dev_choice(res, cfg, base, seed)
         if scale == "full":
             _full_pairs(res, base, seed)
         traj = _grid(res, cfg, base, seed)
@@ -79,15 +84,41 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
         "shared/private architecture with cross-reconstruction, the move order (private before "
         "shared, least loss, jumps to the lowest truncation that keeps fidelity), revert-and-reject, "
         "the parsimony tie-break and every default are ours [R].",
-        "L, λ, T are the notes' values; pre-training length was looked at on dev simulations only "
-        "(seed 100; (3,2,4) with sin at seed 101); batch 1024 / lr 5e-3 set for speed, untuned. "
-        "The reported grid (seeds base+0..2, tanh) was not used to choose anything. The best "
-        "inclusion–exclusion estimator is picked on the test grid itself (this favours the baseline).",
+        "Pre-training runs to a validation plateau (curves saved); the fidelity reference is the "
+        "absolute held-out distortion there, and λ is a fraction of the data's variance. λ is "
+        "chosen on dev simulations in this run (see 'dev'); L = 32, T = 50 steps, batch 256, "
+        "lr 5e-3 are ours and were only looked at on small test/dev simulations, not tuned. The "
+        "reported grid (seeds base+0..2, tanh) was not used to choose anything. The best "
+        "inclusion–exclusion estimator is still picked on the test grid itself (this favours the "
+        "baseline).",
         "Classical estimators see at most " + ", ".join(f"{k} {v}" for k, v in baselines.MAX_ROWS.items())
         + " rows (subsampled with the seed). DANCo is run on the manifolds only: on this shared "
         "2-core machine it takes > 20 s per call at 600 rows.",
     ]
     return res
+
+
+def _dev_choice(res: Results, cfg: dict, base: FiGuROConfig, seed: int) -> FiGuROConfig:
+    """λ chosen on dev simulations (configurations, seeds 100+ and the sin nonlinearity, none in
+    the reported grid): the least mean absolute rank error, ties to the larger λ (parsimony)."""
+    from dataclasses import replace
+
+    err = {}
+    for lam in cfg["dev_lams"]:
+        e = []
+        for conf, s, nonlin in DEV_SIMS:
+            x1, x2, truth = simulate(*conf, n=cfg["n"], dim=cfg["dim"], seed=seed + s,
+                                     nonlinearity=nonlin)
+            f = _fig(replace(base, distortion_threshold=lam), [x1, x2], seed + s)
+            e.append(rank_error({"shared": f.shared_dim_, "private": f.private_dims_}, truth)["mean"])
+        err[lam] = float(np.mean(e))
+        res.add("dev", "figuro", "mean_abs_rank_error", e, seeds=[seed + s for _, s, _ in DEV_SIMS],
+                lam=lam, split="dev")
+    best = min(err, key=lambda lam: (err[lam], -lam))
+    res.notes.append(f"dev choice: λ = {best} (dev mean absolute rank error "
+                     + ", ".join(f"λ={k}: {v:.2f}" for k, v in err.items())
+                     + f" on {[c for c, _, _ in DEV_SIMS]}, sin, seeds base+100/101).")
+    return replace(base, distortion_threshold=best)
 
 
 def _check_full() -> None:
@@ -139,7 +170,14 @@ def _grid(res: Results, cfg: dict, base: FiGuROConfig, seed: int) -> list:
             x1, x2, truth = simulate(*conf, n=cfg["n"], dim=cfg["dim"], seed=s)
             f = _fig(base, [x1, x2], s)
             traj.append({"config": conf, "seed": s, "history": f.rank_history_, "events": f.events_,
-                         "stop": f.stop_reason_, "max_rounds_hit": f.stopped_by_max_rounds_})
+                         "stop": f.stop_reason_, "max_rounds_hit": f.stopped_by_max_rounds_,
+                         "pretrain_plateau": f.pretrain_plateau_,
+                         "answer_distortion": f.answer_distortion_,
+                         "reference_distortion": f.reference_distortion_})
+            steps, vals = zip(*f.pretrain_curve_)
+            res.add_curve("pretrain", f"figuro {conf}", "val_distortion", steps, vals, seed=s,
+                          direction="lower", budget=base.pretrain_max_steps,
+                          stopped_at=steps[-1] if f.pretrain_plateau_ else None)
             if f.rank_history_[0]["shared"] != base.latent_dim or f.n_rounds_ < 1:
                 raise RuntimeError("the rank search did not start at full rank or did not move")
             est = {"figuro": {"shared": f.shared_dim_, "private": f.private_dims_}}
@@ -235,12 +273,23 @@ def _manifolds(res: Results, cfg: dict, base: FiGuROConfig, seed: int) -> None:
     import skdim
 
     bm = skdim.datasets.BenchmarkManifolds(random_state=seed)
-    rel = {m: [] for m in ("figuro", "twonn", "mle", "lpca", "danco")}
+    methods = ("figuro", "figuro-one-shot", "lpca-of-latent", "figuro-capacity", "twonn", "mle",
+               "lpca", "danco")
+    rel = {m: [] for m in methods}
+    at_d = 0
     for name in cfg["manifolds"]:
         d, D, _ = bm._dict_truth[name]
         x = bm.generate(name, n=cfg["n"], dim=D, d=d).astype(np.float32)  # skdim 0.5 needs both
         f = _fig(base, x, seed)
-        est = {"figuro": float(f.dimension_)}
+        at_d += int(f.dimension_ >= D)
+        est = {"figuro": float(f.dimension_),
+               # ablations of the same fit: one-shot truncation at the same bound, no search;
+               # lPCA of the pre-trained full-rank latent
+               "figuro-one-shot": float(f.one_shot_ranks_["private0"]),
+               "lpca-of-latent": baselines.unimodal("lpca", f.latent_codes_[0], seed),
+               # capacity ablation: encoder/decoder width × 2, depth + 1, all else equal
+               "figuro-capacity": float(_fig(base, x, seed, hidden=2 * base.hidden,
+                                             depth=base.depth + 1).dimension_)}
         for c in ("twonn", "mle", "lpca", "danco"):
             est[c] = baselines.unimodal(c, x, seed)
         for m, v in est.items():
@@ -248,12 +297,19 @@ def _manifolds(res: Results, cfg: dict, base: FiGuROConfig, seed: int) -> None:
             res.add("manifolds", m, "estimate", v, seeds=[seed], manifold=name, true_id=d, ambient=D)
     for m, v in rel.items():
         res.add("manifolds", m, "median_relative_error", float(np.median(v)), seeds=[seed])
-    best = min((m for m in rel if m != "figuro"), key=lambda m: np.median(rel[m]))
+        res.add("manifolds", m, "mean_relative_error", float(np.mean(v)), seeds=[seed])
+    res.add("manifolds", "figuro", "answers_equal_to_D", float(at_d), seeds=[seed])
+    iv = paired_interval(rel["figuro"], rel["lpca"])
+    res.add("manifolds", "figuro", "minus_lpca_relative_error", float(iv.mean),
+            interval=[iv.low, iv.high],
+            note="the informative figure: below 0 the search adds something beyond a linear rank")
+    best = min((m for m in ("twonn", "mle", "lpca", "danco")), key=lambda m: np.median(rel[m]))
     iv = paired_interval(rel["figuro"], rel[best])
     res.claims.append(ClaimCheck.compare(
         CLAIM["manifolds"], float(np.median(rel["figuro"])), float(np.median(rel[best])), best,
         interval=[iv.low, iv.high],
-        note="interval: paired bootstrap of per-manifold relative errors (4 manifolds)"))
+        note=f"interval: paired t interval of per-manifold relative errors ({len(rel['figuro'])} "
+             "manifolds)"))
 
 
 def _probe(z, y, seed) -> np.ndarray:

@@ -1,47 +1,50 @@
 """Users' formats: paired views as ``.npy`` or CSV (header; ``id_column`` aligns rows), texts as
 ``.txt`` (one a line) or JSONL (``"text"``), sentence-transformers embeddings cached by content
-hash. Every write goes to a temporary file that is then renamed: an error leaves nothing behind.
+hash. Every write goes through ``icml26_shared.io`` (a temporary file or folder that is then
+renamed): an error leaves nothing behind.
 """
 
 from __future__ import annotations
 
-import csv
 import hashlib
+import io
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from icml26_shared import UserError
-from icml26_shared.io import atomic_dir, write_json
+from icml26_shared.io import atomic_dir, atomic_write_bytes, write_json
 
 
 def _read_csv(path: Path, id_column: str | None) -> tuple[np.ndarray, list[str] | None]:
+    """A CSV with a header row, read by ``numpy.loadtxt`` (quoted fields allowed); the id column,
+    when named, is kept as strings and every other column must be numeric."""
+    delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
     try:
-        with path.open(newline="") as f:
-            rows = list(csv.reader(f))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: cannot read as CSV ({exc})") from None
-    if len(rows) < 2:
+        table = np.loadtxt(path, delimiter=delimiter, dtype=str, quotechar='"', ndmin=2,
+                           encoding="utf-8")
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise UserError(f"{path}: cannot read as CSV ({str(exc).splitlines()[0]})") from None
+    if table.shape[0] < 2:
         raise UserError(f"{path}: a CSV needs a header row and at least one data row")
-    header, body = rows[0], [r for r in rows[1:] if r]
+    header, body = [h.strip() for h in table[0]], table[1:]
     ids = None
     if id_column is not None:
         if id_column not in header:
             raise UserError(f"{path}: no column {id_column!r} (columns: {', '.join(header[:8])}...)")
         j = header.index(id_column)
-        ids = [r[j] for r in body]
+        ids = [str(v) for v in body[:, j]]
         if len(set(ids)) != len(ids):
             raise UserError(f"{path}: column {id_column!r} has duplicate ids")
-        body = [r[:j] + r[j + 1:] for r in body]
+        body = np.delete(body, j, axis=1)
+    if body.shape[1] == 0:
+        raise UserError(f"{path}: no feature columns")
     try:
-        x = np.array([[float(v) for v in r] for r in body], dtype=np.float64)
+        x = body.astype(np.float64)
     except ValueError as exc:
         raise UserError(f"{path}: non-numeric value ({exc}); name an id column with --id-column") from None
-    if x.ndim != 2 or x.shape[1] == 0:
-        raise UserError(f"{path}: rows have different lengths or no feature columns")
     return x, ids
 
 
@@ -192,26 +195,12 @@ def check_new(path: str | Path, force: bool = False) -> Path:
     return path
 
 
-def _atomic(path: Path, write) -> Path:
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.absolute().parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
 def save_npy(path: str | Path, array: np.ndarray, force: bool = False) -> Path:
+    """``np.save`` into memory, then ``icml26_shared.io.atomic_write_bytes`` (temp file + rename)."""
     path = check_new(path, force)
-
-    def write(tmp):
-        with open(tmp, "wb") as f:
-            np.save(f, array)
-    return _atomic(path, write)
+    buf = io.BytesIO()
+    np.save(buf, array)
+    return atomic_write_bytes(path, buf.getvalue(), mkdir=False)
 
 
 def save_json(path: str | Path, obj, force: bool = False) -> Path:

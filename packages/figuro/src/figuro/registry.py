@@ -43,15 +43,18 @@ DESCRIPTOR = MethodDescriptor(
             "projections inside autoencoders and a fidelity rule (reconstructed), beside "
             "scikit-dimension estimators with inclusion–exclusion, AJIVE and ARR-style ablations.",
     scales={
-        "smoke": "one tiny simulation (2,1,1), n = 300, L = 8: FiGuRO, its spectral ablation "
+        "smoke": "one tiny simulation (2,1,1), n = 300, L = 6: FiGuRO, its spectral ablation "
                  "and AJIVE (seconds; skdim is skipped, its numba import is slow)",
-        "quick": "grid (2,2,2), (5,3,1), (8,2,6), (0,4,4) at n = 2,000, D = 50, 3 seeds: FiGuRO, "
-                 "fixed-schedule and ARR ablations, TwoNN/MLE/lPCA inclusion–exclusion, AJIVE; "
-                 "λ × L sweep beside MLE over k; 4 skdim manifolds; digits halves; MiniLM post hoc",
+        "quick": "λ chosen on 2 dev simulations; grid (2,2,2), (5,3,1), (8,2,6), (0,4,4) at "
+                 "n = 2,000, D = 50, 3 seeds: FiGuRO, fixed-schedule and ARR ablations, "
+                 "TwoNN/MLE/lPCA inclusion–exclusion, AJIVE; λ × L sweep beside MLE over k; 10 "
+                 "skdim manifolds with one-shot and lPCA-of-latent ablations; digits halves; "
+                 "MiniLM post hoc",
         "full": "GPU recipe: 5 seeds, n = 5,000, λ × L on every configuration and frozen encoders "
                 "on user image–text pairs; needs a CUDA device and FIGURO_PAIRS (a folder of "
                 "paired x1.npy/x2.npy), so it refuses at once without them",
     },
-    # measured: 11.7 min wall (9.2 CPU-min) on 2 cores while other jobs ran
-    quick_minutes=11.7,
+    # measured for 0.1.1: 11.7 min wall (9.2 CPU-min) on 2 cores while other jobs ran; 0.2.0 adds
+    # the dev λ choice and 6 manifolds and is not yet timed
+    quick_minutes=15,
 )
