@@ -161,6 +161,94 @@ def test_triton_interpreter_matches_reference(monkeypatch, t, s, hkv, causal, bs
     assert (got.double() - want).abs().max().item() <= TOL[dtype]
 
 
+def hf_layout(b, h, hkv, t, s, d, dtype, seed=0):
+    """q, k, v as a Hugging Face attention layer holds them: ``[B, T, H, D]`` transposed to
+    ``[B, H, T, D]`` views (token stride ``H·D``), not contiguous copies."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, t, h, d, generator=g).to(dtype).transpose(1, 2)
+    k = torch.randn(b, s, hkv, d, generator=g).to(dtype).transpose(1, 2)
+    v = torch.randn(b, s, hkv, d, generator=g).to(dtype).transpose(1, 2)
+    return q, k, v
+
+
+@pytest.mark.interpret
+@needs_interpret
+@pytest.mark.parametrize("d,bs,dtype,layout", [
+    (64, 64, torch.float32, "bhtd"), (128, 64, torch.float32, "hf"), (128, 128, torch.float32, "bhtd"),
+    (40, 32, torch.float16, "hf"), (128, 64, torch.float16, "bhtd")])
+def test_triton_interpreter_head_dims_dtypes_layouts(d, bs, dtype, layout):
+    """The kernel at the head dims models use (64, 128, a non-power-of-two 40), fp32/fp16, blocks
+    of 32-128 (fp32 at 128/128 runs the 64-key inner tile) and HF-layout q/k/v. Rows keep several
+    key blocks whose maxima differ, so a dropped online-softmax rescale shows. bf16 runs in the
+    GPU lane only: the Triton interpreter's bf16 ``tl.dot`` is wrong (Triton 3.x, upstream)."""
+    pytest.importorskip("triton")
+    from icml26_kernels.block_sparse_attention import triton as tri
+
+    t, s = 3 * bs - 5, 3 * bs - 5
+    q, k, v = (hf_layout(1, 2, 1, t, s, d, dtype) if layout == "hf" else make(1, 2, 1, t, s, d, dtype))
+    k = k * torch.linspace(0.5, 3.0, s, dtype=dtype)[:, None]  # later keys: larger logits
+    mask = torch.ones(1, 2, 3, 3, dtype=torch.bool)
+    mask[0, 1, 2, 1] = False
+    idx, counts = mask_to_indices(mask)
+    scale = 1 / math.sqrt(d)
+    got = tri.forward(q, k, v, idx, counts, bs, True, scale)
+    want = dense64(q, k, v, mask, bs, True, scale)
+    tol = {torch.float32: 1e-4, torch.bfloat16: 3e-2, torch.float16: 4e-3}[dtype]
+    assert (got.double() - want).abs().max().item() <= tol
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("bs", [64, 128])
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_launch_config_fits_shared_memory(dtype, bs, d):
+    tri = pytest.importorskip("icml26_kernels.block_sparse_attention.triton")
+    cfg = tri.launch_config(bs, d, dtype)
+    elem = torch.empty((), dtype=dtype).element_size()
+    assert tri.smem_bytes(bs, cfg["BLOCK_N"], cfg["BLOCK_D"], elem, cfg["num_stages"]) <= tri.SMEM_BUDGET
+    assert bs % cfg["BLOCK_N"] == 0 and cfg["BLOCK_D"] >= d
+    if dtype == torch.float32 and bs == 128 and d == 128:  # the case that overflowed 228 KB
+        assert cfg["BLOCK_N"] * cfg["num_stages"] <= 64
+
+
+LONG_SCRIPT = """
+import math, torch
+from icml26_kernels.block_sparse_attention import triton as tri, reference
+BS, D, W = 64, 128, 12288  # W: token stride of a fused [T, 3, H=32, D=128] qkv projection
+T = (2**31 // W // BS + 2) * BS  # T * W > 2^31 elements: int32 offsets wrap
+buf = torch.empty(T, W, dtype=torch.float16)  # 4.3 GB virtual; only two blocks are written
+nq = T // BS
+g = torch.Generator().manual_seed(0)
+for r in (0, nq - 1):
+    buf[r * BS:(r + 1) * BS] = torch.randn(BS, W, generator=g).half()
+q, k, v = (buf.as_strided((1, 1, T, D), (T * W, W, W, 1), o) for o in (0, 4096, 8192))
+idx = torch.full((1, 1, nq, 2), -1, dtype=torch.int32)
+cnt = torch.zeros(1, 1, nq, dtype=torch.int32)
+idx[0, 0, -1, 0], idx[0, 0, -1, 1], cnt[0, 0, -1] = 0, nq - 1, 2
+out = tri.forward(q, k, v, idx, cnt, BS, True, 1 / math.sqrt(D), first_q_block=nq - 1)
+sel = torch.cat([torch.arange(BS), torch.arange(T - BS, T)])
+small = [x[:, :, sel].contiguous() for x in (q, k, v)]
+ref = reference.forward(*small, torch.tensor([[[[-1, -1], [0, 1]]]]), torch.tensor([[[0, 2]]]),
+                        BS, True, 1 / math.sqrt(D))
+print("maxerr", float((out[:, :, -BS:].float() - ref[:, :, -BS:].float()).abs().max()))
+"""
+
+
+@pytest.mark.interpret
+@needs_interpret
+def test_triton_offsets_do_not_wrap_past_2_31_elements():
+    """The last query block of a 180k-token prefill in a fused-qkv layout (token stride 12,288):
+    row and key offsets pass 2^31 elements. Run in a child process: wrapped int32 offsets read
+    outside the buffer and crash it."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("triton")
+    r = subprocess.run([sys.executable, "-c", LONG_SCRIPT], capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, f"long-context launch failed (exit {r.returncode}): {r.stderr[-500:]}"
+    assert float(r.stdout.split()[-1]) <= 4e-3
+
+
 @pytest.mark.interpret
 @needs_interpret
 def test_dispatch_forced_triton_in_interpreter(monkeypatch):
@@ -188,6 +276,41 @@ def test_gpu_kernel_matches_dense64(dtype, bs):
     want = dense64(q.cpu(), k.cpu(), v.cpu(), mask.cpu(), bs, True)
     # flash-attention's rule: at most ~2x the error of PyTorch's own op at this precision
     assert (out.cpu().double() - want).abs().max().item() <= 2 * TOL[dtype]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_kernel_block128_d128_hf_layout(dtype):
+    """Llama-sized heads (D 128) at block 128 in HF layout: the launch config must fit shared
+    memory (fp32 used to ask for ~320 KB)."""
+    t = 1500
+    q, k, v = (x.cuda() for x in hf_layout(1, 8, 2, t, t, 128, dtype))
+    n = math.ceil(t / 128)
+    mask = random_mask(1, 8, n, n, p=0.5).cuda()
+    out = block_sparse_attention(q, k, v, mask, block_size=128, causal=True)
+    want = dense64(q.cpu(), k.cpu(), v.cpu(), mask.cpu(), 128, True)
+    assert (out.cpu().double() - want).abs().max().item() <= 2 * TOL[dtype]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_offsets_do_not_wrap_past_2_31_elements():
+    """The same long-context case as the interpret lane, on the device (4.3 GB of GPU memory)."""
+    import subprocess
+    import sys
+
+    script = LONG_SCRIPT.replace("torch.empty(T, W, dtype=torch.float16)",
+                                 "torch.empty(T, W, dtype=torch.float16, device='cuda')")
+    script = script.replace("torch.randn(BS, W, generator=g).half()",
+                            "torch.randn(BS, W, generator=g).half().cuda()")
+    script = script.replace("idx = torch.full", "idx = torch.full").replace(
+        "out = tri.forward(q, k, v, idx, cnt", "out = tri.forward(q, k, v, idx.cuda(), cnt.cuda()")
+    script = script.replace("small = [x[:, :, sel]", "small = [x[:, :, sel.cuda()].cpu()")
+    script = script.replace("out[:, :, -BS:].float()", "out[:, :, -BS:].float().cpu()")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-500:]
+    assert float(r.stdout.split()[-1]) <= 4e-3
 
 
 @pytest.mark.parametrize("threshold", [0, 1 << 30])

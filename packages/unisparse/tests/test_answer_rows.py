@@ -132,3 +132,24 @@ def test_baseline_answer_rows_refused_without_own_selection():
     with pytest.raises(UserError, match="baseline_answer_rows"):
         unisparse.estimate_block_mask(q, k, block_size=BS, density=0.25, method="ashape",
                                       baseline_answer_rows=True)
+
+
+def test_the_comparison_runs_every_estimator_baseline_with_the_answer_row_rule():
+    """Item 2 of issue 45: the fidelity and needle comparisons run XAttention, FlexPrefill and
+    MInference by default with the answer-row rule, through the configs the studies build
+    (``arm_config``, ``unit_metrics``): the rule-equipped arms keep the planted needle in the
+    last row, and at least one published arm (no rule) loses it."""
+    from unisparse.fidelity import ANSWER_BASELINES, DEFAULT_ARMS, arm_config, unit_metrics
+    from unisparse.needle import NEEDLE_METHODS
+
+    assert set(ANSWER_BASELINES) <= set(DEFAULT_ARMS) and set(ANSWER_BASELINES) <= set(NEEDLE_METHODS)
+    assert "ashape_answer" in DEFAULT_ARMS and "ashape_answer" in NEEDLE_METHODS
+    for arm in ANSWER_BASELINES:
+        assert arm_config(arm, BS, 0.25).baseline_answer_rows, arm
+    q, k = _planted()
+    arms = [*ANSWER_BASELINES, *(a.removesuffix("_answer") for a in ANSWER_BASELINES)]
+    res = unit_metrics(q, k, k, arms, (0.25,), BS, [NEEDLE])
+    for arm in ANSWER_BASELINES:
+        assert res[(arm, 0.25)]["needle_hit"] == [1.0], arm
+    assert any(res[(a.removesuffix("_answer"), 0.25)]["needle_hit"] == [0.0]
+               for a in ANSWER_BASELINES)

@@ -204,7 +204,7 @@ def test_bad_shapes_are_user_errors():
         sparse_prefill_attention(q[:, :3], k, v)
 
 
-@pytest.mark.parametrize("method", ["unisparse", "xattention", "flexprefill", "minference_vs"])
+@pytest.mark.parametrize("method", ["unisparse", "xattention", "flexprefill", "minference"])
 def test_chunked_prefill_chunk_attends_to_cache_causally(method):
     """A later chunk (T < S, queries aligned to the last keys) gets a valid mask; full density is
     exact against dense bottom-right causal attention (what MInference's estimator cannot do)."""
@@ -216,3 +216,38 @@ def test_chunked_prefill_chunk_attends_to_cache_causally(method):
     out = sparse_prefill_attention(qc, k, v, method=method, block_size=32, density=1.0)
     want = dense_causal(q, k, v)[:, :, 160:]
     assert (out.double() - want).abs().max() < 1e-5
+
+
+def _second_granularity_needle(bs=16, t=512, d=32):
+    """A needle block whose key pair ``+a·u, −a·u`` cancels when a block's keys are pooled: the
+    late queries (along ``u``) find it at key granularity 1 only."""
+    q, k, _ = qkv(h=1, hkv=1, t=t, d=d, seed=4)
+    q, k = q * 0.1, k * 0.1
+    u = torch.randn(d, generator=torch.Generator().manual_seed(11))
+    u = u / u.norm()
+    k[:, :, 13 * bs + 3] += 6 * u  # key block 13
+    k[:, :, 13 * bs + 9] -= 6 * u
+    q[:, :, 400:] += 3 * u
+    return q, k
+
+
+@pytest.mark.parametrize("combine", ["mean", "max"])
+def test_fusion_sees_a_structure_only_the_second_granularity_shows(combine):
+    """The multi-granularity fusion must use every map: with ``((b, b), (b, 1))`` the needle block
+    is kept in every late row; the first granularity alone (block-pooled keys) does not keep it."""
+    q, k = _second_granularity_needle()
+    kw = dict(block_size=16, density=0.2, answer_queries=0, combine=combine)
+    first = estimate_block_mask(q, k, granularities=((16, 16),), **kw)
+    assert not first[0, 0, 400 // 16:, 13].all()  # invisible at the first granularity
+    both = estimate_block_mask(q, k, granularities=((16, 16), (16, 1)), **kw)
+    assert both[0, 0, 400 // 16:, 13].all()
+    fused = core._fused_scores(q, k, 16, ((16, 16), (16, 1)), combine, 1 / math.sqrt(32))
+    maps = torch.stack([core._fused_scores(q, k, 16, (g,), combine, 1 / math.sqrt(32))
+                        for g in ((16, 16), (16, 1))])
+    torch.testing.assert_close(fused, maps.mean(0) if combine == "mean" else maps.amax(0))
+
+
+def test_estimator_tiles_are_sized_per_device():
+    assert core.tiles("cpu") == (core.KEY_TILE, core.SCORE_CHUNK_ELEMS)
+    key_tile, chunk = core.tiles("cuda")
+    assert key_tile >= 8 * core.KEY_TILE and chunk >= 64 * core.SCORE_CHUNK_ELEMS

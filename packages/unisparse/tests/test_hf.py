@@ -64,7 +64,7 @@ def test_unpatch_restores(tiny, ids):
         before = tiny(ids).logits
     original = tiny.config._attn_implementation
     unisparse.patch(tiny, method="xattention", density=0.3, block_size=16)
-    unisparse.patch(tiny, method="minference_vs", density=0.3, block_size=16)  # re-patch
+    unisparse.patch(tiny, method="minference", density=0.3, block_size=16)  # re-patch
     unisparse.unpatch(tiny)
     assert tiny.config._attn_implementation == original
     assert patch_state(tiny) is None

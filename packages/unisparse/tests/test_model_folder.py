@@ -50,3 +50,27 @@ def test_every_model_command_refuses_a_broken_folder(model_copy, capsys, cmd):
     (model_copy / "tokenizer.json").unlink()
     (model_copy / "tokenizer_config.json").unlink()
     _one_line(capsys, [*cmd, "--model", str(model_copy)], "has no tokenizer")
+
+
+@pytest.mark.parametrize("cmd", [["eval"], ["needle", "--docs", "1"]])
+def test_corrupt_safetensors_is_one_line(model_copy, capsys, cmd):
+    """A full-length ``model.safetensors`` whose header is garbage (valid config and tokenizer)."""
+    f = model_copy / "model.safetensors"
+    size = f.stat().st_size
+    f.write_bytes(b"\xff" * 8 + b"not a header" + bytes(size - 20))
+    _one_line(capsys, [*cmd, "--model", str(model_copy)], "model.safetensors is truncated or corrupt")
+    assert f.stat().st_size == size
+
+
+def test_a_corrupt_folder_is_refused_before_torch_is_imported(model_copy):
+    import subprocess
+    import sys
+
+    f = model_copy / "model.safetensors"
+    f.write_bytes(b"\xff" * 8 + bytes(f.stat().st_size - 8))
+    code = ("import sys; from unisparse.cli import main\n"
+            f"rc = main(['needle', '--model', {str(model_copy)!r}, '--docs', '1'])\n"
+            "print(rc, 'torch' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.stdout.split() == ["2", "False"], r.stdout + r.stderr
+    assert r.stderr.count("\n") == 1 and "truncated or corrupt" in r.stderr

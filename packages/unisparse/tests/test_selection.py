@@ -9,7 +9,7 @@ import pytest
 import torch
 from unisparse import SparseConfig, core, estimate_block_mask
 from unisparse.baselines import index_lists_to_blocks, search_minference
-from unisparse.fast import flex_attention_blocks, fused_attention, grouped_attention
+from unisparse.fast import flex_attention_blocks, fused_attention
 
 from icml26_kernels import block_sparse_attention
 
@@ -210,13 +210,12 @@ def test_chunked_prefill_with_answer_rows():
 
 
 @pytest.mark.parametrize("t,s,hkv", [(300, 300, 2), (100, 300, 1), (256, 256, 4)])
-def test_grouped_and_flex_backends_equal_the_kernel(t, s, hkv):
+def test_fused_and_flex_backends_equal_the_kernel(t, s, hkv):
     g = torch.Generator().manual_seed(t + s)
     q = torch.randn(1, 4, t, 16, generator=g)
     k, v = torch.randn(1, hkv, s, 16, generator=g), torch.randn(1, hkv, s, 16, generator=g)
     mask = estimate_block_mask(q, k, block_size=BS, density=0.3)
     ref = block_sparse_attention(q, k, v, mask, block_size=BS, causal=True)
-    torch.testing.assert_close(grouped_attention(q, k, v, mask, BS), ref, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(fused_attention(q, k, v, mask, BS), ref, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(flex_attention_blocks(q, k, v, mask, BS), ref, atol=1e-5, rtol=1e-5)
 
@@ -242,12 +241,11 @@ def _dense_restricted(q, k, v, mask, bs):
     return (p @ v.double().repeat_interleave(grp, 1)).float()
 
 
-@pytest.mark.parametrize("backend", [grouped_attention, fused_attention])
 @pytest.mark.parametrize("t,s,h,hkv,method", [(300, 300, 6, 2, "unisparse"),
                                                (200, 330, 4, 1, "xattention"),
                                                (256, 256, 4, 4, "random"),
                                                (256, 320, 4, 2, "unisparse")])
-def test_grouped_backend_is_exact_on_the_kept_blocks(t, s, h, hkv, method, backend):
+def test_fused_backend_is_exact_on_the_kept_blocks(t, s, h, hkv, method):
     """fp32 within 1e-5 of dense attention restricted to the same mask, at density < 1, with
     GQA, a ragged tail and (t < s) a chunk's offset (block-aligned in the last case: the
     ``fused`` backend's shared-mask path); plus a mask with empty and cut rows."""
@@ -256,21 +254,20 @@ def test_grouped_backend_is_exact_on_the_kept_blocks(t, s, h, hkv, method, backe
     k, v = torch.randn(2, hkv, s, 16, generator=g), torch.randn(2, hkv, s, 16, generator=g)
     mask = estimate_block_mask(q, k, method=method, block_size=BS, density=0.3)
     assert float(core.block_density(mask, t, s, BS).mean()) < 0.5
-    got = backend(q, k, v, mask, BS)
+    got = fused_attention(q, k, v, mask, BS)
     torch.testing.assert_close(got, _dense_restricted(q, k, v, mask, BS), atol=1e-5, rtol=1e-5)
     rough = torch.rand(mask.shape, generator=g) < 0.3  # no sink or diagonal guaranteed
-    torch.testing.assert_close(backend(q, k, v, rough, BS),
+    torch.testing.assert_close(fused_attention(q, k, v, rough, BS),
                                _dense_restricted(q, k, v, rough, BS), atol=1e-5, rtol=1e-5)
 
 
-def test_grouped_backend_at_density_one_is_sdpa():
+def test_fused_backend_at_density_one_is_sdpa():
     g = torch.Generator().manual_seed(5)
     q = torch.randn(1, 4, 250, 16, generator=g)
     k, v = torch.randn(1, 2, 250, 16, generator=g), torch.randn(1, 2, 250, 16, generator=g)
     mask = estimate_block_mask(q, k, block_size=BS, density=1.0)
     want = torch.nn.functional.scaled_dot_product_attention(
         q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), is_causal=True)
-    torch.testing.assert_close(grouped_attention(q, k, v, mask, BS), want, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(fused_attention(q, k, v, mask, BS), want, atol=1e-5, rtol=1e-5)
 
 

@@ -123,7 +123,6 @@ def vertical_slash_scores(p: torch.Tensor, qpos: torch.Tensor, t: int, s: int, b
     return core.normalize_rows(scores, valid)
 
 
-@register("minference_vs")
 def minference_vs(q, k, cfg):
     """MInference's vertical-slash pattern [C], estimated from the last ``last_q`` (64) queries."""
     p, qpos = last_query_attention(q, k, cfg.last_q)

@@ -19,7 +19,7 @@ class SparseConfig:
     """How to choose the kept ``block_size × block_size`` tiles of causal prefill attention."""
 
     #: estimator name (see ``unisparse.METHODS``): unisparse, dense, xattention, flexprefill,
-    #: minference_vs, ashape, random
+    #: ashape, ashape_answer, oracle, random
     method: str = "unisparse"
     #: tile edge of the block-sparse kernel; the paper's kernel works on 64–128 blocks [P/R]
     block_size: int = 64
@@ -41,10 +41,9 @@ class SparseConfig:
     #: sequence pooling factors of the composite tokens, each dividing ``block_size``: an int
     #: ``g`` pools queries and keys by ``g``, a pair ``(c_q, c_k)`` pools queries by ``c_q`` and
     #: keys by ``c_k`` (the paper's two factors [P]); several entries = several granularities,
-    #: fused by ``combine``. ``None`` = ``((block_size, 1),)``: one composite query per block
-    #: against every key — chosen on dev documents in 0.3.3 (pooling the keys averages away the
-    #: few high-logit keys that carry the mass; the 0.1–0.3.2 default ``(block_size,
-    #: block_size // 4)`` lost the needle) [R]
+    #: fused by ``combine``. ``None`` = ``((b, 1), (b, b/4))``: one composite query per block
+    #: against every key and against keys pooled by 4 — chosen on dev documents (issue 45:
+    #: whole-map recall at 0.3, 0.774 vs 0.768 for ``((b, 1),)``; docs/experiments.md) [R]
     granularities: tuple | None = None
     #: UniSparse: the query-block rows holding the last ``answer_queries`` queries (the question,
     #: which produces the answer) are scored at query granularity 1 — each query its own
@@ -82,7 +81,7 @@ class SparseConfig:
     @property
     def grans(self) -> tuple[int, ...]:
         if self.granularities is None:
-            return ((self.block_size, 1),)
+            return ((self.block_size, 1), (self.block_size, max(1, self.block_size // 4)))
         return tuple(self.granularities)
 
     def with_(self, **changes) -> SparseConfig:

@@ -16,6 +16,17 @@ import torch
 #: small enough to stay in cache across the matmul, max, exp and block-sum passes
 SCORE_CHUNK_ELEMS = 1 << 20
 KEY_TILE = 2048
+#: on a GPU the loop's launches, not the cache, are the cost: tiles of 64M scores (256 MB fp32)
+#: and 16k keys, about 130 loop steps at 128k tokens and 32 heads instead of ~4k [R, issue 45]
+GPU_SCORE_CHUNK_ELEMS = 1 << 26
+GPU_KEY_TILE = 16384
+
+
+def tiles(device) -> tuple[int, int]:
+    """``(key_tile, score_chunk_elems)`` of the tiled estimate on ``device``."""
+    if torch.device(device).type == "cuda":
+        return GPU_KEY_TILE, GPU_SCORE_CHUNK_ELEMS
+    return KEY_TILE, SCORE_CHUNK_ELEMS
 
 
 def n_blocks(n: int, block_size: int) -> int:
@@ -76,8 +87,9 @@ def composite_block_scores(qc: torch.Tensor, kc: torch.Tensor, g: int, t: int, s
         kc = torch.nn.functional.pad(kc, (0, 0, 0, nk * rk - mk))
     qs = qc.float() * scale
     kc = kc.float()
-    tile = max(1, KEY_TILE // rk) * rk  # composite keys per tile, whole key blocks
-    rows = max(1, SCORE_CHUNK_ELEMS // (b * h * tile * rq))  # query-block rows per chunk
+    key_tile, chunk_elems = tiles(dev)
+    tile = max(1, key_tile // rk) * rk  # composite keys per tile, whole key blocks
+    rows = max(1, chunk_elems // (b * h * tile * rq))  # query-block rows per chunk
     out = torch.zeros(b, h, nq, nk, device=dev)
     for i in range(0, nq, rows):
         j = min(nq, i + rows)

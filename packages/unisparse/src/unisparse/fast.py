@@ -1,17 +1,12 @@
 """Execution backends for the kept blocks (exact softmax attention on them, causal prefill).
 
-- ``grouped`` (the CPU default; ``gather`` is its old name): all (batch, head, query block)
-  units that keep the same number of key blocks form one batched call over their gathered K/V
-  blocks (``index_select`` + ``bmm``, in-place softmax, element mask only where a block is cut by
-  the causal diagonal); no Python loop per query block, no private aten op, no padding to the
-  longest row. Memory is bounded by ``MAX_GROUP_ELEMS`` per call.
-- ``fused`` (the CPU default since 0.3.6): the same units and gathers, then PyTorch's public
+- ``fused`` (the CPU default): all (batch, head, query block) units that keep the same number
+  of key blocks form one batched call over their gathered K/V blocks, then PyTorch's public
   fused ``F.scaled_dot_product_attention`` (the CPU flash kernel) on ``[G, 1, b, c·b]`` per
   batched call; when every unit of a call has its diagonal block last and block-aligned (the
   usual case: the local band is always kept) one shared ``[b, c·b]`` mask (all ones, causal on
   the last block) serves the whole call; otherwise a per-unit element mask. Exact in fp32;
-  bf16 / fp16 inputs are computed in their own dtype, as the model's SDPA computes them (0.3.8;
-  was upcast to fp32: 1.8x slower, no more accurate once rounded back, see ``fused_attention``).
+  bf16 / fp16 inputs are computed in their own dtype, as the model's SDPA computes them.
 - ``kernel``: ``icml26_kernels.block_sparse_attention`` (Triton on CUDA, its reference on CPU).
 - ``flex``: PyTorch FlexAttention with a ``BlockMask`` built from the same block mask (compiled
   on CUDA; eager, slow, on CPU — there for exactness tests).
@@ -26,7 +21,7 @@ import math
 
 import torch
 
-BACKENDS = ("auto", "fused", "grouped", "gather", "kernel", "flex")
+BACKENDS = ("auto", "fused", "kernel", "flex")
 #: largest score tile of one batched call (elements); the gathered K/V of a call are d/b of it
 MAX_GROUP_ELEMS = 1 << 22
 #: the same for ``fused`` (2^17-2^21 measured at 8k-32k: within noise of each other)
@@ -110,65 +105,6 @@ def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
     return out.reshape(b, h, nq * bs, dv)[:, :, :t].to(q.dtype)
 
 
-def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
-                      block_size: int, scale: float | None = None) -> torch.Tensor:
-    """Exact causal attention restricted to the kept blocks, in fp32, public ops only.
-
-    Every (batch, head, query block) is a *unit* that keeps ``c`` key blocks. Units are sorted
-    by ``c`` (under per-row budgets consecutive rows of every head share it) and each run of
-    equal ``c`` is one batched call: its kept K/V blocks are gathered with ``index_select`` into
-    ``[G, c·b, D]``, scores ``K·Qᵀ`` (``[G, c·b, b]``, written into one reused buffer), an
-    in-place softmax whose element mask touches only the blocks that need one (the causal
-    diagonal, a ragged tail: a suffix of each sorted row), then one ``bmm`` with V (plus a ones
-    column: the denominator). No row is padded to a longer one, no full-size mask is built. A
-    query that sees no key gives 0.
-    """
-    b, h, t, d = q.shape
-    hkv, s, dv = k.shape[1], k.shape[2], v.shape[3]
-    bs, dev = block_size, q.device
-    nq, nk = math.ceil(t / bs), math.ceil(s / bs)
-    scale = 1 / math.sqrt(d) if scale is None else float(scale)
-    mask = mask.expand(b, h, nq, nk)
-    pad = torch.nn.functional.pad
-    # queries pre-scaled and transposed per unit: [units, D, bs]
-    qb = (pad(q.float(), (0, 0, 0, nq * bs - t)) * scale).reshape(b * h * nq, bs, d)
-    qb = qb.transpose(1, 2).contiguous()
-    kb = pad(k.float(), (0, 0, 0, nk * bs - s)).reshape(b * hkv * nk, bs, d)
-    # values with a column of ones: one bmm gives the softmax numerator and its denominator
-    vb = pad(v.float(), (0, 1, 0, nk * bs - s), value=1.0).reshape(b * hkv * nk, bs, dv + 1)
-    counts, order, runs, kidx, kv_base, qfirst = _units(mask, b, h, hkv, nq, nk, t, s, bs)
-    local = torch.arange(bs, device=dev)
-    out = torch.zeros(b * h * nq, bs, dv, device=dev)
-    cmax = int(counts.max()) if counts.numel() else 0
-    work = torch.empty(max(MAX_GROUP_ELEMS, cmax * bs * bs), device=dev)
-    u0 = 0
-    for c, n in zip(runs[0].tolist(), runs[1].tolist()):
-        step = max(1, MAX_GROUP_ELEMS // (c * bs * bs)) if c else n
-        for g0 in range(u0, u0 + n, step) if c else ():
-            units = order[g0:min(u0 + n, g0 + step)]
-            g = len(units)
-            idx = kidx[units, :c]  # [G, c]
-            flat = (kv_base[units, None] + idx).reshape(-1)
-            kg = kb.index_select(0, flat).reshape(g, c * bs, d)
-            vg = vb.index_select(0, flat).reshape(g, c * bs, dv + 1)
-            sc = torch.bmm(kg, qb.index_select(0, units), out=work[:g * c * bs * bs].view(g, c * bs, bs))
-            # blocks that some query of the unit may not see whole: a suffix of the sorted row
-            qf = qfirst[units]
-            part = ((idx + 1) * bs - 1 > qf[:, None]) | ((idx + 1) * bs > s)
-            npart = int(part.sum(-1).max())
-            if npart:
-                kpos = (idx[:, c - npart:, None] * bs + local).reshape(g, npart * bs, 1)
-                bad = (kpos > (qf[:, None] + local)[:, None, :]) | (kpos >= s)
-                sc[:, (c - npart) * bs:].masked_fill_(bad, -math.inf)
-            m = sc.amax(1, keepdim=True)
-            sc.sub_(m.masked_fill_(torch.isinf(m), 0.0)).exp_()
-            o = torch.bmm(sc.transpose(1, 2), vg)  # [G, bs, dv + 1]
-            den = o[..., dv:].clamp(min=1e-38)  # 0: the query saw nothing -> output 0
-            out.index_copy_(0, units, o[..., :dv].div_(den))
-        u0 += n
-    return out.reshape(b, h, nq * bs, dv)[:, :, :t].to(q.dtype)
-
-
 def flex_attention_blocks(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
                           block_size: int, scale: float | None = None) -> torch.Tensor:
     """The same computation through PyTorch FlexAttention: a ``BlockMask`` from the kept blocks
@@ -214,13 +150,11 @@ def _compiled_flex():
 def run_blocks(q, k, v, mask, block_size: int, scale: float | None = None,
                backend: str = "auto") -> torch.Tensor:
     """Dispatch: ``auto`` = ``kernel`` on CUDA (the Triton kernel), ``fused`` elsewhere
-    (measured faster than ``grouped`` and the kernels package's CPU reference, see the README)."""
+    (measured faster than the kernels package's CPU reference, see the README)."""
     if backend == "auto":
         backend = "kernel" if q.is_cuda else "fused"
     if backend == "fused":
         return fused_attention(q, k, v, mask, block_size, scale)
-    if backend in ("grouped", "gather"):
-        return grouped_attention(q, k, v, mask, block_size, scale)
     if backend == "flex":
         return flex_attention_blocks(q, k, v, mask, block_size, scale)
     from icml26_kernels import block_sparse_attention

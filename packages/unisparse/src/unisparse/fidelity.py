@@ -23,6 +23,8 @@ ARMS = {
     "unisparse_tau": ("unisparse", {"allocation": "tau"}),  # per-row top-p bisected to budget
     "unisparse_head": ("unisparse", {"allocation": "head"}),  # ablation: old per-head budget
     "unisparse_1g": ("unisparse", {"granularities": "block"}),  # ablation: keys pooled too (b, b)
+    # ablation: one granularity (b, 1), the 0.3.3-0.3.10 default (issue 45 item 1)
+    "unisparse_one_gran": ("unisparse", {"granularities": "single"}),
     "unisparse_no_answer": ("unisparse", {"answer_queries": 0}),  # ablation: 0.3.3's rule
     "ashape_answer": ("ashape_answer", {}),  # ablation: answer rows, no composite estimate
     # the answer-row rule on each estimator baseline's own selection, same budget (0.3.5)
@@ -44,8 +46,9 @@ MATCHED = ("xattention", "flexprefill", "minference", "unisparse_tau", *ANSWER_B
 #: the answer rows of the recall claim (issue 13's "last query blocks — the ones that produce the
 #: answer"; the lead's decision in 0.3.6): the query-block rows holding the last this many queries
 ANSWER_QUERIES = 64
-#: the fidelity study's default arms (``quick``): the answer-row baselines are run on request
-DEFAULT_ARMS = tuple(a for a in ARMS if a not in ANSWER_BASELINES)
+#: the fidelity study's default arms (``quick``): every estimator baseline with the same
+#: answer-row rule as UniSparse (the comparison's headline rows, issue 45) and as published
+DEFAULT_ARMS = tuple(ARMS)
 
 
 class _Stop(Exception):
@@ -88,6 +91,8 @@ def arm_config(arm: str, block: int, density: float, seed: int = 0, patterns=Non
     over = dict(over)
     if over.get("granularities") == "block":
         over["granularities"] = (block,)
+    elif over.get("granularities") == "single":
+        over["granularities"] = ((block, 1),)
     if method == "unisparse" and "allocation" not in over:
         over["allocation"] = allocation
     stride = 8 if block >= 32 else 4

@@ -1,5 +1,5 @@
 """The public entry points: estimate a block mask with any registered method, and run causal
-sparse prefill attention on the kept blocks (``fast.run_blocks``: grouped batched gathers on
+sparse prefill attention on the kept blocks (``fast.run_blocks``: batched gathers + fused SDPA on
 CPU, the ``icml26_kernels`` Triton kernel on CUDA, or FlexAttention)."""
 
 from __future__ import annotations
@@ -72,8 +72,8 @@ def sparse_prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                              cfg: SparseConfig | None = None, *, scale: float | None = None,
                              return_mask: bool = False, backend: str = "auto", **overrides):
     """Causal prefill attention on the blocks the method selects: ``[B, H, T, D]`` (and the mask
-    with ``return_mask=True``). ``backend``: "auto" (Triton kernel on CUDA, ``grouped`` on CPU),
-    "grouped" (alias "gather"), "kernel" (``icml26_kernels.block_sparse_attention``) or "flex"."""
+    with ``return_mask=True``). ``backend``: "auto" (Triton kernel on CUDA, ``fused`` on CPU),
+    "fused", "kernel" (``icml26_kernels.block_sparse_attention``) or "flex"."""
     from icml26_shared import UserError
 
     from .fast import BACKENDS, run_blocks
