@@ -64,3 +64,15 @@ def _two_step_law_pvalue(model, prompt, new):
         p3 = torch.softmax(model(input_ids=seqs).logits[:, -1], -1).reshape(5, 5, 5)
     expected = (p1[:, None, None] * p2[:, :, None] * p3).sum(0).double().numpy().ravel()
     return chisquare(counts.ravel(), expected * len(new) / expected.sum()).pvalue
+
+
+@pytest.fixture(scope="session")
+def trained_tiny():
+    """A small model whose masks predict: the package's tiny character LM (d 64, 2 layers) trained
+    400 fixed steps on its three regimes (~8 CPU-s on one thread), and 4 prompts per regime
+    (48 characters). Shared by the mechanism tests (``test_mechanism.py``)."""
+    from esp_decode.tiny import REGIMES, tiny_prompts, train_tiny
+
+    model, tok, _ = train_tiny(0, float("inf"), 400, d=64, layers=2, seq=64, batch=16)
+    prompts = [tok.encode(p) for r in REGIMES for p in tiny_prompts(r, 4, 0, 48)]
+    return model, prompts

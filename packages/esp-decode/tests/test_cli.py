@@ -94,7 +94,8 @@ def test_generate_json_is_greedy_and_atomic(tmp_path, capsys, model_dir, greedy)
     for r in rows:
         assert r["output_ids"] == greedy(model, r["prompt_ids"], 6)
         assert set(r) == {"id", "prompt_ids", "output_ids", "text", "model_calls", "accepted_lengths",
-                          "mean_accepted_length"}
+                          "mean_accepted_length", "drafter", "config"}
+        assert set(r["config"]) == {"esp", "pld"}
 
 
 def test_bench_checks_every_drafter_against_model_generate(tmp_path, capsys, model_dir):
@@ -181,3 +182,123 @@ def test_folder_loads_through_the_core_in_the_asked_dtype(model_dir):
     p = next(model.parameters())
     assert p.dtype == torch.bfloat16 and p.device.type == "cpu" and not model.training
     assert model.config._attn_implementation == "sdpa" and tok("ab")["input_ids"] == [2, 3]
+
+
+def _other_value(section, f):
+    """A valid non-default value for every config field."""
+    import typing
+
+    from esp_decode.settings import SECTIONS
+
+    alt = {("esp", "mask_init"): "vocab_mean", ("esp", "attach"): "top", ("esp", "shape"): "chain",
+           ("esp", "topk"): (3, 2, 2, 2, 1), ("esp", "num_masks"): 5, ("stand", "topk"): (3, 2, 1),
+           ("lade", "ngram"): 4}
+    if (section, f.name) in alt:
+        return alt[(section, f.name)]
+    typ = typing.get_type_hints(SECTIONS[section])[f.name]
+    return (not f.default) if typ is bool else f.default + 1
+
+
+def _capture(monkeypatch):
+    import esp_decode.baselines as bl
+
+    seen = []
+    orig = bl.make_drafter
+
+    def spy(name, **kw):
+        seen.append((name, kw))
+        return orig(name, **{k: v for k, v in kw.items() if k != "eagle2"})
+
+    monkeypatch.setattr(bl, "make_drafter", spy)
+    return seen
+
+
+def test_every_config_field_reaches_the_drafter_from_set_and_config(tmp_path, capsys, model_dir, monkeypatch):
+    """M4: each ``dataclasses.fields`` entry of every config, set from the CLI (``--set`` on
+    ``generate``, ``--config`` on ``bench``), arrives in the drafter's keyword arguments and in
+    ``--json``."""
+    import dataclasses
+
+    from esp_decode.settings import SECTIONS, as_json
+
+    pf = tmp_path / "p.txt"
+    pf.write_text("abc abc abc\n")
+    want = {s: {f.name: _other_value(s, f) for f in dataclasses.fields(cls)} for s, cls in SECTIONS.items()}
+    sets = [x for s, fs in want.items() for k, v in fs.items()
+            for x in ("--set", f"{s}.{k}={','.join(map(str, v)) if isinstance(v, tuple) else v}")]
+    cfg_file = tmp_path / "cfg.json"
+    cfg_file.write_text(json.dumps({"_source": "test", **{s: {k: list(v) if isinstance(v, tuple) else v
+                                                              for k, v in fs.items()} for s, fs in want.items()}}))
+    runs = [["generate", "--drafter", "esp", "--out", str(tmp_path / "o.jsonl"), *sets],
+            ["bench", "--drafters", "pld,lade,stand,esp", "--config", str(cfg_file)]]
+    for argv in runs:
+        seen = _capture(monkeypatch)
+        rc, out, err = _run(capsys, [*argv, "--model", str(model_dir), "--prompt-file", str(pf),
+                                     "--max-new-tokens", "3", "--json"])
+        assert rc == 0, err
+        assert seen
+        for _, kw in seen:
+            for section, fields in want.items():
+                got = dataclasses.asdict(kw[section])
+                assert got == fields, (argv[0], section, got, fields)
+        rec = json.loads(out.splitlines()[0])
+        arm = rec["config"] if argv[0] == "generate" else rec["lade"]["config"]
+        sec = "esp" if argv[0] == "generate" else "lade"
+        assert arm[sec] == as_json(kw[sec])
+
+
+def test_bad_settings_are_one_line(tmp_path, capsys, model_dir):
+    pf = tmp_path / "p.txt"
+    pf.write_text("abc\n")
+    base = ["generate", "--model", str(model_dir), "--prompt-file", str(pf)]
+    _user_error(capsys, [*base, "--set", "lade.windw=4"], "unknown field lade.windw")
+    _user_error(capsys, [*base, "--set", "medusa.k=4"], "unknown config section")
+    _user_error(capsys, [*base, "--set", "lade.window=four"], "lade.window")
+    _user_error(capsys, [*base, "--set", "lade.window"], "SECTION.FIELD=VALUE")
+    _user_error(capsys, [*base, "--set", "lade.ngram=2"], "ngram")
+    _user_error(capsys, [*base, "--set", "esp.mask_init=learned"], "learned")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    _user_error(capsys, [*base, "--config", str(bad)], "not a JSON config")
+    _user_error(capsys, [*base, "--config", str(tmp_path / "none.json")], "no such config file")
+
+
+def test_shortcut_flags_reach_the_configs():
+    from esp_decode.cli import _settings, build_parser
+
+    for cmd in ("generate", "bench"):
+        args = build_parser().parse_args([cmd, "--model", "m", "--prompt-file", "p", "--mask-init", "vocab_mean",
+                                          "--attach", "top", "--shape", "chain", "--num-masks", "3", "--topk", "5,2",
+                                          "--max-nodes", "9", "--eagle-depth", "2", "--eagle-top-k", "3",
+                                          "--eagle-total-tokens", "7", "--set", "esp.max_nodes=4"])
+        cfg = _settings(args)
+        esp = cfg["esp"]
+        assert (esp.mask_init, esp.attach, esp.shape, esp.num_masks, esp.topk, esp.max_nodes) == \
+            ("vocab_mean", "top", "chain", 3, (5, 2, 2), 9)        # a flag given beats --set
+        e = cfg["eagle2"]
+        assert (e.depth, e.top_k, e.max_nodes) == (2, 3, 6)
+
+
+def test_tune_choice_rule():
+    from esp_decode.tune import choose
+
+    rows = [{"accepted": 2.00, "items": 245}, {"accepted": 1.97, "items": 69}, {"accepted": 1.90, "items": 10}]
+    assert choose(rows) == 1                           # within 2 % of the best: fewer items
+    assert choose([{"accepted": 1.5, "items": 9}, {"accepted": 1.5, "items": 9}]) == 0
+
+
+def test_tune_writes_a_config_that_generate_reads(tmp_path, capsys, model_dir):
+    pf = tmp_path / "dev.txt"
+    pf.write_text("abc abc abc\nthe cat. the cat.\n")
+    cfg = tmp_path / "tuned.json"
+    rc, out, err = _run(capsys, ["tune", "--model", str(model_dir), "--prompt-file", str(pf), "--drafters", "pld,lade",
+                                 "--max-new-tokens", "6", "--out", str(cfg), "--json"])
+    assert rc == 0, err
+    doc = json.loads(cfg.read_text())
+    assert set(doc) == {"_source", "pld", "lade"} and doc["_source"]["prompt_ids"] == ["0", "1"]
+    assert len(doc["_source"]["scores"]["lade"]) == 4 and "accepted" in doc["_source"]["scores"]["pld"][0]
+    _user_error(capsys, ["tune", "--model", str(model_dir), "--prompt-file", str(pf), "--out", str(cfg)], "exists")
+    rc, out, err = _run(capsys, ["generate", "--model", str(model_dir), "--prompt-file", str(pf), "--drafter", "lade",
+                                 "--max-new-tokens", "4", "--config", str(cfg), "--json"])
+    assert rc == 0, err
+    assert json.loads(out.splitlines()[0])["config"]["lade"] == doc["lade"]

@@ -274,3 +274,35 @@ def test_lazy_head_and_depth_wise_verification_match_the_full_computation(tiny_l
     torch.testing.assert_close(items[0][[m - 1, 0]], torch.softmax(full[[m - 1, 0]], -1))
     torch.testing.assert_close(items[0][1:3], torch.softmax(full[1:3], -1))
     assert items[0].shape == (m, full.shape[-1])
+
+
+@pytest.mark.parametrize("warp", [dict(top_k=3), dict(top_p=0.7)])
+def test_top_k_top_p_sampling_follows_the_warped_distribution(make_tiny, warp):
+    """Tokens 2-3 sampled through ESP trees follow the joint law of transformers' top-k / top-p
+    warped target (chi-square on the cells the warp keeps; no sample where it removes mass)."""
+    import numpy as np
+    from scipy.stats import chisquare
+    from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
+
+    model = make_tiny("llama", vocab=5, seed=3)
+    w = TopKLogitsWarper(warp["top_k"]) if "top_k" in warp else TopPLogitsWarper(warp["top_p"])
+    prompt = [1, 2, 3, 1]
+    n = 1000
+    new, stats = generate(model, [prompt] * n, make_drafter("esp", esp=ESPConfig(num_masks=2, topk=(3, 2), max_nodes=6)),
+                          3, temperature=1.0, seed=0, **warp)
+    assert all(s["tree_sizes"][1] > 0 for s in stats)
+
+    def law(ids):
+        with torch.no_grad():
+            return torch.softmax(w(None, model(input_ids=torch.tensor(ids)).logits[:, -1].float()), -1)
+
+    p1 = law([prompt])[0]
+    p2 = law([[*prompt, t] for t in range(5)])
+    p3 = law([[*prompt, a, b] for a in range(5) for b in range(5)]).reshape(5, 5, 5)
+    expected = (p1[:, None, None] * p2[:, :, None] * p3).sum(0).double().numpy().ravel()
+    counts = np.zeros(25)
+    for _, b, c in new:
+        counts[b * 5 + c] += 1
+    keep = expected > 0
+    assert counts[~keep].sum() == 0 and (~keep).any()     # the warp removed mass, and no sample landed there
+    assert chisquare(counts[keep], expected[keep] * n / expected[keep].sum()).pvalue > 1e-3

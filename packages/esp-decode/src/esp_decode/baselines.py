@@ -4,8 +4,9 @@ small registry (``make_drafter``): a new drafter is one decorated factory.
 - ``ar``: plain autoregressive decoding.
 - ``pld``: prompt n-gram drafting; with ``max_matches=1`` it proposes exactly what transformers'
   ``PromptLookupCandidateGenerator`` proposes (first match, longest n-gram first, EOS-trimmed) [C].
-- ``lade``: our own Lookahead decoding (Jacobi window as probes on the root, n-gram pool keyed by
-  the first token, up to G guesses verified as one tree) — a 1-D window, not LADE's 2-D one [R].
+- ``lade``: Lookahead decoding's 2-D window and LRU n-gram pool after LADE's
+  ``jacobi_greedy_search_multilevel`` (our own code; the window is a tree of probes under LADE's
+  lookahead mask, the guesses one verified tree) [C].
 - ``stand``: STAND-style logit n-gram memory: the verifier's top-k next tokens stored per (1- and
   2-token) context, drafted as a best-first tree (deterministic top-K in greedy mode) [R].
 
@@ -87,6 +88,15 @@ class PLDDrafter(Drafter):
 
 
 class LADEDrafter(Drafter):
+    """Lookahead decoding with its 2-D window, after LADE's ``jacobi_greedy_search_multilevel``
+    (greedy, ``ALWAYS_FWD_ONE``): level 0 holds W - 1 tokens after the root (columns 1..W - 1), levels
+    1..N - 2 hold W columns each; token (l, c) sits at root + c + l and sees the root, level 0 up to
+    column c and its own column below it (LADE's lookahead mask). The window starts as W + N - 3
+    random copies from the prompt; N - 2 warm-up calls fill the levels; then each call's last level
+    gives, per column, an n-gram (level 0 .. N - 2 of the column + the output) for a pool keyed by
+    its first token, LRU-capped at G; the window shifts one column per call. Up to G pooled n-grams
+    keyed by the root are verified as one tree by the shared verifier."""
+
     name = "lade"
 
     def __init__(self, cfg: LADEConfig | None = None, seed: int = 0):
@@ -94,41 +104,85 @@ class LADEDrafter(Drafter):
         self.seed = seed
 
     def start(self, prompts):
-        # one generator per row, each seeded alike: a row's guesses do not depend on its batch
+        N, W = self.cfg.ngram, self.cfg.window
+        # one generator per row, each seeded alike: a row's window does not depend on its batch
         self.rng = [random.Random(self.seed) for _ in prompts]
-        self.prompts = prompts
-        self.window = [[r.choice(p) for _ in range(self.cfg.window)] for r, p in zip(self.rng, prompts, strict=True)]
-        self.pool: list[dict[int, list[list[int]]]] = [{} for _ in prompts]
+        #: per row: levels[0] (columns 1..), levels[1..fill] (columns 0..); full when fill == N - 2
+        self.levels = [[[r.choice(p) for _ in range(W + N - 3)]] for r, p in zip(self.rng, prompts, strict=True)]
+        self.pool: list[dict[int, list[tuple[int, ...]]]] = [{} for _ in prompts]
+        self.last_level: list[list[int]] = [[] for _ in prompts]
+        if self.cfg.pool_from_prompt:
+            for b, p in enumerate(prompts):
+                for i in range(len(p) - N + 1):
+                    self._remember(b, p[i], tuple(p[i + 1: i + N]))
+
+    def _remember(self, b: int, key: int, gram: tuple[int, ...]) -> None:
+        """LADE's ``update_token_map`` for one n-gram: LRU list of at most G entries per key."""
+        lst = self.pool[b].setdefault(key, [])
+        if gram in lst:
+            lst.remove(gram)
+        elif len(lst) >= self.cfg.guesses:
+            del lst[0]
+        if self.cfg.guesses > 0:
+            lst.append(gram)
+
+    def window_probes(self, b: int) -> tuple[list[tuple[int, int | None]], list[int]]:
+        """The lookahead branch as probes (hosts ``-2 - j`` = probe j) and the probe indices of the
+        level whose outputs ``observe`` reads (level 0 before the first level is filled)."""
+        levels = self.levels[b]
+        probes: list[tuple[int, int | None]] = []
+        at: dict[tuple[int, int], int] = {}
+        for c, tok in enumerate(levels[0], start=1):            # level 0: a chain after the root
+            at[(0, c)] = len(probes)
+            probes.append((-1 if c == 1 else -2 - at[(0, c - 1)], tok))
+        for lv in range(1, len(levels)):                       # level l: one column at a time
+            for c, tok in enumerate(levels[lv]):
+                below = (lv - 1, c)
+                host = -1 if below == (0, 0) else -2 - at[below]
+                at[(lv, c)] = len(probes)
+                probes.append((host, tok))
+        top = len(levels) - 1
+        read = [at[(top, c)] for c in range(1 if top == 0 else 0, len(levels[top]) + (1 if top == 0 else 0))]
+        return probes, read
 
     def draft(self, b, context, max_depth):
         tree = Tree()
-        for rank, cont in enumerate(self.pool[b].get(context[-1], [])[: self.cfg.guesses]):
-            tree.add_path(cont[:max_depth], score=1.0 / (1 + rank), max_nodes=self.cfg.max_nodes)
-        return tree, [(-1, t) for t in self.window[b]]
+        if len(self.levels[b]) == self.cfg.ngram - 1:          # warm-up done: the verification branch
+            for rank, gram in enumerate(self.pool[b].get(context[-1], [])[: self.cfg.guesses]):
+                tree.add_path(list(gram)[:max_depth], score=1.0 / (1 + rank), max_nodes=self.cfg.max_nodes)
+        probes, self.last_level[b] = self.window_probes(b)
+        return tree, probes
 
     def wanted(self, b, tree, probes, accepted):
-        return list(range(1 + len(tree), 1 + len(tree) + self.cfg.window))
+        return [1 + len(tree) + k for k in self.last_level[b]]
 
     def observe(self, b, rec: CallRecord):
-        W, N = self.cfg.window, self.cfg.ngram
+        N = self.cfg.ngram
         base = 1 + len(rec.tree)
-        outs = rec.probs[base: base + W].argmax(-1).tolist()
-        slots = [rec.context[-1], *self.window[b]]       # slot 0 = root, 1..W = guesses
-        pool = self.pool[b]
-        for s in range(1, W + 1):                          # n-gram ending with the output at slot s
-            lo = s - (N - 2)
-            if lo < 0:
-                continue
-            gram = slots[lo: s + 1] + [outs[s - 1]]
-            key, cont = gram[0], gram[1:]
-            lst = pool.setdefault(key, [])
-            if cont in lst:
-                lst.remove(cont)
-            lst.insert(0, cont)
-            del lst[4 * self.cfg.guesses:]
-        m = len(rec.accepted)                              # Jacobi shift by the tokens committed
-        self.window[b] = [outs[s + m] if s + m < W else self.rng[b].choice(self.prompts[b])
-                          for s in range(W)]
+        outs = rec.probs[[base + k for k in self.last_level[b]]].argmax(-1).tolist()
+        levels = self.levels[b]
+        fill = len(levels) - 1
+        if fill == 0:                                          # first warm-up call
+            levels[0] = levels[0][1:]
+            levels.append(outs)
+        elif fill < N - 2:                                     # later warm-up calls
+            for lv in range(fill + 1):
+                levels[lv] = levels[lv][1:]
+            levels.append(outs[1:])
+        else:                                                  # full: collect n-grams, shift one column
+            keys = [rec.context[-1], *levels[0]]
+            for c in range(self.cfg.window):
+                self._remember(b, keys[c], tuple(levels[lv][c] for lv in range(1, N - 1)) + (outs[c],))
+            levels[0] = levels[1][1:]
+            for lv in range(1, N - 2):
+                levels[lv] = levels[lv + 1]
+            levels[N - 2] = outs
+        if self.cfg.pool_from_prompt:                          # LADE's append_new_generated_pool
+            ctx = list(rec.context)
+            for tok in [rec.tree.tokens[a] for a in rec.accepted] + [rec.bonus]:
+                ctx.append(tok)
+                if len(ctx) >= N:
+                    self._remember(b, ctx[-N], tuple(ctx[-N + 1:]))
 
 
 class STANDDrafter(Drafter):
@@ -199,6 +253,31 @@ def _esp(esp: ESPConfig | None = None, mask_embedding=None, **kw) -> Drafter:
     from .esp import ESPDrafter
 
     return ESPDrafter(esp, mask_embedding)
+
+
+@register("esp-nullmask")
+def _esp_nullmask(esp: ESPConfig | None = None, **kw) -> Drafter:
+    """The mechanism removed: ESP's tree, probes and items, the mask slots left at the pad token's
+    embedding (no embedding-space probe)."""
+    from dataclasses import replace
+
+    from .esp import ESPDrafter
+
+    d = ESPDrafter(replace(esp or ESPConfig(), mask_init="pad"))
+    d.name = "esp-nullmask"
+    return d
+
+
+@register("esp-chain")
+def _esp_chain(esp: ESPConfig | None = None, mask_embedding=None, **kw) -> Drafter:
+    """The tree removed: ESP's masks drafting a top-1 chain."""
+    from dataclasses import replace
+
+    from .esp import ESPDrafter
+
+    d = ESPDrafter(replace(esp or ESPConfig(), shape="chain"), mask_embedding)
+    d.name = "esp-chain"
+    return d
 
 
 @register("esp+pld")

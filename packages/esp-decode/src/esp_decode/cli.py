@@ -18,7 +18,7 @@ from icml26_shared.cli import (
 )
 from icml26_shared.io import dumps_json, print_json
 
-DRAFTER_NAMES = ("ar", "pld", "lade", "stand", "esp", "esp+pld", "eagle2")
+DRAFTER_NAMES = ("ar", "pld", "lade", "stand", "esp", "esp-nullmask", "esp-chain", "esp+pld", "eagle2")
 DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 
 
@@ -44,6 +44,16 @@ def _placement(args) -> tuple[str, str]:
     return device, DTYPES[dtype]
 
 
+def _top_p(text: str) -> float:
+    try:
+        p = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text!r}") from None
+    if not 0.0 < p <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text!r}")
+    return p
+
+
 def _topk(text: str) -> tuple[int, ...]:
     try:
         ks = tuple(int(x) for x in text.split(","))
@@ -54,14 +64,20 @@ def _topk(text: str) -> tuple[int, ...]:
     return ks
 
 
-def _drafter_kw(args) -> dict:
-    from .config import ESPConfig
+def _settings(args) -> dict:
+    """Every drafter's config: defaults <- ``--config`` <- ``--set`` <- the shortcut flags given."""
+    from . import settings
 
-    topk = args.topk if len(args.topk) >= args.num_masks else args.topk + (args.topk[-1],) * (args.num_masks - len(args.topk))
-    try:
-        return {"esp": ESPConfig(num_masks=args.num_masks, topk=topk, max_nodes=args.max_nodes)}
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
+    layers = [settings.read_config(args.config)] if args.config is not None else []
+    layers.append(settings.parse_sets(args.set))
+    flags = {"esp": {"num_masks": args.num_masks, "topk": args.topk, "max_nodes": args.max_nodes,
+                     "mask_init": args.mask_init, "attach": args.attach, "shape": args.shape},
+             "eagle2": {"depth": args.eagle_depth, "top_k": args.eagle_top_k,
+                        "max_nodes": None if args.eagle_total_tokens is None else args.eagle_total_tokens - 1}}
+    if args.eagle_total_tokens is not None and args.eagle_total_tokens < 2:
+        raise UserError(f"--eagle-total-tokens counts the root and must be >= 2, got {args.eagle_total_tokens}")
+    layers.append({s: {k: v for k, v in f.items() if v is not None} for s, f in flags.items()})
+    return settings.build(layers)
 
 
 def _eagle_kw(args, names) -> dict:
@@ -70,13 +86,19 @@ def _eagle_kw(args, names) -> dict:
         return {}
     if args.eagle_path is None:
         raise UserError("drafter 'eagle2' needs --eagle-path DIR (an EAGLE-1/2 checkpoint folder)")
-    from .config import Eagle2Config
     from .eagle import load_head
 
-    if args.eagle_total_tokens < 2:
-        raise UserError(f"--eagle-total-tokens counts the root and must be >= 2, got {args.eagle_total_tokens}")
-    cfg = Eagle2Config(depth=args.eagle_depth, top_k=args.eagle_top_k, max_nodes=args.eagle_total_tokens - 1)
-    return {"eagle_head": load_head(args.eagle_path), "eagle2": cfg}
+    return {"eagle_head": load_head(args.eagle_path)}
+
+
+def _arm_config(cfgs: dict, name: str) -> dict | None:
+    from .settings import OF_DRAFTER, as_json
+
+    section = OF_DRAFTER.get(name)
+    out = {section: as_json(cfgs[section])} if section else {}
+    if name == "esp+pld":
+        out["pld"] = as_json(cfgs["pld"])
+    return out or None
 
 
 def _quiet() -> None:
@@ -109,7 +131,10 @@ def _cmd_generate(args) -> int:
     if args.drafter not in DRAFTER_NAMES:
         raise UserError(f"unknown drafter {args.drafter!r} (choose from {', '.join(DRAFTER_NAMES)})")
     check_out(args.out, args.force)
-    kw = _drafter_kw(args) | _eagle_kw(args, [args.drafter])
+    if (args.top_k or args.top_p < 1.0) and not args.temperature > 0:
+        raise UserError("--top-k / --top-p warp the sampling distribution: give --temperature > 0 too")
+    cfgs = _settings(args)
+    kw = cfgs | _eagle_kw(args, [args.drafter])
     model, tok, prompts, ids = _load(args)
     if "eagle_head" in kw:
         kw["eagle_head"].check_target(model)
@@ -119,13 +144,14 @@ def _cmd_generate(args) -> int:
         chunk = ids[i: i + args.batch_size]
         dr = make_drafter(args.drafter, eos_token_id=eos, seed=args.seed or 0, **kw)
         new, stats = generate(model, chunk, dr, args.max_new_tokens, temperature=args.temperature,
-                              seed=args.seed, eos_token_id=eos)
+                              top_k=args.top_k, top_p=args.top_p, seed=args.seed, eos_token_id=eos)
         for j, (n, st) in enumerate(zip(new, stats, strict=True)):
             pid, prompt = prompts[i + j]
             lines.append({"id": pid, "prompt_ids": chunk[j], "output_ids": n,
                           "text": tok.decode(n, skip_special_tokens=True), "model_calls": st["model_calls"],
                           "accepted_lengths": st["accepted_lengths"],
-                          "mean_accepted_length": mean_accepted_length(len(n), st["model_calls"])})
+                          "mean_accepted_length": mean_accepted_length(len(n), st["model_calls"]),
+                          "drafter": args.drafter, "config": _arm_config(cfgs, args.drafter)})
     if args.json:
         body = "".join(dumps_json(x, indent=None) + "\n" for x in lines)
     else:
@@ -150,9 +176,10 @@ def _cmd_bench(args) -> int:
     for d in names:
         if d not in DRAFTER_NAMES:
             raise UserError(f"unknown drafter {d!r} (choose from {', '.join(DRAFTER_NAMES)})")
-    kw = _eagle_kw(args, names)
+    cfgs = _settings(args)
+    kw = cfgs | _eagle_kw(args, names)
     model, tok, prompts, ids = _load(args)
-    if kw:
+    if "eagle_head" in kw:
         kw["eagle_head"].check_target(model)
     from accelerate import PartialState
     from accelerate.utils import gather_object
@@ -190,7 +217,8 @@ def _cmd_bench(args) -> int:
                         "model_calls": sum(r["calls"] for r in rs), "tokens_per_s": toks / secs if secs else None,
                         "lossless": all(judge(r["new"], ref[r["prompt"]]["new"], ref[r["prompt"]]["logits"], bf16)["ok"]
                                         for r in rs) if args.check_lossless else None,
-                        "exact": all(r["new"] == ref[r["prompt"]]["new"] for r in rs) if args.check_lossless else None}
+                        "exact": all(r["new"] == ref[r["prompt"]]["new"] for r in rs) if args.check_lossless else None,
+                        "config": _arm_config(cfgs, name)}
     for r in report.values():
         r["ratio_tokens_per_s_to_ar"] = (r["tokens_per_s"] / report["ar"]["tokens_per_s"]) if r["tokens_per_s"] else None
     if args.json:
@@ -200,6 +228,39 @@ def _cmd_bench(args) -> int:
         for name, r in report.items():
             print(f"{name:<9}{r['mean_accepted_length']:>10.3f}{r['model_calls']:>8}{r['tokens_per_s']:>9.1f}"
                   f"{r['ratio_tokens_per_s_to_ar']:>8.2f}  {r['lossless']}")
+    return 0
+
+
+def _cmd_tune(args) -> int:
+    import shlex
+
+    from .io import check_out, write_atomic
+    from .settings import as_json
+    from .tune import TIE, tune
+
+    names = [d.strip() for d in args.drafters.split(",") if d.strip()]
+    for d in names:
+        if d not in ("esp", "pld", "lade", "stand"):
+            raise UserError(f"tune: no grid for drafter {d!r} (choose from esp, pld, lade, stand)")
+    check_out(args.out, args.force)
+    model, tok, prompts, ids = _load(args)
+    res = tune(model, ids, names, args.max_new_tokens, tok.eos_token_id,
+               log=(lambda s: None) if args.json else (lambda s: print(s, flush=True)))
+    doc = {"_source": {"command": "esp-decode " + shlex.join(sys.argv[1:]) if sys.argv[1:] else "esp-decode tune",
+                       "prompt_file": str(args.prompt_file), "prompt_ids": [p for p, _ in prompts],
+                       "max_new_tokens": args.max_new_tokens, "chat": args.chat,
+                       "criterion": f"mean accepted length; within {TIE:.0%} of the best: fewer items per call",
+                       "scores": {n: [{**as_json(r["config"]), "accepted": r["accepted"], "items": r["items"],
+                                       "tokens_per_s": r["tokens_per_s"]} for r in v["rows"]]
+                                  for n, v in res.items()}},
+           **{n: as_json(v["chosen"]) for n, v in res.items()}}
+    write_atomic(args.out, dumps_json(doc, indent=1) + "\n")
+    if args.json:
+        print_json(doc, indent=None)
+    else:
+        for n, v in res.items():
+            print(f"chosen {n}: {v['chosen']}")
+        print(f"wrote {args.out} (use: generate/bench --config {args.out})")
     return 0
 
 
@@ -241,10 +302,28 @@ def _common(p, drafter_knobs: bool = True) -> None:
 def _eagle_args(p) -> None:
     p.add_argument("--eagle-path", type=Path, default=None,
                    help="drafter eagle2: a local EAGLE-1/2 checkpoint folder (config.json + weights) for this model")
-    p.add_argument("--eagle-depth", type=positive_int, default=6, help="eagle2: draft tree levels (default 6)")
-    p.add_argument("--eagle-top-k", type=positive_int, default=10, help="eagle2: nodes expanded per level (default 10)")
-    p.add_argument("--eagle-total-tokens", type=positive_int, default=60,
+    p.add_argument("--eagle-depth", type=positive_int, default=None, help="eagle2: draft tree levels (default 6)")
+    p.add_argument("--eagle-top-k", type=positive_int, default=None, help="eagle2: nodes expanded per level (default 10)")
+    p.add_argument("--eagle-total-tokens", type=positive_int, default=None,
                    help="eagle2: tokens verified per call, the root included (default 60)")
+
+
+def _config_args(p) -> None:
+    """Every drafter's settings: ``--config`` / ``--set`` reach every field; shortcuts for ESP."""
+    from .config import MASK_INITS
+
+    p.add_argument("--config", type=Path, default=None,
+                   help="a JSON config {section: {field: value}} (sections esp, pld, lade, stand, eagle2; "
+                        "e.g. written by `esp-decode tune`)")
+    p.add_argument("--set", action="append", default=None, metavar="SECTION.FIELD=VALUE",
+                   help="override one field, e.g. --set lade.window=4 --set esp.topk=16,4,2,2 (repeatable)")
+    p.add_argument("--num-masks", type=nonneg_int, default=None, help="esp.num_masks")
+    p.add_argument("--topk", type=_topk, default=None, help="esp.topk, e.g. 8,4,2,2")
+    p.add_argument("--max-nodes", type=nonneg_int, default=None, help="esp.max_nodes")
+    p.add_argument("--mask-init", choices=MASK_INITS[:3] + MASK_INITS[4:], default=None, help="esp.mask_init")
+    p.add_argument("--attach", choices=("all", "top", "root"), default=None, help="esp.attach")
+    p.add_argument("--shape", choices=("tree", "chain"), default=None, help="esp.shape")
+    _eagle_args(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -254,22 +333,30 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", help="decode prompts with one drafter")
     _common(g)
     g.add_argument("--drafter", default="esp", help=f"one of {', '.join(DRAFTER_NAMES)} (default: esp)")
-    g.add_argument("--num-masks", type=nonneg_int, default=4)
-    g.add_argument("--topk", type=_topk, default=(8, 4, 2, 2))
-    g.add_argument("--max-nodes", type=nonneg_int, default=48)
+    _config_args(g)
     g.add_argument("--temperature", type=nonneg_float, default=0.0)
+    g.add_argument("--top-k", type=nonneg_int, default=0,
+                   help="sampling: keep the k most likely tokens of the target (0 = off; needs --temperature > 0)")
+    g.add_argument("--top-p", type=_top_p, default=1.0,
+                   help="sampling: keep the smallest set of tokens with mass >= p (1 = off; needs --temperature > 0)")
     g.add_argument("--seed", type=int, default=None)
     g.add_argument("--batch-size", type=positive_int, default=1)
     g.add_argument("--out", type=Path, default=None, help="also write the output here (must not exist)")
     g.add_argument("--force", action="store_true", help="replace --out if it exists")
-    _eagle_args(g)
     g.set_defaults(fn=_cmd_generate)
     b = sub.add_parser("bench", help="mean accepted length, calls, tokens/s and losslessness per drafter")
     _common(b)
     b.add_argument("--drafters", default="ar,pld,lade,esp")
     b.add_argument("--check-lossless", action="store_true")
-    _eagle_args(b)
+    _config_args(b)
     b.set_defaults(fn=_cmd_bench)
+    t = sub.add_parser("tune", help="choose each drafter's settings on your own dev prompts; writes a --config JSON")
+    _common(t)
+    t.set_defaults(max_new_tokens=32)
+    t.add_argument("--drafters", default="esp,pld,lade,stand", help="which drafters to tune (default: all four)")
+    t.add_argument("--out", type=Path, required=True, help="the config JSON to write (must not exist)")
+    t.add_argument("--force", action="store_true", help="replace --out if it exists")
+    t.set_defaults(fn=_cmd_tune)
     p = sub.add_parser("probe", help="top-1/top-5 accuracy of each mask depth vs the model's own greedy tokens")
     _common(p)
     p.add_argument("--num-masks", type=int, default=4)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-MASK_INITS = ("prompt_mean", "context_mean", "vocab_mean", "learned")
+MASK_INITS = ("prompt_mean", "context_mean", "vocab_mean", "learned", "pad")
 
 
 @dataclass(frozen=True)
@@ -15,7 +15,8 @@ class ESPConfig:
     topk: tuple[int, ...] = (8, 4, 2, 2)
     #: node budget of the pruned tree [P: "pruning"]; 48 is [R]
     max_nodes: int = 48
-    #: mask embedding [P: prompt-token mean is the default]; the variants are [R]
+    #: mask embedding [P: prompt-token mean is the default]; the variants are [R]; "pad" (the pad
+    #: token's embedding: same tree and items, no embedding-space probe) is the ``esp-nullmask`` arm
     mask_init: str = "prompt_mean"
     #: which nodes carry masks: "all" (every node, so any accepted node seeds the next tree),
     #: "top" (the root and the nodes of the tree's best-scoring path: the design note's cheap
@@ -54,14 +55,26 @@ class PLDConfig:
 
 @dataclass(frozen=True)
 class LADEConfig:
-    #: n-gram size N (LADE README example: level 5) [C]
+    """Lookahead decoding's 2-D window and n-gram pool (Fu et al. 2024, ``hao-ai-lab/LookaheadDecoding``,
+    ``jacobi_greedy_search_multilevel``); the defaults are its README's example [C]."""
+
+    #: n-gram size N (LADE's LEVEL): the window holds N - 1 levels [C]
     ngram: int = 5
-    #: Jacobi window W (LADE README example: 7) [C]
+    #: window W (LADE's WINDOW_SIZE): columns of the window [C]
     window: int = 7
-    #: guess-set size G: n-grams verified per step (LADE README example: 7) [C]
+    #: guess-set size G (LADE's GUESS_SET_SIZE): n-grams kept per key (LRU) and verified per call [C]
     guesses: int = 7
-    #: node budget of the merged guesses [R]
-    max_nodes: int = 48
+    #: node budget of the merged guesses (G x (N - 1) = 28 at the defaults, so no cut) [R]
+    max_nodes: int = 64
+    #: seed the pool with the prompt's own n-grams (LADE's POOL_FROM_PROMPT, off by default) [C]
+    pool_from_prompt: bool = False
+
+    def __post_init__(self) -> None:
+        if self.ngram < 3:
+            raise ValueError(f"lade ngram must be >= 3 (LADE's LEVEL), got {self.ngram}")
+        if self.window < 1 or self.guesses < 0 or self.max_nodes < 0:
+            raise ValueError(f"lade window must be >= 1 and guesses, max_nodes >= 0, got "
+                             f"{self.window}, {self.guesses}, {self.max_nodes}")
 
 
 @dataclass(frozen=True)

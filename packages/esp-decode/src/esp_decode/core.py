@@ -6,8 +6,9 @@ A call's *items* for one sequence are laid out as ``[chain..., root, nodes..., p
 - ``chain``: committed tokens not yet in the KV cache (the prompt at prefill), causal;
 - ``root``: the last committed token (the prompt's last token, then each step's bonus token);
 - ``nodes``: the draft tree under the root, each with a parent (``-1`` = the root);
-- ``probes``: items hung off a host (the root or a node) — ESP's mask tokens, or LADE's Jacobi window —
-  each sees the prefix, its host's ancestors, its host and the host's earlier probes.
+- ``probes``: items hung off a host (the root, a node or an earlier probe) — ESP's mask tokens, or
+  LADE's 2-D lookahead window: each sees the prefix, what its host sees, its host and (masks only)
+  the host's earlier masks.
 """
 
 from __future__ import annotations
@@ -114,10 +115,16 @@ def chain_tree(probs: torch.Tensor, max_depth: int | None = None) -> Tree:
     return tree
 
 
-def item_visibility(n_chain: int, tree: Tree, probe_hosts: list[int]) -> torch.Tensor:
+def item_visibility(n_chain: int, tree: Tree, probe_hosts: list[int],
+                    chained: list[bool] | None = None) -> torch.Tensor:
     """Boolean [n, n] in-call visibility (row = query item, column = key item) for the layout
-    ``[chain, root, nodes, probes]``; ``probe_hosts[k]`` is probe k's host (``-1`` = root)."""
+    ``[chain, root, nodes, probes]``. ``probe_hosts[k]`` is probe k's host: ``-1`` the root, ``i >= 0``
+    node i, ``-2 - j`` an earlier probe j. A *chained* probe (``chained[k]``, default: all; ESP's
+    masks) on a root or node host sees what the host's previous chained probe sees (or the host),
+    and itself; any other probe sees what its host sees, and itself (LADE's 2-D window: a level-0
+    chain and one column per probe-hosted chain)."""
     n_nodes, n_probes = len(tree), len(probe_hosts)
+    chained = [True] * n_probes if chained is None else list(chained)
     n = n_chain + 1 + n_nodes + n_probes
     vis = np.zeros((n, n), dtype=bool)
     root = n_chain
@@ -126,26 +133,43 @@ def item_visibility(n_chain: int, tree: Tree, probe_hosts: list[int]) -> torch.T
         q = root + 1 + i
         vis[q] = vis[root if par < 0 else root + 1 + par]
         vis[q, q] = True
+    first = root + 1 + n_nodes
     last: dict[int, int] = {}
     for k, host in enumerate(probe_hosts):
-        q = root + 1 + n_nodes + k
-        prev = last.get(host)  # a probe sees what its host's previous probe sees (or the host)
-        vis[q] = vis[root if host < 0 else root + 1 + host] if prev is None else vis[prev]
+        q = first + k
+        if host <= -2:
+            if -2 - host >= k:
+                raise ValueError(f"probe {k} is hosted by a later probe {-2 - host}")
+            vis[q] = vis[first - 2 - host]
+        else:
+            prev = last.get(host) if chained[k] else None
+            vis[q] = vis[root if host < 0 else root + 1 + host] if prev is None else vis[prev]
+            if chained[k]:
+                last[host] = q
         vis[q, q] = True
-        last[host] = q
     return torch.from_numpy(vis)
 
 
-def item_positions(start: int, n_chain: int, tree: Tree, probe_hosts: list[int]) -> list[int]:
-    """Position ids: the chain and root continue the prefix; a node sits at root + depth; probe k
-    of host h sits at h + (its rank among h's probes) + 1."""
+def item_positions(start: int, n_chain: int, tree: Tree, probe_hosts: list[int],
+                   chained: list[bool] | None = None) -> list[int]:
+    """Position ids: the chain and root continue the prefix; a node sits at root + depth; chained
+    probe k of host h sits at h + (its rank among h's chained probes) + 1; any other probe one past
+    its host (a probe host: that probe's position)."""
     root = start + n_chain
     pos = list(range(start, root + 1)) + [root + tree.depth(i) for i in range(len(tree))]
+    chained = [True] * len(probe_hosts) if chained is None else list(chained)
+    first = len(pos)
     count: dict[int, int] = {}
-    for host in probe_hosts:
-        count[host] = count.get(host, 0) + 1
+    for k, host in enumerate(probe_hosts):
+        if host <= -2:
+            pos.append(pos[first - 2 - host] + 1)
+            continue
+        rank = 1
+        if chained[k]:
+            count[host] = count.get(host, 0) + 1
+            rank = count[host]
         base = root if host < 0 else root + tree.depth(host)
-        pos.append(base + count[host])
+        pos.append(base + rank)
     return pos
 
 

@@ -2,7 +2,8 @@
 greedy or distribution-preserving verification, KV cache cut back to the accepted path.
 
 A drafter proposes, per sequence, a ``Tree`` under the root plus probes (``(host, token)``; token
-``None`` is a mask token, embedded by the drafter) and observes each call's outcome.
+``None`` is a mask token, embedded by the drafter, and a host's masks form a chain; a host ``-2 - j``
+is probe j) and observes each call's outcome (see ``core.item_visibility``).
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ class ItemProbs:
     for the root and the accepted path (``fill``, batched over rows), drafters for what their
     ``wanted`` names (batched too); any other item is computed when read."""
 
-    def __init__(self, hidden: torch.Tensor, head, temperature: float):
-        self.hidden, self.head, self.temperature = hidden, head, temperature
+    def __init__(self, hidden: torch.Tensor, head, temperature: float, warp=None):
+        self.hidden, self.head, self.temperature, self.warp = hidden, head, temperature, warp
         self.logits: dict[int, torch.Tensor] = {}
         self.shape = (hidden.shape[0], head.weight.shape[0])
 
@@ -49,7 +50,11 @@ class ItemProbs:
         if not rows:
             return torch.zeros(0, self.shape[1])
         logits = torch.stack([self.logits[i] for i in rows])
-        return torch.softmax(logits / self.temperature if self.temperature > 0 else logits, -1)
+        if self.temperature > 0:
+            logits = logits / self.temperature
+            if self.warp is not None:   # top-k / top-p: the target distribution itself is warped
+                logits = self.warp(None, logits)
+        return torch.softmax(logits, -1)
 
 
 def fill(items: list[ItemProbs], rows: list[list[int]]) -> None:
@@ -106,6 +111,9 @@ class Drafter:
     """Autoregressive decoding: an empty tree, no probes. Subclasses override the hooks."""
 
     name = "ar"
+    #: the token whose embedding fills a probe's slot before ``mask_vector`` replaces it (set by
+    #: ``generate`` from its ``pad_token_id``)
+    pad_token_id = 0
 
     def bind(self, model) -> None:
         self.model = model
@@ -141,6 +149,24 @@ class RowStats:
                 "tree_sizes": list(self.tree_sizes), "items": list(self.items),
                 "new_tokens": self.new_tokens,
                 "mean_accepted_length": mean_accepted_length(self.new_tokens, self.model_calls)}
+
+
+def _warper(top_k: int, top_p: float):
+    """transformers' top-k then top-p logits warpers (the order ``generate`` applies them), or None."""
+    if not isinstance(top_k, int) or top_k < 0:
+        raise UserError(f"top_k must be an integer >= 0 (0 = off), got {top_k}")
+    if not (0.0 < top_p <= 1.0):
+        raise UserError(f"top_p must be in (0, 1] (1 = off), got {top_p}")
+    if top_k == 0 and top_p == 1.0:
+        return None
+    from transformers.generation.logits_process import (
+        LogitsProcessorList,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
+
+    return LogitsProcessorList(([TopKLogitsWarper(top_k)] if top_k else [])
+                               + ([TopPLogitsWarper(top_p)] if top_p < 1.0 else []))
 
 
 def check_model(model) -> None:
@@ -219,7 +245,8 @@ def _compact(cache, keep: list[list[int]]) -> None:
 
 @torch.no_grad()
 def generate(model, prompts: list[list[int]], drafter: Drafter, max_new_tokens: int, *,
-             temperature: float = 0.0, seed: int | None = None, eos_token_id: int | list[int] | None = None,
+             temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
+             eos_token_id: int | list[int] | None = None,
              pad_token_id: int = 0, cache=None, cache_lengths: list[int] | None = None
              ) -> tuple[list[list[int]], list[dict]]:
     """Decode every prompt (batched: per-sequence trees in one padded call). Returns the new tokens
@@ -240,6 +267,7 @@ def generate(model, prompts: list[list[int]], drafter: Drafter, max_new_tokens: 
         raise UserError("every prompt needs at least one token")
     if not (temperature >= 0.0) or temperature != temperature:
         raise UserError(f"temperature must be >= 0, got {temperature}")
+    warp = _warper(top_k, top_p)
     eos = set([eos_token_id] if isinstance(eos_token_id, int) else (eos_token_id or []))
     base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
     head = model.get_output_embeddings()
@@ -247,6 +275,7 @@ def generate(model, prompts: list[list[int]], drafter: Drafter, max_new_tokens: 
     dev = next(model.parameters()).device
     kw = _cache_kwarg(base)
     gen = torch.Generator().manual_seed(0 if seed is None else int(seed))
+    drafter.pad_token_id = int(pad_token_id)
     drafter.bind(model)
     drafter.start([list(p) for p in prompts])
     B = len(prompts)
@@ -274,8 +303,9 @@ def generate(model, prompts: list[list[int]], drafter: Drafter, max_new_tokens: 
         for b in live:
             n_chain, tree, probes = layouts[b]
             hosts = [h for h, _ in probes]
-            vis_rows.append(item_visibility(n_chain, tree, hosts))
-            pos_rows.append(item_positions(n_cached[b], n_chain, tree, hosts))
+            chained = [t is None for _, t in probes]   # masks chain on their host; given tokens do not
+            vis_rows.append(item_visibility(n_chain, tree, hosts, chained))
+            pos_rows.append(item_positions(n_cached[b], n_chain, tree, hosts, chained))
             toks = ctx[b][n_cached[b]:] + tree.tokens + [pad_token_id if t is None else t for _, t in probes]
             e = embed(torch.tensor(toks, device=dev))
             mask_rows = [1 + n_chain + len(tree) + k for k, (_, t) in enumerate(probes) if t is None]
@@ -299,7 +329,7 @@ def generate(model, prompts: list[list[int]], drafter: Drafter, max_new_tokens: 
         items = []
         for i, b in enumerate(live):
             n_chain, tree, probes = layouts[b]
-            items.append(ItemProbs(hidden[i, n_chain: n_chain + 1 + len(tree) + len(probes)], head, temperature))
+            items.append(ItemProbs(hidden[i, n_chain: n_chain + 1 + len(tree) + len(probes)], head, temperature, warp))
         trees = [layouts[b][1] for b in live]
         if temperature > 0:
             fill(items, [list(range(1 + len(t))) for t in trees])

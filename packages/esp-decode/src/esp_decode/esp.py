@@ -42,6 +42,8 @@ class ESPDrafter(Drafter):
             return self.sums[b] / self.counts[b]
         if init == "vocab_mean":
             return self.vocab_mean
+        if init == "pad":   # esp-nullmask: the slot keeps the pad token's embedding
+            return self.model.get_input_embeddings().weight[self.pad_token_id]
         return self.learned.reshape(-1)
 
     def draft(self, b: int, context: list[int], max_depth: int) -> tuple[Tree, list[tuple[int, int | None]]]:
@@ -144,6 +146,7 @@ class HybridDrafter(Drafter):
 
     def bind(self, model) -> None:
         super().bind(model)
+        self.esp.pad_token_id = self.pad_token_id
         self.esp.bind(model)
         self.pld.bind(model)
 
@@ -193,13 +196,13 @@ class ESPDecoder:
         return ESPDrafter(replace(self.cfg), self.mask_embedding)
 
     def generate(self, input_ids, max_new_tokens: int, temperature: float = 0.0, seed: int | None = None,
-                 lengths: list[int] | None = None):
+                 lengths: list[int] | None = None, top_k: int = 0, top_p: float = 1.0):
         rows = _rows(input_ids, lengths)
         eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
         if eos is None and self.tokenizer is not None:
             eos = self.tokenizer.eos_token_id
         new, stats = generate(self.model, rows, self.drafter(), max_new_tokens, temperature=temperature,
-                              seed=seed, eos_token_id=eos)
+                              top_k=top_k, top_p=top_p, seed=seed, eos_token_id=eos)
         outs = [r + n for r, n in zip(rows, new, strict=True)]
         if len(outs) == 1:
             return torch.tensor([outs[0]]), stats[0]
