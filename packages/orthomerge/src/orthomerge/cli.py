@@ -149,6 +149,28 @@ def _cmd_diagnose(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_lm_demo(args: argparse.Namespace) -> int:
+    from .io import atomic_dir, prepare_out
+    from .lm import LMConfig, run, table
+
+    cfg = _config(LMConfig, seeds=args.seeds, seed=args.seed, max_steps=args.max_steps)
+    out = prepare_out(args.out, args.force)
+    log = (lambda _msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    with atomic_dir(out, args.force) as tmp:
+        res = run(tmp, cfg, log=log)
+        res.to_json(tmp / "results.json")
+        text = table(res)
+        (tmp / "table.md").write_text(text + "\n", encoding="utf-8")
+    print(text)
+    for c in res.claims:
+        print(f"{c.claim_id} {c.status}: {c.description} — ours {c.ours:.4g} vs {c.baseline_name or 'threshold'}"
+              + (f" {c.baseline:.4g}" if c.baseline is not None else "")
+              + (f", 95% interval of the difference [{c.interval[0]:+.3f}, {c.interval[1]:+.3f}]" if c.interval else "")
+              + (f". {c.note}" if c.note else ""))
+    print(f"-> {args.out}/results.json, {args.out}/table.md, adapters in {args.out}/adapters")
+    return 0
+
+
 TRIM_HELP = ("TIES / magnitude_prune trim: model (default, the authors': each expert's top density over "
              "every tensor) or tensor (per tensor: peft's and mergekit's convention)")
 
@@ -204,6 +226,16 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--base", type=Path, default=None)
     d.add_argument("--json", action="store_true")
     d.set_defaults(fn=_cmd_diagnose)
+
+    m = sub.add_parser("lm-demo", help="the language-model run: 3 OFT adapters on SmolLM2-135M-Instruct "
+                       "(offline), merged by OrthoMerge, avg, TA, TIES and TSV-M (about 6 CPU-minutes)")
+    m.add_argument("--out", type=Path, required=True, help="output folder (results.json, table.md, adapters/)")
+    m.add_argument("--seeds", type=int, default=2, help="number of seeds (default 2)")
+    m.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
+    m.add_argument("--max-steps", type=int, default=40, help="step cap per adapter (default 40; early stopping on dev)")
+    m.add_argument("--force", action="store_true", help="replace an earlier lm-demo output")
+    m.add_argument("--quiet", action="store_true")
+    m.set_defaults(fn=_cmd_lm_demo)
 
     r = sub.add_parser("reproduce", help="run the laptop-scale reproduction")
     add_reproduce_arguments(r)
