@@ -6,7 +6,15 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from decodeshare.tasks import GENERATORS, make_tasks, split_items
+from decodeshare.tasks import (
+    GEN_GENERATORS,
+    GENERATORS,
+    SPLITS,
+    make_gen_tasks,
+    make_tasks,
+    split_items,
+    split_of,
+)
 from scipy.stats import chisquare
 
 
@@ -27,3 +35,33 @@ def test_prompts_are_distinct_and_the_split_is_disjoint():
     calib, evals = split_items(items, 5)
     assert not {it["id"] for it in calib} & {it["id"] for it in evals}
     assert len(calib) == 5 * len(GENERATORS) and len(evals) == 7 * len(GENERATORS)
+
+
+def _solve(prompt: str) -> str:
+    """An independent solver of the generation tasks (the test's oracle)."""
+    verb, arg = prompt.split(" ", 1)
+    if verb == "add":
+        return str(sum(int(x) for x in arg.split("+")))
+    return {"reverse": lambda w: "".join(reversed(w)), "sort": lambda w: "".join(sorted(w)),
+            "rotate": lambda w: w[1:] + w[:1], "next": lambda w: "".join("bcdefghijk"["abcdefghij".index(c)] for c in w)}[verb](arg)
+
+
+@pytest.mark.parametrize("task", sorted(GEN_GENERATORS))
+def test_generation_answers_are_right_and_need_several_tokens(task):
+    items = make_gen_tasks(200, seed=1, tasks=(task,))
+    assert all(it["target"] == _solve(it["prompt"]) for it in items)
+    lengths = Counter(len(it["target"]) for it in items)
+    assert min(lengths) >= 3, f"{task}: answers {lengths} (one or two tokens give too few decode states)"
+    if task != "add":  # word lengths 4-7 drawn uniformly
+        p = chisquare([lengths.get(n, 0) for n in range(4, 8)]).pvalue
+        assert p > 1e-3, f"{task}: answer lengths {lengths} are not uniform over 4-7"
+        first = Counter(it["target"][0].lower() for it in items)
+        assert len(first) >= 6, f"{task}: first answer letters {first}"
+
+
+def test_generation_splits_are_disjoint_by_prompt():
+    dev = make_gen_tasks(30, seed=0, split="dev")
+    held = make_gen_tasks(30, seed=0)
+    assert not {it["prompt"] for it in dev} & {it["prompt"] for it in held}
+    assert all(split_of(it["prompt"]) == "heldout" for it in held)
+    assert {split_of(p) for p in ("add 1+2", "reverse abcd", "sort jihg", "next abcd", "rotate cafe")} <= set(SPLITS)

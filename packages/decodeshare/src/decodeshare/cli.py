@@ -279,6 +279,18 @@ def _cmd_report(args) -> int:
     return 0
 
 
+def _cmd_train_tiny(args) -> int:
+    from .io import refuse_existing
+    from .train import STEPS, train_tiny
+
+    refuse_existing(args.out)
+    curve = train_tiny(args.out, steps=args.steps or STEPS, seed=args.seed, eval_every=args.eval_every,
+                       log=None if args.json else print)
+    _print({"model": curve["path"], "steps": curve["steps"], "dev_em_teacher_forced": curve["dev_em"][-1],
+            "curve": str(Path(curve["path"]) / "train_curve.json")}, args.json)
+    return 0
+
+
 def _model_args(p) -> None:
     p.add_argument("--model", required=True, help="local HF folder, smollm2, tiny-llama or tiny-qwen2")
     p.add_argument("--dtype", default="auto",
@@ -350,6 +362,14 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "steer-audit":
             p.add_argument("--vectors", type=Path, required=True)
         p.set_defaults(fn=fn)
+    p = sub.add_parser("train-tiny", help="train the char-level Llama on the five generation tasks "
+                                          "and save it as a model folder")
+    p.add_argument("--out", type=Path, required=True, help="new model folder (refused if it exists)")
+    p.add_argument("--steps", type=positive_int, default=None, help="default: the fixed STEPS (2000)")
+    p.add_argument("--eval-every", type=positive_int, default=250, help="dev-curve interval in steps")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=_cmd_train_tiny)
     p = sub.add_parser("report", help="summarise a reproduce output folder")
     p.add_argument("dir", type=Path)
     p.set_defaults(fn=_cmd_report)

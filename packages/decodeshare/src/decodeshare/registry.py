@@ -49,18 +49,18 @@ DESCRIPTOR = MethodDescriptor(
             "patchback and a steering audit.",
     scales={
         "smoke": "a random-init 2-layer Llama built in-process, 3 tasks x 6 prompts (seconds, no files)",
-        "quick": "SmolLM2-135M-Instruct, 6 offline forced-choice tasks x 48 prompts (24 calibration, "
-                 "24 evaluation), 12 decode steps, layers {5, 10, 20}; S at the paper's stringency "
-                 "tau*k = 2.8; both nulls (B = 200); tasks at chance on calibration items excluded; "
-                 "H2 with energy-matched alpha/k/random and prefill controls, LOTO; patchback; 8 "
-                 "steering vectors (H2, patchback and steering are skipped when |S| = 0)",
+        "quick": "trains the char-level Llama here (4 layers, d = 128, 2,000 steps, one training "
+                 "seed) on five generation tasks (reverse, sort, rotate, next, add), then per protocol "
+                 "seed (2) 112 calibration + 48 evaluation prompts per task, layers {1, 2, 3}; S at "
+                 "tau*k = 2.8; both nulls (B = 200); tasks below clean EM 0.5 excluded; LOTO H2 at "
+                 "layer 2 against alpha/k/energy-matched random and prefill controls, pooled over "
+                 "the protocol seeds; patchback (SmolLM2-135M: reproduce_smollm2, documented)",
         "full": "the GPU recipe: needs a CUDA device, DECODESHARE_MODEL (local Qwen2.5-7B-Instruct or "
                 "Llama-3.1-8B folder) and DECODESHARE_TASKS (the 13-task pool as JSONL); refuses at "
                 "once naming what is missing",
     },
-    # measured: the recorded quick run of 0.3.0, 100.3 CPU-seconds (user 96.5 + system 3.8,
-    # /usr/bin/time -v; one torch thread) for 7 min 27 s wall on the shared 2-core machine at load
-    # ~12, 2026-12-06; H2, patchback and steering did not run (no task above chance). With them
-    # (0.2.0, every task kept) it was 274.9 CPU-seconds.
-    quick_minutes=1.7,
+    # NOT measured for 0.3.1 (the recorded run was stopped: CPU-starved on the shared machine):
+    # training measured at 0.24 CPU-s per step on a 60-step run (2,000 steps ~ 8 CPU-min) plus
+    # the protocol (~1-2 CPU-min on this tiny model); 0.3.0's SmolLM2 quick was 1.7 CPU-min.
+    quick_minutes=10.0,
 )

@@ -104,3 +104,81 @@ def by_task(items: list[dict]) -> dict[str, list[dict]]:
     for it in items:
         out.setdefault(it["task"], []).append(it)
     return out
+
+
+# --- multi-token-answer generation tasks (issue 51: each needs several decoded tokens) ----------
+#: letters of the string tasks; ``next`` shifts each by one, so its inputs stop at "i"
+ALPHABET = "abcdefghij"
+
+
+def _word(rng: random.Random, letters: str = ALPHABET) -> str:
+    return "".join(rng.choice(letters) for _ in range(rng.randint(4, 7)))
+
+
+def _reverse(rng: random.Random) -> tuple[str, str]:
+    w = _word(rng)
+    return f"reverse {w}", w[::-1]
+
+
+def _sort(rng: random.Random) -> tuple[str, str]:
+    w = _word(rng)
+    return f"sort {w}", "".join(sorted(w))
+
+
+def _rotate(rng: random.Random) -> tuple[str, str]:
+    # (the dev probe's ``upper`` was dropped: exact match compares lower-cased text, so an
+    # unchanged copy of the input would have scored as right)
+    w = _word(rng)
+    return f"rotate {w}", w[1:] + w[0]
+
+
+def _next(rng: random.Random) -> tuple[str, str]:
+    w = _word(rng, ALPHABET[:-1])
+    return f"next {w}", "".join(chr(ord(c) + 1) for c in w)
+
+
+def _add(rng: random.Random) -> tuple[str, str]:
+    a, b = rng.randint(100, 499), rng.randint(100, 499)
+    return f"add {a}+{b}", str(a + b)
+
+
+GEN_GENERATORS = {"reverse": _reverse, "sort": _sort, "rotate": _rotate, "next": _next, "add": _add}
+#: the split a generation prompt belongs to, by a stable hash of its text: the tiny model trains
+#: only on ``train`` prompts, its step count is chosen on ``dev`` prompts, and calibration /
+#: evaluation items come from ``heldout`` prompts (no prompt is in two of them)
+SPLITS = ("dev", "heldout", "heldout", *("train",) * 7)
+
+
+def split_of(prompt: str) -> str:
+    import zlib
+
+    return SPLITS[zlib.crc32(prompt.encode()) % len(SPLITS)]
+
+
+def gen_example(task: str, rng: random.Random) -> tuple[str, str]:
+    """One ``(prompt, target)`` of generation task ``task`` (any split)."""
+    return GEN_GENERATORS[task](rng)
+
+
+def make_gen_tasks(per_task: int, seed: int = 0, tasks=tuple(GEN_GENERATORS),
+                   split: str = "heldout") -> list[dict]:
+    """``per_task`` distinct generation items (``{"id", "task", "prompt", "target"}``) per task from
+    the hash split ``split``, deterministic in ``seed``."""
+    if split not in set(SPLITS):
+        raise ValueError(f"unknown split {split!r} (choose {', '.join(sorted(set(SPLITS)))})")
+    items = []
+    for t_i, name in enumerate(tasks):
+        rng = random.Random(seed * 7919 + 104729 + t_i)
+        seen: set[str] = set()
+        for _ in range(1000 * per_task):
+            if len(seen) == per_task:
+                break
+            prompt, target = GEN_GENERATORS[name](rng)
+            if prompt in seen or split_of(prompt) != split:
+                continue
+            seen.add(prompt)
+            items.append({"id": f"{name}-{len(seen) - 1}", "task": name, "prompt": prompt,
+                          "target": target})
+        if len(seen) < per_task:
+            raise ValueError(f"task {name!r} cannot generate {per_task} distinct {split} prompts")
+    return items
