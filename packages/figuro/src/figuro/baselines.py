@@ -20,7 +20,7 @@ import numpy as np
 from .core import inclusion_exclusion
 
 #: rows each classical estimator sees at most (subsampled with the seed; DANCo is O(n² D)) [R]
-MAX_ROWS = {"twonn": 2000, "mle": 2000, "danco": 600, "lpca": 2000}
+MAX_ROWS = {"twonn": 2000, "mle": 2000, "danco": 400, "lpca": 2000}
 _UNI: dict[str, Callable] = {}
 
 

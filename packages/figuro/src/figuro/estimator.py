@@ -194,7 +194,7 @@ class FiGuRO(TransformerMixin, BaseEstimator):
         va = [d[torch.as_tensor(val_idx)] for d in data]
         model = SharedPrivateAE([x.shape[1] for x in xs], cfg.latent_dim, cfg.hidden, shared,
                                 depth=cfg.depth).to(self.device)
-        opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+        opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, foreach=True)  # multi-tensor update: cheaper on CPU
         self.model_ = model
         use_cross = shared and len(xs) > 1
 

@@ -38,7 +38,7 @@ CFG = {
     "full": dict(grid=GRID, n=5000, dim=50, seeds=5, classical=("twonn", "mle", "danco", "lpca"),
                  fig={}, sweep=dict(lams=(0.01, 0.05, 0.1), Ls=(16, 32, 64), ks=(5, 10, 20, 50)),
                  manifolds=MANIFOLDS, digits=True, posthoc=True, arr=5, dev_lams=(0.02, 0.05, 0.1)),
-    "quick": dict(grid=GRID, n=2000, dim=50, seeds=3, classical=("twonn", "mle", "lpca"),
+    "quick": dict(grid=GRID, n=2000, dim=50, seeds=3, classical=("twonn", "mle", "lpca", "danco"),
                   fig={}, sweep=dict(lams=(0.01, 0.05, 0.1), Ls=(16, 32, 64), ks=(5, 10, 20, 50)),
                   manifolds=MANIFOLDS, digits=True, posthoc=True, arr=1, dev_lams=(0.02, 0.05, 0.1)),
 }
@@ -63,6 +63,15 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
         base = FiGuROConfig(**cfg["fig"])
         if cfg.get("dev_lams"):
             base = _dev_choice(res, cfg, base, seed)
+        ie_best, ie_err = dev_ie_choice(cfg, seed)
+        if ie_err:
+            for m, e in ie_err.items():
+                res.add("dev", m, "mean_abs_rank_error", e,
+                        seeds=[seed + s for _, s, _ in DEV_SIMS], split="dev")
+            res.notes.append(f"dev choice: IE baseline = {ie_best} (dev mean absolute rank error "
+                             + ", ".join(f"{m}: {np.mean(v):.2f}" for m, v in ie_err.items())
+                             + "; same dev simulations and rule as λ, never the reported grid).")
+        cfg = {**cfg, "ie_best": ie_best}
         if scale == "full":
             _full_pairs(res, base, seed)
         traj = _grid(res, cfg, base, seed)
@@ -88,12 +97,13 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
         "absolute held-out distortion there, and λ is a fraction of the data's variance. λ is "
         "chosen on dev simulations in this run (see 'dev'); L = 32, T = 50 steps, batch 256, "
         "lr 5e-3 are ours and were only looked at on small test/dev simulations, not tuned. The "
-        "reported grid (seeds base+0..2, tanh) was not used to choose anything. The best "
-        "inclusion–exclusion estimator is still picked on the test grid itself (this favours the "
-        "baseline).",
+        "reported grid (seeds base+0..2, tanh) was not used to choose anything; the "
+        "inclusion–exclusion baseline is chosen on the same dev simulations by the same rule "
+        "(least mean absolute rank error; see 'dev').",
         "Classical estimators see at most " + ", ".join(f"{k} {v}" for k, v in baselines.MAX_ROWS.items())
-        + " rows (subsampled with the seed). DANCo is run on the manifolds only: on this shared "
-        "2-core machine it takes > 20 s per call at 600 rows.",
+        + " rows (subsampled with the seed). DANCo sees 400 rows: 1.1 CPU-s per call on one view "
+        "(D = 50) and 2.2 CPU-s on the concatenated views (D = 100) after numba's first compile; "
+        "it enters the dev choice of the IE baseline like the others.",
     ]
     return res
 
@@ -119,6 +129,24 @@ def _dev_choice(res: Results, cfg: dict, base: FiGuROConfig, seed: int) -> FiGuR
                      + ", ".join(f"λ={k}: {v:.2f}" for k, v in err.items())
                      + f" on {[c for c, _, _ in DEV_SIMS]}, sin, seeds base+100/101).")
     return replace(base, distortion_threshold=best)
+
+
+def dev_ie_choice(cfg: dict, seed: int) -> tuple[str, dict]:
+    """The inclusion–exclusion baseline chosen on the dev simulations (``DEV_SIMS``: the same
+    configurations, seeds 100+ and sin nonlinearity that choose λ), by FiGuRO's rule: the least
+    mean absolute rank error, ties to the earlier estimator in ``cfg["classical"]``. Reads only
+    ``n``, ``dim`` and ``classical`` from ``cfg`` — never the reported grid."""
+    cands = [f"{c}-ie" for c in cfg["classical"]]
+    if not cands:
+        return "ajive", {}
+    err: dict[str, list[float]] = {m: [] for m in cands}
+    for conf, s, nonlin in DEV_SIMS:
+        x1, x2, truth = simulate(*conf, n=cfg["n"], dim=cfg["dim"], seed=seed + s,
+                                 nonlinearity=nonlin)
+        for c in cfg["classical"]:
+            err[f"{c}-ie"].append(rank_error(baselines.estimate(c, [x1, x2], seed + s), truth)["mean"])
+    best = min(cands, key=lambda m: (float(np.mean(err[m])), cands.index(m)))
+    return best, err
 
 
 def _check_full() -> None:
@@ -212,8 +240,7 @@ def _grid(res: Results, cfg: dict, base: FiGuROConfig, seed: int) -> list:
     _, iv = _ci(fx)
     res.claims.append(ClaimCheck.compare(CLAIM["grid_exact"], float(fx.mean()), threshold=0.7,
                                          interval=iv, note=note))
-    ie = [m for m in methods if m.endswith("-ie") and m != "arr-ie"] or ["ajive"]
-    best = min(ie, key=lambda m: np.mean([x["shared"] for x in err[m]]))
+    best = cfg.get("ie_best") or dev_ie_choice(cfg, seed)[0]  # chosen on dev, never on the grid
     bs = np.array([x["shared"] for x in err[best]], float)
     _, iv = _ci(2 * fs, bs)
     res.claims.append(ClaimCheck.compare(
@@ -251,7 +278,7 @@ def _sweep(res: Results, cfg: dict, base: FiGuROConfig, seed: int) -> None:
         for k in sw["ks"]:
             kw = {"K": k} if name == "mle" else {"k": k}
             cls = "MLE" if name == "mle" else "DANCo"
-            rows = 600 if name == "danco" else len(x1)
+            rows = baselines.MAX_ROWS["danco"] if name == "danco" else len(x1)
             xs = [baselines._standardise(v)[:rows] for v in (x1, x2)]
             ids = [baselines._skdim(cls, v, **kw) for v in (xs[0], xs[1], np.hstack(xs))]
             vals.append(ids[0] + ids[1] - ids[2])

@@ -14,7 +14,7 @@ CLAIMS = (
           "mean_abs_rank_error", direction="lower", source=_ABS + ": 'captures distinct ID scales'"),
     Claim("grid_exact", "known-truth grid: all three ranks exact in >= 70% of runs (k_s = 0 included)",
           "exact_rate", direction="higher", source=_ABS),
-    Claim("shared_vs_ie", "best inclusion–exclusion shared-rank error >= 2 × FiGuRO's (same runs)",
+    Claim("shared_vs_ie", "dev-chosen inclusion–exclusion shared-rank error >= 2 × FiGuRO's (same runs)",
           "2x_figuro_shared_error_vs_ie", direction="lower",
           source=_ABS + ": 'outperforms existing ID estimators'"),
     Claim("robust_spread", "spread of the shared estimate over λ × L <= 1",
@@ -47,9 +47,9 @@ DESCRIPTOR = MethodDescriptor(
                  "and AJIVE (seconds; skdim is skipped, its numba import is slow)",
         "quick": "λ chosen on 2 dev simulations; grid (2,2,2), (5,3,1), (8,2,6), (0,4,4) at "
                  "n = 2,000, D = 50, 3 seeds: FiGuRO, fixed-schedule and ARR ablations, "
-                 "TwoNN/MLE/lPCA inclusion–exclusion, AJIVE; λ × L sweep beside MLE over k; 10 "
-                 "skdim manifolds with one-shot and lPCA-of-latent ablations; digits halves; "
-                 "MiniLM post hoc",
+                 "TwoNN/MLE/lPCA/DANCo inclusion–exclusion (chosen on dev), AJIVE; λ × L "
+                 "sweep beside MLE over k; 10 skdim manifolds with one-shot and lPCA-of-latent "
+                 "ablations; digits halves; MiniLM post hoc",
         "full": "GPU recipe: 5 seeds, n = 5,000, λ × L on every configuration and frozen encoders "
                 "on user image–text pairs; needs a CUDA device and FIGURO_PAIRS (a folder of "
                 "paired x1.npy/x2.npy), so it refuses at once without them",
