@@ -10,6 +10,8 @@ from esp_decode.core import mean_accepted_length
 from esp_decode.decode import generate
 
 TOKENS = 24
+#: the tree the figures in README / docs were measured with (pinned: the defaults follow tune)
+MECH = ESPConfig(num_masks=4, topk=(8, 4, 2, 2), max_nodes=48, mask_init="prompt_mean", attach="all")
 
 
 def _accepted(model, prompts, name, cfg):
@@ -22,7 +24,7 @@ def _accepted(model, prompts, name, cfg):
 @pytest.fixture(scope="module")
 def arms(trained_tiny):
     model, prompts = trained_tiny
-    cfg = ESPConfig()
+    cfg = MECH
     return {name: _accepted(model, prompts, name, cfg) for name in ("ar", "esp", "esp-nullmask")}
 
 
@@ -41,7 +43,7 @@ def test_null_mask_keeps_the_tree_budget_and_the_items(arms):
     _, null_new, null_st, _ = arms["esp-nullmask"]
     _, ar_new, _, _ = arms["ar"]
     assert esp_new == ar_new == null_new
-    cfg = ESPConfig()
+    cfg = MECH
     for st in esp_st + null_st:
         assert max(st["tree_sizes"]) <= cfg.max_nodes
         # every call's items: root + nodes + num_masks per host (attach="all": root and every node)
@@ -66,7 +68,7 @@ def test_a_deeper_hosts_masks_equal_a_plain_causal_forward(trained_tiny):
     import torch
 
     model, prompts = trained_tiny
-    dr = make_drafter("esp", esp=ESPConfig())
+    dr = make_drafter("esp", esp=MECH)
     seen = []
     orig = dr.observe
 

@@ -184,12 +184,14 @@ class ESPDecoder:
     ``lengths``) or a list of token lists. Output rows are prompt + new tokens (as lists when the
     lengths differ)."""
 
-    def __init__(self, model, tokenizer=None, num_masks: int = 4, topk=(8, 4, 2, 2), max_nodes: int = 48,
-                 mask_init: str = "prompt_mean", attach: str = "all", shape: str = "tree",
+    def __init__(self, model, tokenizer=None, num_masks: int | None = None, topk=None, max_nodes: int | None = None,
+                 mask_init: str | None = None, attach: str | None = None, shape: str | None = None,
                  mask_embedding: torch.Tensor | None = None):
+        # a knob left at None takes ESPConfig's default (tune's SmolLM2 choice, tuned_smollm2.json)
         self.model, self.tokenizer = model, tokenizer
-        self.cfg = ESPConfig(num_masks=num_masks, topk=tuple(int(k) for k in topk), max_nodes=max_nodes,
-                             mask_init=mask_init, attach=attach, shape=shape)
+        given = dict(num_masks=num_masks, topk=None if topk is None else tuple(int(k) for k in topk),
+                     max_nodes=max_nodes, mask_init=mask_init, attach=attach, shape=shape)
+        self.cfg = replace(ESPConfig(), **{k: v for k, v in given.items() if v is not None})
         self.mask_embedding = mask_embedding
 
     def drafter(self) -> ESPDrafter:
