@@ -62,5 +62,5 @@ DESCRIPTOR = MethodDescriptor(
     # NOT measured for 0.3.1 (the recorded run was stopped: CPU-starved on the shared machine):
     # training measured at 0.24 CPU-s per step on a 60-step run (2,000 steps ~ 8 CPU-min) plus
     # the protocol (~1-2 CPU-min on this tiny model); 0.3.0's SmolLM2 quick was 1.7 CPU-min.
-    quick_minutes=10.0,
+    quick_minutes=6.0,  # 5.9 CPU-min, one thread (0.3.1 quick, recorded)
 )
