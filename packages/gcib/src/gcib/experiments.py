@@ -227,41 +227,36 @@ def _tune_stage(res: Results, name: str, data: MultiBehaviorData, tc: dict, base
     """Issue 60: each method's lr x batch x L2 chosen on the valid item of ``data`` (clean), with
     tuning seeds disjoint from the reported ones; the test item is never scored. Rows
     ``<name>_tuning`` (every grid point) and ``<name>_tuning_chosen`` (the choice per method)."""
-    out = tune(data, tc["methods"], tc["grid"], tc["seeds"], base)
-    keys = list(tc["grid"])
-    for row in out["rows"]:
-        point = " ".join(f"{k.replace('_size', '')}={row[k]:g}" for k in keys)
-        for metric, key in (("valid_hr@10", "valid_hr10"), ("valid_ndcg@10", "valid_ndcg10"),
-                            ("best_epoch", "best_epoch"), ("epochs_run", "epochs_run")):
-            res.add(f"{name}_tuning", f"{row['method']} {point}", metric, [row[key]], seeds=[row["seed"]],
-                    split="valid")
-    recipes = {}
-    for m, ch in out["chosen"].items():
-        recipes[m] = {k: ch[k] for k in keys}
-        for k in (*keys, "valid_hr10", "epochs"):
-            res.add(f"{name}_tuning_chosen", m, k, [ch[k]], seeds=list(tc["seeds"]), split="valid")
-    return recipes
+    return _record_tuning(res, name, tune(data, tc["methods"], tc["grid"], tc["seeds"], base), tc["methods"])
 
 
 def _shipped_stage(res: Results, name: str, tc: dict) -> dict[str, dict]:
-    """The recipes from the shipped ``tune`` result, recorded as the rows ``_tune_stage`` writes
-    (``<name>_tuning`` with valid HR@10 and best epoch per point; ``<name>_tuning_chosen``)."""
-    out = shipped_recipes(tc["shipped"])
+    """The recipes from the shipped ``tune`` result, recorded as the rows ``_tune_stage`` writes."""
+    return _record_tuning(res, name, shipped_recipes(tc["shipped"]), tc["methods"], source=tc["shipped"])
+
+
+_TUNING_METRICS = (("valid_hr@10", "valid_hr10"), ("valid_ndcg@10", "valid_ndcg10"),
+                   ("best_epoch", "best_epoch"), ("epochs_run", "epochs_run"))
+
+
+def _record_tuning(res: Results, name: str, out: dict, methods, **extra) -> dict[str, dict]:
+    """A ``tune`` result (run now or shipped) as rows: ``<name>_tuning`` per grid point (the metrics
+    each row has) and ``<name>_tuning_chosen`` per method; returns each method's recipe."""
     keys = list(out["grid"])
     for row in out["rows"]:
-        if row["method"] not in tc["methods"]:
+        if row["method"] not in methods:
             continue
         point = " ".join(f"{k.replace('_size', '')}={row[k]:g}" for k in keys)
-        for metric, key in (("valid_hr@10", "valid_hr10"), ("best_epoch", "best_epoch")):
-            res.add(f"{name}_tuning", f"{row['method']} {point}", metric, [row[key]], seeds=[row["seed"]],
-                    split="valid", source=tc["shipped"])
+        for metric, key in _TUNING_METRICS:
+            if key in row:
+                res.add(f"{name}_tuning", f"{row['method']} {point}", metric, [row[key]], seeds=[row["seed"]],
+                        split="valid", **extra)
     recipes = {}
-    for m in tc["methods"]:
+    for m in methods:
         ch = out["chosen"][m]
         recipes[m] = {k: ch[k] for k in keys}
         for k in (*keys, "valid_hr10", "epochs"):
-            res.add(f"{name}_tuning_chosen", m, k, [ch[k]], seeds=list(out["seeds"]), split="valid",
-                    source=tc["shipped"])
+            res.add(f"{name}_tuning_chosen", m, k, [ch[k]], seeds=list(out["seeds"]), split="valid", **extra)
     return recipes
 
 
