@@ -1,5 +1,6 @@
 """gymnax environments through ``GymnaxGC``: truncation ends an episode, and a real gymnax
-environment trains (skipped where gymnax is not installed: ``pip install gymnax six``)."""
+environment (gymnax ≥ 1.0: the time limit comes from ``is_truncated``) trains; skipped where
+the ``gymnax`` extra is not installed."""
 
 import jax
 import jax.numpy as jnp

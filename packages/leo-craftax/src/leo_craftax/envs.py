@@ -167,13 +167,17 @@ class GymnaxGC:
         return jnp.ravel(obs).astype(jnp.float32), state
 
     def step(self, rng, state, action):
-        """``(obs, state, done)``. gymnax's ``step_env`` returns ``(obs, state, reward, done,
-        info)`` with the time limit inside ``done``; an environment returning ``(obs, state,
-        reward, terminated, truncated, info)`` ends its episode on either flag."""
+        """``(obs, state, done)``: the episode ends when it terminates or is truncated.
+        gymnax ≥ 1.0's ``step_env`` returns ``(obs, state, reward, terminated, info)`` and leaves
+        the time limit to ``is_truncated(state, params)``; gymnax < 1.0 and Craftax put the time
+        limit inside ``done``; an environment returning ``(obs, state, reward, terminated,
+        truncated, info)`` ends its episode on either flag."""
         out = self.env.step_env(rng, state, action, self.params)
         obs, state, done = out[0], out[1], jnp.asarray(out[3], bool)
         if len(out) >= 6:
             done = done | jnp.asarray(out[4], bool)
+        elif hasattr(self.env, "is_truncated"):
+            done = done | jnp.asarray(self.env.is_truncated(state, self.params), bool)
         return jnp.ravel(obs).astype(jnp.float32), state, done
 
 
