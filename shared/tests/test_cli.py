@@ -160,4 +160,32 @@ def test_record_refuses_before_running_when_it_has_nowhere_to_write(demo_package
     assert main(["reproduce", demo_package, "--scale", "quick", "--record", "--out", str(out)]) == 2
     assert "installed from a wheel" in capsys.readouterr().err and not out.exists()
     assert main(["reproduce", demo_package, "--scale", "smoke", "--record", "--out", str(out)]) == 2
-    assert "--scale quick" in capsys.readouterr().err
+    assert "--scale quick or --scale long" in capsys.readouterr().err
+
+
+def test_long_runs_only_where_a_package_offers_it_and_records_beside_quick(
+        demo_package, tmp_path, capsys, monkeypatch):
+    from dataclasses import replace
+
+    from icml26_shared import runner
+
+    # the demo offers no long scale: one named package is refused in one line, nothing written
+    out = tmp_path / "run"
+    assert main(["reproduce", demo_package, "--scale", "long", "--out", str(out)]) == 2
+    assert "has no long scale" in capsys.readouterr().err and not out.exists()
+    # among several packages it is a skipped row
+    base = registry.discover()[demo_package]
+    res = runner.run_many([base], "long", tmp_path / "many", log=lambda line: None)
+    assert res[0].status == "skipped" and "no long scale" in res[0].error
+    # a package that offers it runs it, and --record writes results/long.json beside quick.json
+    offering = replace(base, scales={"long": "an hour on CPU"})
+    root = tmp_path / "checkout"
+    root.mkdir()
+    (root / "pyproject.toml").write_text('[project]\nname = "icml26-demo"\nversion = "0.1.0"\n')
+    monkeypatch.setattr(runner, "package_root", lambda desc: root)
+    res = runner.run_many([offering], "long", tmp_path / "long", record=True, log=lambda line: None)
+    assert res[0].status == "ok" and res[0].scale == "long"
+    assert json.loads((root / "results" / "long.json").read_text())["scale"] == "long"
+    assert not (root / "results" / "quick.json").exists()
+    runner.run_many([offering], "quick", tmp_path / "quick", record=True, log=lambda line: None)
+    assert json.loads((root / "results" / "quick.json").read_text())["scale"] == "quick"

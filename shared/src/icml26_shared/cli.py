@@ -100,7 +100,9 @@ def _integer(text: str, low: int) -> int:
 def add_reproduce_arguments(p: argparse.ArgumentParser, default_scale: str = "quick") -> None:
     p.add_argument("--scale", default=default_scale,
                    help=f"one of {', '.join(SCALES)}: smoke = seconds (tests), quick = minutes on "
-                        "2 CPU cores, full = the GPU-scale recipe (default: %(default)s)")
+                        "2 CPU cores, long = an hour or two on CPU (only packages that offer it; "
+                        "the others are skipped), full = the GPU-scale recipe (default: "
+                        "%(default)s)")
     p.add_argument("--out", type=Path, default=None,
                    help="output folder (default: runs/reproduce-<scale>)")
     p.add_argument("--seed", type=int, default=0, help="base seed (default: %(default)s)")
@@ -110,9 +112,10 @@ def add_reproduce_arguments(p: argparse.ArgumentParser, default_scale: str = "qu
     p.add_argument("--force", action="store_true",
                    help="replace an earlier run's --out folder (refused without --resume/--force)")
     p.add_argument("--record", action="store_true",
-                   help="with --scale quick: also write each finished package's verdicts to "
-                        "packages/<name>/results/quick.json in its source checkout (commit it: the "
-                        "root README's status column is generated from it)")
+                   help="with --scale quick (or long): also write each finished package's "
+                        "verdicts to packages/<name>/results/quick.json (long.json) in its source "
+                        "checkout (commit it: the root README's status column is generated from "
+                        "quick.json)")
 
 
 def reproduce_from_args(names: list[str] | None, args: argparse.Namespace) -> int:

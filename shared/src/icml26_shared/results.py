@@ -23,7 +23,11 @@ from typing import Any, Literal
 SCHEMA_VERSION = 2
 Direction = Literal["higher", "lower"]
 Kind = Literal["claim", "check"]
-SCALES = ("smoke", "quick", "full")
+#: ``long`` is optional: a CPU run of an hour or two, run once and committed, for what does not fit
+#: ``quick``; a package offers it by naming it in its descriptor's ``scales``
+SCALES = ("smoke", "quick", "long", "full")
+#: the scales whose verdicts ``reproduce --record`` commits beside the package
+RECORDED_SCALES = ("quick", "long")
 #: a curve whose best point lies in the last 10% of its budget is flagged "still improving"
 STILL_IMPROVING_TAIL = 0.10
 #: early stopping that fired before 25% of the budget is flagged "stopped early"

@@ -19,14 +19,18 @@ from pathlib import Path
 from .errors import UserError
 from .registry import MethodDescriptor
 from .report import write_report
-from .results import SCALES, ClaimCheck, EnvInfo, Results
+from .results import RECORDED_SCALES, SCALES, ClaimCheck, EnvInfo, Results
 
 RESULTS = "results.json"
 
 
-def check_scale(scale: str) -> None:
+def check_scale(scale: str, desc: MethodDescriptor | None = None) -> None:
+    """Refuse an unknown scale, and ``long`` for a package whose descriptor does not offer it."""
     if scale not in SCALES:
         raise UserError(f"unknown scale {scale!r} (choose one of {', '.join(SCALES)})")
+    if scale == "long" and desc is not None and "long" not in desc.scales:
+        offered = ", ".join(s for s in SCALES if s != "long")
+        raise UserError(f"{desc.name} has no long scale (it offers {offered})")
 
 
 def check_out_dir(out: Path) -> Path:
@@ -62,7 +66,7 @@ def run_one(desc: MethodDescriptor, scale: str, out_root: Path, seed: int = 0,
     ``error.txt``) instead of raising, so the other packages still run. A refusal
     (``UserError``) always raises and leaves no folder behind; ``run_many`` records it.
     """
-    check_scale(scale)
+    check_scale(scale, desc)
     target = Path(out_root) / desc.name
     existed = target.exists()
     out_dir = check_out_dir(target)
@@ -186,10 +190,13 @@ def run_many(descs: Sequence[MethodDescriptor], scale: str, out_root: Path, seed
     log = log or (lambda line: print(line, flush=True))
     check_scale(scale)
     if record:
-        if scale != "quick":
-            raise UserError("--record keeps the quick run's verdicts: use it with --scale quick")
+        if scale not in RECORDED_SCALES:
+            raise UserError("--record keeps a quick or long run's verdicts: use it with "
+                            "--scale quick or --scale long")
         for desc in descs:
-            record_path(desc)  # refuse before running anything
+            if scale == "long" and "long" not in desc.scales:
+                continue  # skipped below, nothing to record
+            record_path(desc, scale)  # refuse before running anything
     out_root, created = prepare_out(out_root, resume=resume, force=force)
     results: list[Results] = []
     done: dict[str, float] = {}
@@ -230,7 +237,7 @@ def run_many(descs: Sequence[MethodDescriptor], scale: str, out_root: Path, seed
             results.append(res)
             done[desc.name] = res.elapsed_s or 0.0
             if record and res.status == "ok":
-                log(f"    recorded {write_record(desc, res)}")
+                log(f"    recorded {write_record(desc, res, scale)}")
             state = {"ok": "ok", "skipped": f"skipped ({res.error})"}.get(
                 res.status, f"FAILED ({res.error})")
             left = _estimate_left(descs, scale, done)
@@ -252,6 +259,11 @@ def run_many(descs: Sequence[MethodDescriptor], scale: str, out_root: Path, seed
 
 
 RECORD = Path("results") / "quick.json"
+
+
+def record_file(scale: str = "quick") -> Path:
+    """``results/quick.json`` or ``results/long.json``: where a recorded run's verdicts live."""
+    return Path("results") / f"{scale}.json"
 
 
 def package_root(desc: MethodDescriptor) -> Path | None:
@@ -278,21 +290,22 @@ def package_root(desc: MethodDescriptor) -> Path | None:
     return None
 
 
-def record_path(desc: MethodDescriptor) -> Path:
-    """Where ``reproduce --record`` writes the package's quick summary; a ``UserError`` when the
-    package is not a source checkout (a wheel has nowhere to commit it)."""
+def record_path(desc: MethodDescriptor, scale: str = "quick") -> Path:
+    """Where ``reproduce --record`` writes the package's summary of a quick (or long) run; a
+    ``UserError`` when the package is not a source checkout (a wheel has nowhere to commit it)."""
     import tomllib
 
+    rel = record_file(scale)
     root = package_root(desc)
     if root is None:
         raise UserError(f"--record writes into {desc.name}'s source checkout "
-                        f"(packages/{desc.name}/{RECORD}); {desc.name} is installed from a wheel")
+                        f"(packages/{desc.name}/{rel}); {desc.name} is installed from a wheel")
     source = tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
     if source != desc.version:
         raise UserError(f"--record: {desc.name}'s source says version {source} but the installed "
                         f"metadata says {desc.version}; run `uv sync` first, so the record names "
                         "the code it measured")
-    return root / RECORD
+    return root / rel
 
 
 def quick_record(res: Results) -> dict:
@@ -316,10 +329,10 @@ def quick_record(res: Results) -> dict:
     }
 
 
-def write_record(desc: MethodDescriptor, res: Results) -> Path:
+def write_record(desc: MethodDescriptor, res: Results, scale: str = "quick") -> Path:
     from .io import write_json
 
-    return write_json(record_path(desc), quick_record(res))
+    return write_json(record_path(desc, scale), quick_record(res))
 
 
 def load_results_dir(path: Path) -> list[Results]:
