@@ -103,3 +103,18 @@ def test_leo_beats_its_commanded_goal_only_ablation(smoke_run):
     check; test_all_goals.py is the one that isolates the update)."""
     leo, cmd = (smoke_run(a)["success"].mean(-1)[:, -1] for a in ("leo", "leo_commanded"))
     assert leo.mean() > cmd.mean() and np.all(leo >= cmd), (leo, cmd)
+
+
+def test_random_action_anchor_runs_the_test_protocol():
+    """The anchor (``evaluate(None, ...)``: uniform random actions, the arms' test protocol) is a
+    success rate per goal, reproducible from its key, and a longer episode reaches more goals."""
+    cfg = smoke_config("leo")
+    env = env_from_config(cfg)
+    ev = jax.jit(lambda r, n: evaluate(None, None, env, r, cfg.test_repeats, n),
+                 static_argnums=1, compiler_options=FAST_COMPILE)
+    rand = np.asarray(ev(jax.random.PRNGKey(3), cfg.eval_steps(env.max_steps)))
+    assert rand.shape == (env.goal_set.num_goals,) and np.all((rand >= 0) & (rand <= 1))
+    np.testing.assert_array_equal(rand, np.asarray(ev(jax.random.PRNGKey(3),
+                                                      cfg.eval_steps(env.max_steps))))
+    short = np.asarray(ev(jax.random.PRNGKey(3), 2))
+    assert short.mean() < rand.mean(), (short.mean(), rand.mean())

@@ -120,6 +120,7 @@ def _learning(res: Results, s: dict, seeds: list[int], out_dir: Path) -> dict[st
                 curve_rows.append([arm, seed, int(st), float(v)])
         for g, name in enumerate(env.goal_set.names):
             per_goal_rows.append([arm, name, float(success[:, -1, g].mean())])
+    finals["random actions"] = _random_anchor(res, cfg, env, seeds)
     with open(out_dir / "per_goal_success.csv", "w", newline="") as f:
         csv.writer(f).writerows([["method", "goal", "success"], *per_goal_rows])
     with open(out_dir / "success_curves.csv", "w", newline="") as f:
@@ -247,6 +248,22 @@ def _full(out_dir: Path, seed: int) -> Results:
     return res
 
 
+def _random_anchor(res: Results, cfg, env, seeds: list[int]) -> np.ndarray:
+    """Uniformly random actions under the arms' test protocol (the test map, episodes per goal,
+    episode length and success rule): the in-protocol anchor every trained arm must beat."""
+    import jax
+
+    from .train import evaluate
+
+    success = np.array([float(np.asarray(evaluate(
+        None, None, env, jax.random.PRNGKey(10_000 + s), cfg.test_repeats,
+        cfg.eval_steps(env.max_steps), cfg.eval_reset_batch)).mean()) for s in seeds])
+    res.add("gridworld", "random actions", "success_all_goals", success.tolist(), seeds=seeds,
+            goals=env.goal_set.num_goals,
+            note="anchor: uniformly random actions, the arms' test episodes and success rule")
+    return success
+
+
 def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
     """The registered reproduction; JAX's persistent compilation cache is on for this call only."""
     with compile_cache():
@@ -271,6 +288,12 @@ def _cpu(scale: str, out_dir: Path, seed: int) -> Results:
              f"K={k_ref}, the cpu preset (batch 64, width-128 MLP) on CPU, whose FLOP ceiling "
              f"is below 250x; by K: " + ", ".join(f"{k}: {v:.1f}x" for k, v in speed.items())
              + "; the whole-step ratios are the 'speed (whole training step)' rows"))
+    anchor = finals.pop("random actions")
+    below = [a for a in finals if finals[a].mean() <= anchor.mean()]
+    res.notes.append(f"Random-action anchor on the gridworld test protocol: {anchor.mean():.3f} "
+                     "success over all goals; " + (f"at or below it: {', '.join(below)} (such an "
+                     "arm has not learned the task at this budget)" if below else
+                     "every trained arm is above it"))
     base = {a: float(finals[a].mean()) for a in finals if not a.startswith(("LEO", "Dual"))}
     best_name = max(base, key=base.get)
     for claim, arm in ((CLAIMS[1], "LEO"), (CLAIMS[2], "Dual LEO (PQN)")):

@@ -62,9 +62,12 @@ def sgd_step(spec: AlgoSpec, tx: optax.GradientTransformation, variables, opt_st
             opt_state, loss, aux)
 
 
-def evaluate(spec: AlgoSpec, params, env, rng, repeats: int, steps: int, reset_batch: int = 0):
+def evaluate(spec: AlgoSpec | None, params, env, rng, repeats: int, steps: int,
+             reset_batch: int = 0):
     """Success rate per goal ``[K]``: each goal commanded in ``repeats`` fresh environments (start
     timestep 0), greedy actions, success if achieved during the first episode [C: test metrics].
+    ``spec=None`` acts uniformly at random (the in-protocol anchor: the same starts, steps and
+    success rule, no learning).
 
     The K·repeats fresh starts are drawn ``reset_batch`` at a time (``lax.map``; 0 = all at once):
     the same states, but a Craftax reset batch of thousands costs far more per reset than a few
@@ -78,14 +81,16 @@ def evaluate(spec: AlgoSpec, params, env, rng, repeats: int, steps: int, reset_b
     obs, state = jax.lax.map(lambda r: env.reset(r, False), keys,
                              batch_size=min(reset_batch, n) if reset_batch > 0 else n)
 
-    def greedy(obs):
+    def act(obs, r):
+        if spec is None:  # the environment keys below stay those of a greedy run
+            return jax.random.randint(jax.random.fold_in(r, 1), (n,), 0, env.num_actions)
         if spec.greedy_grouped is None:
             return spec.greedy(params, obs, goals)
         return spec.greedy_grouped(params, obs.reshape(k, repeats, -1)).reshape(n)
 
     def step(carry, r):
         obs, state, alive, success = carry
-        nxt, state, done = jax.vmap(env.step)(jax.random.split(r, n), state, greedy(obs))
+        nxt, state, done = jax.vmap(env.step)(jax.random.split(r, n), state, act(obs, r))
         hit = jax.vmap(env.goal_set.achieved)(nxt)[jnp.arange(n), goals]
         return (nxt, state, alive & ~done, success | (hit & alive)), None
 
