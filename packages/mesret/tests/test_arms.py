@@ -24,7 +24,7 @@ class Counted:
 @pytest.mark.parametrize("algo", sorted(ALGOS))
 def test_budget_and_counting(algo):
     if algo == "indep-pycma":
-        pytest.importorskip("cma", reason="indep-pycma needs pycma (pip install cma)")
+        pytest.importorskip("cma", reason="indep-pycma needs pycma (the mesret[cma] extra)")
     base = wcci20(4, (4, 6), "low", seed=9)
     tasks = [TaskSpec(t.dim, Counted(t.fn), t.lower, t.upper, t.f_opt, t.name) for t in base]
     fe = 250
@@ -78,10 +78,12 @@ def test_semantic_layout_round_trip_and_shared_coordinates():
 
 
 def test_policy_tasks_score_returns():
-    tasks = policy_suite(("CartPole-v1", "Pendulum-v1"), "semantic", hidden=3, horizon=20)
+    pytest.importorskip("gymnax", reason="the policy suite needs gymnax (the mesret[gymnax] extra)")
+    # the smoke reproduction's shapes (hidden 2, horizon 10): the jitted rollouts are compiled once
+    tasks = policy_suite(("CartPole-v1", "Pendulum-v1"), "semantic", hidden=2, horizon=10)
     X = np.zeros((2, tasks[0].dim))
     f = tasks[0].fn(X)
-    assert f.shape == (2,) and np.all(-f >= 1) and np.all(-f <= 20)  # CartPole: +1 per step alive
+    assert f.shape == (2,) and np.all(-f >= 1) and np.all(-f <= 10)  # CartPole: +1 per step alive
     assert np.all(tasks[1].fn(np.zeros((2, tasks[1].dim))) > 0)  # Pendulum returns are negative costs
 
 
@@ -144,7 +146,7 @@ def test_mesret_logs_every_iterations_rewards():
 
 
 def test_pycma_matches_our_cma_on_sphere_d10():
-    pytest.importorskip("cma", reason="the indep-pycma reference needs pycma (pip install cma)")
+    pytest.importorskip("cma", reason="the indep-pycma reference needs pycma (the mesret[cma] extra)")
     task = [TaskSpec(10, lambda X: np.sum((X - 1.0) ** 2, axis=1), lower=-5, upper=5, f_opt=0.0, name="sphere")]
     ours = [optimize(task, "indep-cma", fe_per_task=1500, seed=s, popsize=10).best_f[0] for s in range(3)]
     ref = [optimize(task, "indep-pycma", fe_per_task=1500, seed=s, popsize=10).best_f[0] for s in range(3)]
@@ -161,3 +163,50 @@ def test_run_arms_workers_do_not_change_results():
     for k in a:
         np.testing.assert_array_equal(a[k]["best_f"], b[k]["best_f"])
         np.testing.assert_array_equal(a[k]["results"][1].info["curve"], b[k]["results"][1].info["curve"])
+
+
+def test_indep_pycma_without_pycma_names_the_extra(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "cma", None)  # import cma → ImportError
+    with pytest.raises(UserError, match=r"mesret\[cma\]"):
+        optimize(wcci20(2, (3,), seed=0), "indep-pycma", fe_per_task=60, seed=0)
+
+
+def test_pycma_anchor_is_evaluated_in_the_run():
+    """The reproduction's ``pycma_anchor`` check runs indep-pycma and gets a value and a verdict."""
+    pytest.importorskip("cma", reason="the indep-pycma reference needs pycma (the mesret[cma] extra)")
+    from mesret.bench import run_arms
+    from mesret.experiments import _pycma_anchor
+
+    from icml26_shared import Results
+
+    tasks = wcci20(4, (4,), "mixed", seed=3)
+    runs = run_arms(tasks, ["indep-cma"], 300, [0], {"indep-cma": dict(popsize=8)})
+    res = Results(package="mesret", version="0", scale="smoke", seed=0)
+    _pycma_anchor(res, dict(T=4, fe=300), tasks, [0], {"indep-pycma": dict(popsize=8)}, runs)
+    chk = res.claims[-1]
+    assert chk.claim_id == "pycma_anchor" and chk.kind == "check" and chk.held is not None and np.isfinite(chk.ours)
+    assert any(r.method == "indep-pycma" for r in res.rows)
+
+
+def test_policy_layouts_score_the_same_policy_alike():
+    """The gymnax rollout reads the parameters through the layout: one policy packed semantically and
+    naively gets the same return (and a padded batch does not change a row's return)."""
+    pytest.importorskip("gymnax", reason="the policy suite needs gymnax (the mesret[gymnax] extra)")
+    sem, nai = (policy_suite(("Pendulum-v1",), lay, hidden=2, horizon=10, seed=7)[0] for lay in ("semantic", "naive"))
+    rng = np.random.default_rng(1)
+    theta = rng.uniform(-2, 2, (3, sem.dim))
+    params = sem.fn.layout.unpack(theta)
+    f_sem, f_nai = sem.fn(theta), nai.fn(nai.fn.layout.pack(params))
+    np.testing.assert_allclose(f_sem, f_nai, rtol=1e-6)
+    np.testing.assert_allclose(sem.fn(theta[:1]), f_sem[:1], rtol=1e-6)
+    assert len(set(np.round(f_sem, 6))) == 3  # the parameters matter
+
+
+def test_policy_suite_without_gymnax_names_the_extra(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "gymnax", None)
+    with pytest.raises(UserError, match=r"mesret\[gymnax\]"):
+        policy_suite(("CartPole-v1",))

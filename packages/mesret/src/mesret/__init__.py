@@ -6,9 +6,9 @@ from .algorithm import MESRET, Result
 from .baselines import ALGOS, optimize
 from .config import MESRETConfig
 from .policy import SemanticLayout, policy_suite
-from .suites import wcci20
+from .suites import cec17_mix, wcci20
 from .tasks import TaskSpec
 
 __version__ = version("mesret")
 __all__ = ["ALGOS", "MESRET", "MESRETConfig", "Result", "SemanticLayout", "TaskSpec", "__version__",
-           "optimize", "policy_suite", "wcci20"]
+           "cec17_mix", "optimize", "policy_suite", "wcci20"]

@@ -274,11 +274,11 @@ def indep_pycma(tasks, fe_per_task, seed=0, popsize=None, sigma0=0.3):
     """The reference arm: pycma's ``CMAEvolutionStrategy`` with its defaults per task, λ as the
     other arms, σ0 0.3, ``bounds=[0, 1]`` (pycma's boundary handling), an even split of the budget
     and no restart; a task whose pycma run stops early leaves the rest of its share unspent.
-    Needs pycma (``pip install cma``)."""
+    Needs pycma (the ``mesret[cma]`` extra)."""
     try:
         import cma
     except ImportError:
-        raise UserError("indep-pycma needs pycma (pip install cma), which is not installed") from None
+        raise UserError("indep-pycma needs pycma: pip install 'mesret[cma]'") from None
     ev = _Tracker(tasks, fe_per_task * len(check_tasks(tasks)), per_task_clock=True)
     lam = int(popsize or default_popsize(max(t.dim for t in ev.tasks)))
     for t, task in enumerate(ev.tasks):

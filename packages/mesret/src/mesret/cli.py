@@ -35,14 +35,14 @@ def _names(text: str) -> list[str]:
 
 
 def _load_suite(args) -> list:
-    from .suites import load_user_suite, wcci20
+    from .suites import cec17_mix, load_user_suite, wcci20
 
     if args.suite == "wcci20":
-        return wcci20(args.tasks, args.dims, args.similarity, seed=args.suite_seed)
+        return wcci20(args.tasks, args.dims or (10, 20, 30), args.similarity, seed=args.suite_seed)
     if args.suite == "cec17-mix":
-        raise UserError("suite cec17-mix needs opfunu (pip install opfunu), which this build does not include")
+        return cec17_mix(args.dims or (10, 30, 50))
     if args.suite == "gymnax":
-        raise UserError("the policy suite runs through `mesret policy` (NumPy classic control; gymnax not used)")
+        raise UserError("the policy suite runs through `mesret policy`")
     return load_user_suite(args.suite)
 
 
@@ -152,9 +152,11 @@ def build_parser() -> argparse.ArgumentParser:
                "evaluation and transfer (ICML 2026), with its baselines and benchmark suites.")
     sub = p.add_subparsers(dest="command", required=True)
     b = sub.add_parser("bench", help="run algorithms on a many-task suite, write DIR/results.json")
-    b.add_argument("--suite", default="wcci20", help="wcci20 or FILE.py:FUNC returning TaskSpecs")
+    b.add_argument("--suite", default="wcci20",
+                   help="wcci20, cec17-mix (needs mesret[cec]) or FILE.py:FUNC returning TaskSpecs")
     b.add_argument("--tasks", type=positive_int, default=50, help="wcci20: number of tasks (default 50)")
-    b.add_argument("--dims", type=_int_list, default=(10, 20, 30), help="wcci20: dimensions, e.g. 10,20,30")
+    b.add_argument("--dims", type=_int_list, default=None,
+                   help="dimensions, e.g. 10,20,30 (default: wcci20 10,20,30; cec17-mix 10,30,50)")
     b.add_argument("--similarity", choices=("high", "mixed", "low"), default="mixed")
     b.add_argument("--suite-seed", type=int, default=1000, help="wcci20 instance (default 1000 = the test instance)")
     b.add_argument("--algos", default="mesret,indep-cma", help=f"comma-separated: {', '.join(ALGO_NAMES)}")

@@ -1,11 +1,13 @@
 """The laptop-scale reproduction: the wcci20 many-task suite (mixed similarity with every arm, both
 mechanisms and their traces in one run; the curse sweep at low similarity, each method against its
-own independent run), and the classic-control policy suite (semantic vs naive layout).
+own independent run), cec17-mix through opfunu, and the classic-control policy suite on gymnax
+(semantic vs naive layout).
 
 Splits: every reported suite is the *test* instance (suite seed ``seed + 1000``); the baselines'
 own settings (OpenAI-ES σ and learning rate, MFEA's rmp) are chosen on a *dev* instance (suite
 seed ``seed + 2000``, T = 10, one run each); MES-RET's constants are the authors' and nothing of
-it is tuned. The policy suite uses fixed start states drawn from ``seed + 1000``.
+it is tuned. The policy suite uses fixed start states drawn from ``seed + 1000``; its quick budget
+is chosen on start states drawn from ``seed + 2000`` with independent sep-CMA-ES.
 """
 
 from __future__ import annotations
@@ -34,17 +36,25 @@ BASELINES = ("indep-cma", "indep-sepcma", "openai-es", "mfea", "mfea-rmp0")
 CURSE_ARMS = ("mesret", "indep-cma", "mfea", "mfea-rmp0")  # each method and its own independent run
 CFG = {
     "smoke": dict(T=4, dims=(5,), fe=100, seeds=2, N=None, mfea_N=10, curse_T=(2,), curse_seeds=2, dev_T=None,
-                  pycma_seeds=1,
-                  policy=dict(envs=("CartPole-v1", "Pendulum-v1"), hidden=2, horizon=10, fe=60, seeds=2)),
+                  pycma_seeds=1, cec17=dict(dims=(10,), functions=(1, 4, 11), fe=120, seeds=1,
+                                            arms=("mesret", "indep-cma")),
+                  policy=dict(envs=("CartPole-v1", "Pendulum-v1"), hidden=2, horizon=10, N=None, fe=60, fe_grid=None,
+                              seeds=2)),
     # docs/experiments.md "Protocol": N = λ = 100 and 50,000 evaluations per task (MToP) [C]
     "quick": dict(T=50, dims=(10, 20, 30), fe=50_000, seeds=4, N=100, mfea_N=100, curse_T=(2, 10, 30), curse_seeds=2,
                   dev_T=10, pycma_seeds=2,
+                  # docs/experiments.md "Protocol amendment for 0.3.0": cec17 trades budget and seeds [R]
+                  cec17=dict(dims=(10,), functions=None, fe=10_000, seeds=1, arms=("mesret", "indep-cma")),
+                  # the policy budget is chosen on dev from fe_grid (docs/experiments.md, 0.3.0 amendment)
                   policy=dict(envs=("CartPole-v1", "Acrobot-v1", "Pendulum-v1", "MountainCarContinuous-v0"),
-                              hidden=8, horizon=100, fe=600, seeds=3)),
+                              hidden=8, horizon=100, N=50, fe=None, fe_grid=(1000, 2500, 5000), seeds=3)),
     "full": dict(T=50, dims=(10, 20, 30), fe=50_000, seeds=30, N=100, mfea_N=100, curse_T=(2, 10, 30), curse_seeds=10,
                  dev_T=10, pycma_seeds=30,
+                 cec17=dict(dims=(10, 30, 50), functions=None, fe=50_000, seeds=10,
+                            arms=("mesret", "mesret-uniform", "mesret-tau0", "indep-cma")),
+                 # EMaT-Gym's 18*50*500: N = 50, 500 generations = 25,000 evaluations per task [C]
                  policy=dict(envs=("CartPole-v1", "Acrobot-v1", "Pendulum-v1", "MountainCarContinuous-v0"),
-                             hidden=16, horizon=200, fe=3000, seeds=10)),
+                             hidden=16, horizon=200, N=50, fe=25_000, fe_grid=None, seeds=10)),
 }
 
 
@@ -58,8 +68,7 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
     check_scale(scale)
     if scale == "full" and os.environ.get("MESRET_FULL") != "1":
         raise UserError("the full scale is a long CPU run (hours: wcci20 at 50,000 evaluations per task, "
-                        "30 seeds): set MESRET_FULL=1 to start it; cec17-mix needs opfunu, which is not "
-                        "installed")
+                        "30 seeds; cec17-mix at D 10/30/50): set MESRET_FULL=1 to start it")
     cfg = CFG[scale]
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -69,6 +78,7 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
     seeds = [seed + i for i in range(cfg["seeds"])]
     mixed = _mixed(res, cfg, seeds, configs, out_dir)
     low = _curse(res, cfg, seed, seeds, configs)
+    _cec17(res, cfg, seed, configs, out_dir)
     _policy(res, cfg["policy"], seed)
     if scale == "smoke":  # the claims' statements name the protocol (T=50, ...): say what smoke ran
         ran = (f"smoke ran wcci20 T={cfg['T']}, D={list(cfg['dims'])}, {cfg['fe']} evaluations per task, "
@@ -77,7 +87,7 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
             chk.note = f"{ran}. {chk.note}" if chk.note else ran
     if scale != "smoke":  # smoke: no plot (matplotlib's import alone takes seconds)
         res.figures += ["mesret.png"] if _plots(out_dir, mixed, low) else []
-    res.figures += sorted(p.name for p in out_dir.glob("wcci20_*_errors.csv"))
+    res.figures += sorted(p.name for p in out_dir.glob("*_errors.csv"))
     res.figures += sorted(p.name for p in out_dir.glob("wcci20_*_traces.npz"))
     res.notes += [
         "Faithful [C]: MES-RET and sMES-RET as in the authors' MATLAB (MES_RET.m / sMES_RET.m): CMA-ES "
@@ -85,8 +95,10 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
         "knowledge extraction with per-dimension ownership masks, phenotypic and genotypic transfer "
         "(tau = 1 / 2) after 2*N*T evaluations, T roulette-drawn extra generations, stop rule, "
         "IPOP-like restart, epsilon-constraint ranking and the [-0.05, 1.05] boundary penalty.",
-        "Reconstructed [R]: the wcci20 construction (our shifts/rotations/similarity levels), the NumPy "
-        "classic-control policy suite (gymnax is not installed), "
+        "Reconstructed [R]: the wcci20 construction (our shifts/rotations/similarity levels), the "
+        "classic-control policy suite on gymnax's environments (policy shape, horizon, action mapping, "
+        "normalisation; its quick budget chosen on dev), cec17-mix's quick budget (10,000 evaluations per "
+        "task, 1 seed), "
         "per-task generation counters in h_sigma, uniform rewards over active tasks only.",
         f"Protocol (docs/experiments.md, fixed before these figures): N = lambda = {cfg['N']} for every "
         f"CMA-ES arm and OpenAI-ES, MFEA N = {cfg['mfea_N']} per task, {cfg['fe']} evaluations per task "
@@ -221,7 +233,7 @@ def _pycma_anchor(res: Results, cfg: dict, tasks, seeds, configs, runs) -> None:
     exp = f"wcci20_mixed_T{cfg['T']}"
     if not _have_pycma():
         res.claims.append(ClaimCheck.compare(C["pycma_anchor"], None,
-                                             note="not run: pycma is not installed (pip install cma)"))
+                                             note="not run: pycma is not installed (pip install 'mesret[cma]')"))
         return
     pr = run_arms(tasks, ["indep-pycma"], cfg["fe"], seeds, configs)["indep-pycma"]
     sub = {"indep-pycma": pr, "indep-cma": {k: (v[: len(seeds)]) for k, v in runs["indep-cma"].items()}}
@@ -246,6 +258,32 @@ def _ratio_claim(claim, ratio, iv, target, baseline, direction):
     chk.held = bool(held)
     chk.baseline_name = baseline
     return chk
+
+
+def _cec17(res: Results, cfg: dict, seed: int, configs, out_dir: Path) -> None:
+    """cec17-mix (opfunu): MES-RET against its own independent run (and, in full, both ablations)
+    as rows: the geometric-mean error ratio with its 95% interval over tasks and the win fraction.
+    Without opfunu (the ``mesret[cec]`` extra) a note says it was not run."""
+    import importlib.util
+
+    cc = cfg["cec17"]
+    if importlib.util.find_spec("opfunu") is None:
+        res.notes.append("cec17-mix not run: opfunu is not installed (pip install 'mesret[cec]')")
+        return
+    from .suites import cec17_mix
+
+    tasks = cec17_mix(cc["dims"], cc["functions"])
+    seeds = [seed + i for i in range(cc["seeds"])]
+    conf = {a: configs.get(a, {}) for a in cc["arms"]}
+    runs = run_arms(tasks, cc["arms"], cc["fe"], seeds, conf)
+    exp = f"cec17_mix_D{'-'.join(map(str, cc['dims']))}"
+    add_rows(res, exp, tasks, runs, seeds)
+    _write_csv(out_dir / f"{exp}_errors.csv", tasks, runs)
+    for other in cc["arms"][1:]:
+        _ratio_row(res, exp, tasks, runs, "mesret", other, seeds)
+    wl = win_loss(tasks, runs, "mesret", "indep-cma")
+    res.add(exp, "mesret_vs_indep-cma", "fraction_of_tasks_better", wl["win_fraction"], seeds=seeds,
+            note=f"{len(tasks)} tasks, {cc['fe']} evaluations per task, N = {cfg['N']}")
 
 
 def _curse(res: Results, cfg: dict, seed: int, seeds, configs) -> dict:
@@ -287,10 +325,40 @@ def _curse(res: Results, cfg: dict, seed: int, seeds, configs) -> dict:
     return table
 
 
-def _policy(res: Results, pc: dict, seed: int) -> None:
+def _policy_budget(res: Results, pc: dict, seed: int) -> int:
+    """The policy budget, chosen on a dev instance (start states from ``seed + 2000``): the smallest
+    budget in ``fe_grid`` at which independent sep-CMA-ES (the baseline; MES-RET is not consulted)
+    reaches 99% of its best mean normalised return over the grid (one run each)."""
     from .baselines import optimize
     from .policy import normalised_return, policy_suite
 
+    if not pc["fe_grid"]:
+        return int(pc["fe"])
+    scores = []
+    for fe in pc["fe_grid"]:
+        tasks = policy_suite(pc["envs"], "semantic", pc["hidden"], pc["horizon"], seed=seed + 2000)
+        r = optimize(tasks, "indep-sepcma", fe_per_task=fe, seed=seed + 2000, popsize=pc["N"])
+        scores.append(float(np.mean([normalised_return(t.name, -f) for t, f in zip(tasks, r.best_f, strict=True)])))
+    fe = next(f for f, sc in zip(pc["fe_grid"], scores, strict=True) if sc >= 0.99 * max(scores))
+    res.add("dev_selection", "policy_budget", "dev_normalised_return", max(scores), seeds=[seed + 2000],
+            chosen=int(fe), grid=list(pc["fe_grid"]), scores=scores,
+            rule="smallest budget with indep-sepcma >= 0.99 x its best over the grid")
+    return int(fe)
+
+
+def _policy(res: Results, pc: dict, seed: int) -> None:
+    import importlib.util
+
+    from .baselines import optimize
+    from .policy import normalised_return, policy_suite
+
+    if importlib.util.find_spec("gymnax") is None:
+        res.notes.append("policy suite not run: gymnax is not installed (pip install 'mesret[gymnax]')")
+        for cid in ("policy_vs_sepcma", "policy_vs_naive"):
+            res.claims.append(ClaimCheck.compare(C[cid], None, note="not run: gymnax is not installed"))
+        return
+    fe = _policy_budget(res, pc, seed)
+    pop = {"popsize": pc["N"]} if pc["N"] else {}
     arms = {"smesret/semantic": ("smesret", "semantic", {}), "smesret/naive": ("smesret", "naive", {}),
             "smesret-tau0/semantic": ("smesret", "semantic", {"tau": 0.0}),
             "indep-sepcma": ("indep-sepcma", "semantic", {})}
@@ -299,7 +367,7 @@ def _policy(res: Results, pc: dict, seed: int) -> None:
     for a, (algo, layout, extra) in arms.items():
         for s in seeds:
             tasks = policy_suite(pc["envs"], layout, pc["hidden"], pc["horizon"], seed=seed + 1000)
-            r = optimize(tasks, algo, fe_per_task=pc["fe"], seed=s, **extra)
+            r = optimize(tasks, algo, fe_per_task=fe, seed=s, **pop, **extra)
             score[a].append(float(np.mean([normalised_return(t.name, -f) for t, f in zip(tasks, r.best_f, strict=True)])))
             steps[a].append(float(sum(t.fn.steps for t in tasks)))
     exp = f"policy_{len(pc['envs'])}env_h{pc['hidden']}"

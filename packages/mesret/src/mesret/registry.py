@@ -49,15 +49,18 @@ DESCRIPTOR = MethodDescriptor(
             "selection; ported from the authors' MATLAB (MToP) code, with MFEA, OpenAI-ES and "
             "independent (sep-)CMA-ES baselines.",
     scales={
-        "smoke": "wcci20 T=4, D=5, 300 evaluations per task, 2 seeds; a 2-env policy suite (seconds)",
+        "smoke": "wcci20 T=4, D=5, 100 evaluations per task, 2 seeds; cec17-mix 3 functions at D=10; a 2-env "
+                 "policy suite (seconds)",
         "quick": "the protocol (docs/experiments.md): N = lambda = 100 for every arm and 50,000 "
                  "evaluations per task; wcci20 T=50, D in {10,20,30}, mixed similarity: every arm incl. "
                  "MFEA rmp 0 and the ablations in one run, with traces (4 seeds; indep-pycma on 2 when "
                  "pycma is installed); the curse at low similarity, T in {2,10,30,50}: mesret, indep-cma, "
-                 "MFEA rmp 0.3 and rmp 0 (2 seeds); the 4-env policy suite (h=8, horizon 100, 600 "
-                 "evaluations per task, 3 seeds). About 10 CPU-minutes",
-        "full": "the same protocol at 30 seeds (curse sweep 10 seeds), policy suite h=16, horizon 200; "
-                "needs MESRET_FULL=1 (hours); cec17-mix is not built (opfunu is not installed)",
+                 "MFEA rmp 0.3 and rmp 0 (2 seeds); cec17-mix D=10 (29 tasks, mesret and indep-cma, 10,000 "
+                 "evaluations per task, 1 seed); the 4-env gymnax policy suite (h=8, horizon 100, N=50, "
+                 "budget chosen on dev from 1000/2500/5000, 3 seeds). About 18 CPU-minutes (estimated)",
+        "full": "the same protocol at 30 seeds (curse sweep 10 seeds); cec17-mix at D 10/30/50 (87 tasks, "
+                "50,000 evaluations per task, 10 seeds, with both ablations); policy suite h=16, horizon 200, "
+                "N=50 x 500 generations; needs MESRET_FULL=1 (hours)",
     },
-    quick_minutes=10.0,
+    quick_minutes=18.0,
 )

@@ -2,7 +2,10 @@
 (Sphere, Ellipsoid, Rastrigin, Ackley, Griewank, Rosenbrock, Schwefel, Weierstrass) on their usual
 boxes, each task with a seeded shift and rotation; ``similarity`` sets how close the optima of
 different tasks lie in the unified [0, 1] box (high: within 2% of one centre; mixed: within 15%;
-low: anywhere in the central 80%). User suites: ``FILE.py:FUNC`` returning ``TaskSpec``s."""
+low: anywhere in the central 80%). ``cec17-mix`` [C]: the 29 CEC-2017 single-objective functions
+through opfunu (the ``mesret[cec]`` extra) at each of the given dimensions, one task per (function,
+dimension), as MToP's ``MaT_CEC17_SO_Mix103050.m`` (87 tasks at D 10/30/50). User suites:
+``FILE.py:FUNC`` returning ``TaskSpec``s."""
 
 from __future__ import annotations
 
@@ -113,6 +116,55 @@ def wcci20(tasks: int = 50, dims=(10, 20, 30), similarity: str = "mixed", seed: 
         rot = np.eye(D) if name in ("schwefel",) else _rotation(rng, D)
         f = ShiftedRotated(fn, shift, rot)
         out.append(TaskSpec(D, f, -half, half, f_opt=float(f(shift[None])[0]), name=f"T{i + 1}-{name}-D{D}"))
+    return out
+
+
+CEC17_FUNCTIONS = 29  # opfunu's F1..F29 2017 (CEC-2017 without its dropped F2)
+CEC17_BOX = 100.0  # every CEC-2017 function is searched on [-100, 100]^D
+CEC17_DIMS = (2, 10, 20, 30, 50, 100)  # the dimensions opfunu ships shift/rotation/shuffle data for
+
+
+class OpfunuFn:
+    """A batch wrapper around one opfunu problem (its ``evaluate`` takes one point); picklable."""
+
+    def __init__(self, problem):
+        self.problem = problem
+
+    def __call__(self, X):
+        return np.array([self.problem.evaluate(x) for x in np.atleast_2d(np.asarray(X, float))])
+
+
+def _opfunu_cec2017():
+    import warnings
+
+    try:
+        with warnings.catch_warnings():  # opfunu imports pkg_resources, deprecated by setuptools
+            warnings.simplefilter("ignore")
+            from opfunu.cec_based import cec2017
+    except ImportError:
+        raise UserError("suite cec17-mix needs opfunu: pip install 'mesret[cec]'") from None
+    return cec2017
+
+
+def cec17_mix(dims=(10, 30, 50), functions=None) -> list[TaskSpec]:
+    """The CEC-2017 many-task mix: every function in ``functions`` (default all 29, numbered 1..29
+    as opfunu's ``F{i}2017``) at every dimension in ``dims``, on [-100, 100]^D (so the unit box
+    maps to it linearly); ``f_opt`` is the function's ``f_global``. The shifts and rotations are
+    CEC's own data files shipped with opfunu (no seed)."""
+    cec2017 = _opfunu_cec2017()
+    dims = tuple(int(d) for d in dims)
+    if not dims or not set(dims) <= set(CEC17_DIMS):
+        raise UserError(f"cec17-mix --dims must be among {', '.join(map(str, CEC17_DIMS))}, got {dims}")
+    functions = tuple(range(1, CEC17_FUNCTIONS + 1)) if functions is None else tuple(int(i) for i in functions)
+    bad = [i for i in functions if not 1 <= i <= CEC17_FUNCTIONS]
+    if bad or not functions:
+        raise UserError(f"cec17-mix functions must be in 1..{CEC17_FUNCTIONS}, got {list(functions)}")
+    out = []
+    for D in dims:
+        for i in functions:
+            prob = getattr(cec2017, f"F{i}2017")(ndim=D)
+            out.append(TaskSpec(D, OpfunuFn(prob), -CEC17_BOX, CEC17_BOX, f_opt=float(prob.f_global),
+                                name=f"T{len(out) + 1}-F{i}-D{D}"))
     return out
 
 
