@@ -72,7 +72,7 @@ def test_bad_run_line_names_the_line(tmp_path):
 
 def test_corpus_must_be_jsonl_or_dataset_folder(tmp_path):
     (tmp_path / "c.csv").write_text("id,text\n1,a\n")
-    with pytest.raises(UserError, match="expected a .jsonl file"):
+    with pytest.raises(UserError, match="expected .jsonl"):
         read_corpus(tmp_path / "c.csv")
     with pytest.raises(UserError, match="does not exist"):
         read_corpus(tmp_path / "missing.jsonl")

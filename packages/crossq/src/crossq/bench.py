@@ -51,6 +51,7 @@ def bytes_rows(res, last, off, doc_ids, projection, out_dir: Path, rc: ReproConf
             res.add("bytes (this corpus, string ids)", f"crossq {B}B", f"bytes_per_token_{k}", v)
         res.add("bytes (this corpus, string ids)", f"crossq {B}B", "bytes_per_token_with_metadata",
                 rep["bytes_per_token_with_metadata"])
+        out.setdefault("corpus", {})[B] = rep["bytes_per_token_with_metadata"]
     B, codec, codes = _crossq(last)
     lengths = np.diff(off)
     n_docs = int(np.ceil(rc.big_tokens / lengths.mean())) + 1

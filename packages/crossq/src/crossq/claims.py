@@ -24,9 +24,11 @@ def query_means(per, B: int, method: str, split: str = "test", metric: str = "mr
 
 
 def strongest_on_dev(per, B: int) -> str | None:
-    from .experiments import BASELINES
+    """The paper's baselines only: CrossQ's own start (greedy RQ) and ablation
+    (reconstruction only) are mechanism rows, not baselines."""
+    from .experiments import PAPER_BASELINES
 
-    dev = {m: float(query_means(per, B, m, "dev").mean()) for m in BASELINES if (B, m) in per}
+    dev = {m: float(query_means(per, B, m, "dev").mean()) for m in PAPER_BASELINES if (B, m) in per}
     return max(dev, key=dev.get) if dev else None
 
 
@@ -67,7 +69,8 @@ def check(res, per, fp_test: np.ndarray, sizes: dict, lat: dict, rc: ReproConfig
             margin=STRICT,
             note=f"test MRR@10, mean over {len(a)} test queries x seeds; {best} was the strongest "
                  f"of the footprint-matched baselines on dev; interval = paired 95% bootstrap"))
-    for cid, other in (("context_4B", "tokenwise"), ("ranking_losses_4B", "crossq-recon")):
+    for cid, other in (("trained_4B", "rq-greedy"), ("context_4B", "tokenwise"),
+                       ("ranking_losses_4B", "crossq-recon")):
         got = _diff(res, per, 4, other)
         if got is None:
             res.claims.append(ClaimCheck.compare(c[cid], None, note="4 B/token not run"))
@@ -101,9 +104,14 @@ def check(res, per, fp_test: np.ndarray, sizes: dict, lat: dict, rc: ReproConfig
                                   "compressed index, steps chosen on dev" if m == "crossq+ft" else "")))
     big, dim = sizes["big"], sizes["dim"]
     red = 2 * dim / big["bytes_per_token_with_metadata"]
+    real = sizes.get("corpus", {}).get(sizes["B"])
     res.claims.append(ClaimCheck.compare(
         c["storage_4B"], red, threshold=256 / 4.3,
-        note=f"{big['n_tokens']:,}-token synthetic index at {sizes['B']} B/token with fp16 codebooks, "
+        note="format check: holds by arithmetic on the index layout, not a result about CrossQ "
+             "(any 4-byte codec gets it); "
+             + (f"this corpus's real index: {real:.2f} B/token with metadata "
+                f"({2 * dim / real:.1f}x vs fp16); " if real is not None else "")
+             + f"{big['n_tokens']:,}-token synthetic index at {sizes['B']} B/token with fp16 codebooks, "
              f"uint16 lengths, uint32 ids: {big['bytes_per_token_with_metadata']:.3f} B/token with "
              f"metadata (target <= 4.3, i.e. >= 59.5x vs fp16 at d = {dim}); size model "
              f"{sizes['big_model']['bytes_per_token_with_metadata']:.3f}; at MS MARCO scale "

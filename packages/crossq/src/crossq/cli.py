@@ -1,4 +1,4 @@
-"""``crossq`` command line: index, search, eval, train, info, reproduce.
+"""``crossq`` command line: embed, index, search, eval, train, info, bench, reproduce.
 
 Heavy imports (torch, transformers, faiss) happen inside the command functions so that ``--help``
 stays instant. Users' mistakes raise ``UserError``: one line on stderr, exit 2, nothing written.
@@ -29,8 +29,12 @@ def _encoder(args):
     from .config import EncoderConfig
     from .encoder import LateInteractionEncoder
 
-    return LateInteractionEncoder.load(EncoderConfig(model=args.model, dim=args.dim,
+    return LateInteractionEncoder.load(EncoderConfig(model=args.model or "minilm", dim=_dim(args),
                                                      doc_maxlen=args.doc_maxlen))
+
+
+def _dim(args) -> int:
+    return 128 if args.dim is None else args.dim
 
 
 CROSSQ_OPTIONS = ("steps", "lr", "queries_per_step", "candidates")  # CLI flag -> CrossQConfig field
@@ -42,7 +46,6 @@ def _crossq_params(args) -> dict:
 
 
 def _cmd_index(args) -> int:
-    from .indexer import build_index
     from .io import read_corpus
 
     if args.codec_model is not None and args.codec not in TRAINED:
@@ -54,16 +57,27 @@ def _cmd_index(args) -> int:
     if args.out.exists() and not args.overwrite:
         raise UserError(f"{args.out} exists (pass --overwrite to replace it)")
     check_replaceable(args.out)  # --overwrite replaces only a folder a run wrote
-    ids, texts = read_corpus(args.corpus)
+    ids, texts = read_corpus(args.corpus, args.id_field, args.text_field)  # before torch is imported
+    emb = enc = None
+    if args.embeddings is not None:
+        from .embeddings import StoredEncoder, read_embeddings
+
+        emb = read_embeddings(args.embeddings)
+        emb.check_corpus(ids, texts)
+        enc = StoredEncoder(emb)
+        enc.check(args.model, args.dim)
+    from .indexer import build_index
+
     if args.codec_model is None:  # fail before loading any model (dim = --dim, see README)
         from .codecs import get_codec
 
-        get_codec(args.codec).check_budget(args.dim, args.bytes_per_token)
+        get_codec(args.codec).check_budget(_dim(args) if enc is None else enc.dim, args.bytes_per_token)
     params = _crossq_params(args) if args.codec in TRAINED else {}
-    manifest = build_index(ids, texts, args.out, _encoder(args), args.codec, args.bytes_per_token,
-                           params, args.codec_model, chunk_docs=args.chunk_docs,
-                           fit_docs=args.fit_docs, seed=args.seed, overwrite=args.overwrite,
-                           progress=not args.quiet, cells=not args.no_cells)
+    manifest = build_index(ids, texts, args.out, _encoder(args) if enc is None else enc, args.codec,
+                           args.bytes_per_token, params, args.codec_model,
+                           chunk_docs=args.chunk_docs, fit_docs=args.fit_docs, seed=args.seed,
+                           overwrite=args.overwrite, progress=not args.quiet,
+                           cells=not args.no_cells, embeddings=emb)
     _print_bytes(manifest)
     print(f"index: {args.out}")
     return 0
@@ -79,15 +93,15 @@ def _print_bytes(manifest: dict) -> None:
 
 
 def _cmd_search(args) -> int:
-    from .indexer import search_texts
-    from .io import read_jsonl, write_run
+    from .io import read_corpus, write_run
 
     if args.out.exists() and not args.overwrite:
         raise UserError(f"{args.out} exists (pass --overwrite to replace it)")
+    qids, qtexts = read_corpus(args.queries, args.id_field, args.text_field)  # before torch
     from .index import read_manifest
+    from .indexer import search_texts
 
     read_manifest(args.index)  # a clear error before loading the encoder
-    qids, qtexts = read_jsonl(args.queries)
     run = search_texts(args.index, qids, qtexts, args.k, args.nprobe, progress=not args.quiet,
                        batch=args.batch, cell_bytes=args.cell_bytes)
     write_run(args.out, run)
@@ -109,28 +123,31 @@ def _cmd_eval(args) -> int:
 
 
 def _cmd_train(args) -> int:
-    from .codecs import get_codec
-    from .indexer import save_codec_model, stream_training_data
-    from .io import read_corpus, read_jsonl, read_qrels
+    from .io import read_corpus, read_qrels
 
     if (args.queries is None) != (args.qrels is None):
         raise UserError("--queries and --qrels go together (training pairs)")
     if args.out.exists() and not args.overwrite:
         raise UserError(f"{args.out} exists (pass --overwrite to replace it)")
     check_replaceable(args.out)  # --overwrite replaces only a folder a run wrote
-    ids, texts = read_corpus(args.corpus)
-    get_codec("crossq").check_budget(args.dim, args.bytes_per_token)
+    ids, texts = read_corpus(args.corpus, args.id_field, args.text_field)  # before torch
+    qids = qtexts = qrels = None
+    if args.queries is not None:
+        qids, qtexts = read_corpus(args.queries, args.id_field, args.text_field)
+        qrels = read_qrels(args.qrels)
+    from .codecs import get_codec
+    from .indexer import save_codec_model, stream_training_data
+
+    get_codec("crossq").check_budget(_dim(args), args.bytes_per_token)
     pairs = None
     if args.queries is not None:
-        qids, qtexts = read_jsonl(args.queries)
-        qrels = read_qrels(args.qrels)
         pos = {i: n for n, i in enumerate(ids)}
         pairs = [(qt, pos[d]) for q, qt in zip(qids, qtexts, strict=True)
                  for d, g in qrels.get(q, {}).items() if g > 0 and d in pos][: args.max_pairs]
         if not pairs:
             raise UserError("no (query, relevant document) pair matches the corpus ids")
     enc = _encoder(args)
-    codec = get_codec("crossq")(enc.dim if enc.projection is not None else min(args.dim, enc.dim),
+    codec = get_codec("crossq")(enc.dim if enc.projection is not None else min(_dim(args), enc.dim),
                                 args.bytes_per_token, **_crossq_params(args))
     qh = None if pairs is None else enc.hidden([p[0] for p in pairs], is_query=True)
     # streamed: one chunk of the corpus, the fit sample and the candidates' vectors in memory
@@ -140,6 +157,26 @@ def _cmd_train(args) -> int:
     codec.fit(X, off, seed=args.seed, training=training)
     save_codec_model(args.out, codec, enc, overwrite=args.overwrite)
     print(f"codec model: {args.out} (use: crossq index CORPUS --codec crossq --codec-model {args.out})")
+    return 0
+
+
+def _cmd_embed(args) -> int:
+    from .io import read_corpus
+
+    if args.out.exists() and not args.overwrite:
+        raise UserError(f"{args.out} exists (pass --overwrite to replace it)")
+    check_replaceable(args.out)
+    ids, texts = read_corpus(args.corpus, args.id_field, args.text_field)  # before torch
+    from tqdm.auto import tqdm
+
+    from .embeddings import write_embeddings
+
+    enc = _encoder(args)
+    with tqdm(total=len(texts), desc="embedding", disable=args.quiet, unit="doc") as bar:
+        meta = write_embeddings(args.out, ids, texts, enc, args.chunk_docs, args.fit_docs, args.seed,
+                                overwrite=args.overwrite, progress=bar.update)
+    print(f"embeddings: {args.out} ({meta['n_docs']} documents, {meta['n_tokens']} token vectors "
+          f"of {meta['dim']} dims, fp16; use: crossq index CORPUS --embeddings {args.out})")
     return 0
 
 
@@ -169,15 +206,26 @@ def _cmd_bench(args) -> int:
     return 0
 
 
-def _encoder_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="minilm",
-                   help="'minilm' (all-MiniLM-L6-v2, offline) or a local HF / ColBERT / PyLate folder")
-    p.add_argument("--dim", type=positive_int, default=128,
-                   help="token dim (PCA-fitted when the model has no projection head)")
+def _field_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--id-field", default="id", help="JSONL / parquet / datasets: the id column")
+    p.add_argument("--text-field", default="text", help="JSONL / parquet / datasets: the text column")
+
+
+def _encoder_args(p: argparse.ArgumentParser, training: bool = True) -> None:
+    _field_args(p)
+    p.add_argument("--model", default=None,
+                   help="'minilm' (all-MiniLM-L6-v2, offline; the default) or a local HF / ColBERT / "
+                        "PyLate folder")
+    p.add_argument("--dim", type=positive_int, default=None,
+                   help="token dim, default 128 (PCA-fitted when the model has no projection head)")
     p.add_argument("--doc-maxlen", type=positive_int, default=128)
     p.add_argument("--fit-docs", type=positive_int, default=2000,
                    help="documents used to fit the codec")
     p.add_argument("--seed", type=nonneg_int, default=0)
+    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    if not training:
+        return
     p.add_argument("--steps", type=nonneg_int, default=None,
                    help="CrossQ / token-wise training steps")
     p.add_argument("--lr", type=positive_float, default=None, help="CrossQ / token-wise Adam learning rate")
@@ -185,8 +233,6 @@ def _encoder_args(p: argparse.ArgumentParser) -> None:
                    help="CrossQ / token-wise training queries per Adam step")
     p.add_argument("--candidates", type=positive_int, default=None,
                    help="CrossQ / token-wise: teacher top-N documents per training query")
-    p.add_argument("--overwrite", action="store_true")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -195,19 +241,28 @@ def build_parser() -> argparse.ArgumentParser:
                                    "Not the CrossQ reinforcement-learning algorithm.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("index", help="encode and compress a corpus into an index directory")
-    p.add_argument("corpus", type=Path, help='JSONL of {"id", "text"} or a local datasets folder')
+    p.add_argument("corpus", type=Path, help="JSONL, TSV (id<TAB>text), parquet or a datasets folder")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--codec", choices=CODEC_NAMES, default="crossq")
     p.add_argument("--bytes-per-token", type=positive_int, default=None)
     p.add_argument("--codec-model", type=Path, default=None, help="a folder from `crossq train`")
     p.add_argument("--chunk-docs", type=positive_int, default=256)
+    p.add_argument("--embeddings", type=Path, default=None,
+                   help="a folder from `crossq embed` of this corpus: no re-encoding")
     p.add_argument("--no-cells", action="store_true",
                    help="pq/opq/lsq/fp16/int8: store no k-means candidate cells (no --nprobe)")
     _encoder_args(p)
     p.set_defaults(fn=_cmd_index)
+    p = sub.add_parser("embed", help="encode a corpus once into fp16 token vectors (for index --embeddings)")
+    p.add_argument("corpus", type=Path, help="JSONL, TSV (id<TAB>text), parquet or a datasets folder")
+    p.add_argument("--out", type=Path, required=True, help="embeddings folder")
+    p.add_argument("--chunk-docs", type=positive_int, default=256)
+    _encoder_args(p, training=False)
+    p.set_defaults(fn=_cmd_embed)
     p = sub.add_parser("search", help="top-k MaxSim on the compressed codes, as a TREC run")
     p.add_argument("index", type=Path)
-    p.add_argument("queries", type=Path, help='JSONL of {"id", "text"}')
+    p.add_argument("queries", type=Path, help="JSONL, TSV (id<TAB>text), parquet or a datasets folder")
+    _field_args(p)
     p.add_argument("--k", type=positive_int, default=10)
     p.add_argument("--nprobe", type=nonneg_int, default=0,
                    help="candidate search: coarse cells per query token (0 = exhaustive)")
@@ -231,7 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("corpus", type=Path)
     p.add_argument("--out", type=Path, required=True, help="codec model folder")
     p.add_argument("--bytes-per-token", type=positive_int, default=4)
-    p.add_argument("--queries", type=Path, default=None, help="training queries JSONL")
+    p.add_argument("--queries", type=Path, default=None, help="training queries (JSONL, TSV, parquet)")
     p.add_argument("--qrels", type=Path, default=None, help="their TREC qrels")
     p.add_argument("--max-pairs", type=positive_int, default=5000)
     p.add_argument("--chunk-docs", type=positive_int, default=256,

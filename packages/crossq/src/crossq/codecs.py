@@ -171,7 +171,9 @@ class CrossQCodec(Codec):
         return check_bytes(cls.name, bytes_per_token, 4, lambda b: 1 <= b <= 64,
                            "one byte per codebook, 1 to 64 codebooks")
 
-    def fit(self, X, offsets, seed=0, training=None, progress=None) -> None:
+    def fit(self, X, offsets, seed=0, training=None, progress=None, every: int = 0,
+            checkpoint=None) -> None:
+        """``every`` / ``checkpoint``: learning-curve hook of ``train.fit_crossq``."""
         super().fit(X, offsets, seed)
         from .train import build_training_set, fit_crossq, pseudo_queries
 
@@ -181,7 +183,7 @@ class CrossQCodec(Codec):
             qs, pos = pseudo_queries(Xt, offsets, 4 * self.cfg.steps, self.cfg.pseudo_query_tokens, seed)
             training = build_training_set(qs, Xt, offt, self.cfg.candidates, pos)
         self.model = fit_crossq(X, np.asarray(offsets, np.int64), training, self.cfg, seed, progress,
-                                init=self.params_init)
+                                init=self.params_init, every=every, checkpoint=checkpoint)
         with torch.no_grad():  # the index stores fp16 codebooks: encode with exactly those
             self.model.codebooks.copy_(torch.from_numpy(fp16_round(self.model.codebooks.numpy())))
         self.books = self.model.codebooks.detach().numpy().copy()

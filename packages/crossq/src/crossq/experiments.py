@@ -35,18 +35,22 @@ from .train import build_training_set
 
 #: footprint-matched baselines the claim is against (the strongest on dev wins the row)
 BASELINES = ("pq", "opq", "residual", "rq-greedy", "rq", "lsq", "tokenwise")
+#: the paper's baselines: the paper-style claim is against the strongest of these on dev
+PAPER_BASELINES = ("pq", "opq", "residual", "rq", "lsq", "tokenwise")
 #: CrossQ without its ranking-aligned losses (reconstruction only); tokenwise = without context
 ABLATIONS = ("crossq-recon",)
 METHODS = (*BASELINES, *ABLATIONS, "crossq")
 CROSSQ_FAMILY = ("rq-greedy", "tokenwise", "crossq-recon", "crossq")  # share the k-means init
 
 
-def methods_at(B: int, rc: ReproConfig) -> tuple[str, ...]:
+def methods_at(B: int, rc: ReproConfig, seed_index: int = 0) -> tuple[str, ...]:
     """Every method at ``all_methods_budgets`` (the ranking-loss ablation at ``ablation_budgets``
-    only); CrossQ alone elsewhere (8 B/token: the retention claim) [R: compute]."""
+    only); CrossQ alone elsewhere (8 B/token: the retention claim) [R: compute]; the methods of
+    ``rc.first_seed_only`` (faiss's slow defaults) on the first seed only."""
     if B not in rc.all_methods_budgets:
         return ("crossq",)
-    return tuple(m for m in METHODS if m not in ABLATIONS or B in rc.ablation_budgets)
+    return tuple(m for m in METHODS if (m not in ABLATIONS or B in rc.ablation_budgets)
+                 and (seed_index == 0 or m not in rc.first_seed_only))
 FULL_RECIPE = (
     "the full scale needs a ColBERTv2 / PyLate checkpoint and MS MARCO or BEIR on local disk "
     "(none ships offline): run `crossq train CORPUS --model CKPT --queries Q --qrels QRELS "
@@ -55,23 +59,42 @@ FULL_RECIPE = (
     "DEV_QRELS` (see the README)")
 
 
+def training_settings(method: str, rc: ReproConfig) -> dict:
+    """Steps, lr and queries per step of a trained CrossQ-family method (``rc.tuned`` first)."""
+    for m, steps, lr, qps in rc.tuned:
+        if m == method:
+            return {"steps": steps, "lr": lr, "queries_per_step": qps}
+    return {"steps": rc.steps, "lr": rc.lr, "queries_per_step": rc.queries_per_step}
+
+
 def make_codec(method: str, dim: int, budget: int, rc: ReproConfig) -> Codec:
     """Each method at ``budget`` bytes/token with the reproduction's settings."""
-    crossq = {"steps": rc.steps, "queries_per_step": rc.queries_per_step}
+    crossq = training_settings(method, rc)
     if method == "rq-greedy":  # CrossQ's initialisation: residual k-means, greedy codes
         return get_codec("crossq")(dim, budget, steps=0)
     if method == "crossq-recon":
         return get_codec("crossq")(dim, budget, **crossq, w_kl=0.0, w_margin=0.0)
     if method in ("tokenwise", "crossq"):
         return get_codec(method)(dim, budget, **crossq)
+    n = rc.train_sample_tokens  # every quantizer is fitted on the same sample (train_sample)
     if method == "opq":
-        return get_codec("opq")(dim, budget, niter=rc.opq_niter, train_tokens=rc.faiss_train_tokens)
+        return get_codec("opq")(dim, budget, niter=rc.opq_niter, train_tokens=n)
     if method == "rq":
-        return get_codec("rq")(dim, budget, beam=rc.rq_beam, train_tokens=rc.faiss_train_tokens)
+        return get_codec("rq")(dim, budget, beam=rc.rq_beam, train_tokens=n)
     if method == "lsq":
-        return get_codec("lsq")(dim, budget, train_iters=rc.lsq_iters,
-                                encode_ils_iters=rc.lsq_iters, train_tokens=rc.faiss_train_tokens)
+        return get_codec("lsq")(dim, budget, train_iters=rc.lsq_train_iters,
+                                encode_ils_iters=rc.lsq_encode_ils_iters, train_tokens=n)
     return get_codec(method)(dim, budget)
+
+
+def train_sample(X: np.ndarray, rc: ReproConfig) -> tuple[np.ndarray, str]:
+    """The one training sample of every quantizer: ``rc.train_sample_tokens`` token rows drawn
+    once (``rc.sample_seed``, sorted; every row when the corpus is smaller), and its SHA-256."""
+    n = len(X)
+    rows = np.arange(n) if n <= rc.train_sample_tokens else np.sort(
+        np.random.default_rng(rc.sample_seed).choice(n, rc.train_sample_tokens, replace=False))
+    S = np.ascontiguousarray(X[rows], np.float32)
+    return S, hashlib.sha256(S.tobytes()).hexdigest()
 
 
 def toy_embed(texts: list[str], dim: int = 32, maxlen: int = 48) -> list[np.ndarray]:
@@ -311,24 +334,47 @@ def _reproduce(scale: str, out_dir: Path, seed: int) -> Results:
         for k, v in m.items():
             res.add("full precision", name, k, [float(v[n_dev:].mean())] * len(seeds), seeds=seeds,
                     bytes_per_token=bpt, split="test")
+    n_ev_dev = slice(0, n_dev)
+
+    def evaluate_dev(Xh: torch.Tensor) -> dict[str, np.ndarray]:  # learning curves: dev only
+        return pooled_metrics(pool_scores(Qev[n_ev_dev], Xh, off, pools[n_ev_dev], gathers[n_ev_dev]),
+                              pools[n_ev_dev], pos_ev[n_ev_dev], None)
+
+    dev_set = (build_training_set([Qt[i] for i in split["dev"]], Xt, offt, rc.n_candidates,
+                                  positives[split["dev"]].tolist()) if rc.curve_every else None)
+    sample = train_sample(X, rc)
+    res.add("training sample (every quantizer)", "all", "tokens", len(sample[0]), sha256=sample[1],
+            of_tokens=len(X), seed=rc.sample_seed)
     ctx = {"X": X, "off": off, "Xt": Xt, "n_dev": n_dev, "evaluate": evaluate, "training": training,
+           "sample": sample, "evaluate_dev": evaluate_dev, "dev_set": dev_set,
            "Hq": Hq, "split": split, "positives": positives, "projection": projection, "ev": ev,
            # winner-token flips: test queries against their full-precision top-10 documents
            "win_queries": Qev[n_dev:], "win_docs": pools[n_dev:, :10]}
     per, last = sweep(ctx, seeds, rc, rc.workers)
     for (B, method), rec in per.items():
+        seeds = [seed + s for s in rc.seeds][:len(rec["test"])]  # first_seed_only: seed 0 only
         for sp in ("test", "dev"):
             for k in rec[sp][0]:
                 res.add(f"{B} B/token", method, k if sp == "test" else f"dev {k}",
                         [float(r[k].mean()) for r in rec[sp]], seeds=seeds, split=sp)
         res.add(f"{B} B/token", method, "index_time_s", rec["index_time_s"], seeds=seeds, unit="s")
-        res.add(f"{B} B/token", method, "recon_mse", rec["recon_mse"], seeds=seeds)
+        res.add(f"{B} B/token", method, "recon_mse", rec["recon_mse"], seeds=seeds,
+                train_sample_sha256=sorted(set(rec.get("train_sample", []))))
         for k in (rec["flips"][0] if "flips" in rec else ()):  # crossq.metrics (flip_diagnostics)
             res.add(f"{B} B/token", method, k, [float(f[k]) for f in rec["flips"]], seeds=seeds,
                     **({"split": "test"} if k == "winner_flip_rate" else {}))
+        for cv in rec.get("curve", []):  # the first seed's learning curves (CrossQ family)
+            for k, direction in (("dev mrr@10", "higher"), ("dev listwise KL", "lower"),
+                                 ("train loss", "lower"), ("code flip rate", "higher")):
+                pts = [(st, v) for st, v in zip(cv["step"], cv[k], strict=True) if np.isfinite(v)]
+                res.add_curve(f"{B} B/token training (seed {seeds[0]})", method, k,
+                              [p[0] for p in pts], [p[1] for p in pts],
+                              "dev" if k.startswith("dev") else "train", seed=seeds[0],
+                              direction=direction, budget=cv["step"][-1])
         if "ft_steps" in rec:
             res.add(f"{B} B/token", method, "query_head_steps (chosen on dev)",
                     [float(v) for v in rec["ft_steps"]], seeds=seeds)
+    seeds = [seed + s for s in rc.seeds]
     sizes = bench.bytes_rows(res, last, off, task.doc_ids, projection, out_dir, rc, dim)  # head stored
     lat = bench.latency(res, last, off, [Qt[i] for i in split["test"]], X, rc, dim)
     claims.check(res, per, fp["mrr@10"][n_dev:], sizes, lat, rc)

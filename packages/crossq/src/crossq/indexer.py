@@ -21,6 +21,7 @@ from icml26_shared import UserError
 from icml26_shared.io import atomic_dir, atomic_write_bytes, dumps_json
 
 from .codecs import Codec, get_codec
+from .embeddings import as_stored
 from .encoder import LateInteractionEncoder
 from .index import write_index
 
@@ -98,8 +99,10 @@ def build_index(ids: list[str], texts: list[str], out: Path, encoder: LateIntera
                 codec_params: dict[str, Any] | None = None, codec_model: Path | None = None,
                 chunk_docs: int = 256, fit_docs: int = 2000, seed: int = 0,
                 overwrite: bool = False, progress: bool = False, cells: bool = True,
-                _stop_after_chunks: int | None = None) -> dict[str, Any]:
-    """Index ``texts`` into ``out``; returns the manifest. The codec is fitted on the first
+                _stop_after_chunks: int | None = None, embeddings=None) -> dict[str, Any]:
+    """Index ``texts`` into ``out``; returns the manifest. ``embeddings``: a
+    ``crossq.embeddings.StoredEmbeddings`` of the same corpus, read instead of encoding (then
+    ``encoder`` is its ``StoredEncoder``). Token vectors are used at fp16 precision either way. The codec is fitted on the first
     ``fit_docs`` documents (rounded up to whole chunks), whose vectors are reused for their
     chunks. ``_stop_after_chunks`` simulates an interruption (tests). An interruption
     (``KeyboardInterrupt``, a killed process) keeps ``.<out>.partial/`` for resuming; any error
@@ -109,7 +112,7 @@ def build_index(ids: list[str], texts: list[str], out: Path, encoder: LateIntera
     try:
         return _build_index(ids, texts, out, encoder, codec_name, bytes_per_token, codec_params,
                             codec_model, chunk_docs, fit_docs, seed, overwrite, progress,
-                            cells, _stop_after_chunks)
+                            cells, _stop_after_chunks, embeddings)
     except Exception:
         shutil.rmtree(part, ignore_errors=True)
         raise
@@ -117,7 +120,7 @@ def build_index(ids: list[str], texts: list[str], out: Path, encoder: LateIntera
 
 def _build_index(ids, texts, out: Path, encoder, codec_name, bytes_per_token, codec_params,
                  codec_model, chunk_docs, fit_docs, seed, overwrite, progress, cells,
-                 _stop_after_chunks) -> dict[str, Any]:
+                 _stop_after_chunks, embeddings=None) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
     if out.exists() and not overwrite:
@@ -143,11 +146,14 @@ def _build_index(ids, texts, out: Path, encoder, codec_name, bytes_per_token, co
             codec = load_codec_model(codec_model, encoder)
         else:
             n_fit = min(len(texts), -(-fit_docs // chunk_docs) * chunk_docs)  # whole chunks
-            hidden = [h for lo in range(0, n_fit, chunk_docs)
-                      for h in encoder.hidden(texts[lo:lo + chunk_docs], is_query=False)]
-            if encoder.projection is None and encoder.cfg.dim < encoder.dim:
-                encoder.fit_projection_from(hidden, seed)
-            sample = encoder.project(hidden)
+            if embeddings is not None:
+                sample = embeddings.vectors(0, n_fit)
+            else:
+                hidden = [h for lo in range(0, n_fit, chunk_docs)
+                          for h in encoder.hidden(texts[lo:lo + chunk_docs], is_query=False)]
+                if encoder.projection is None and encoder.cfg.dim < encoder.dim:
+                    encoder.fit_projection_from(hidden, seed)
+                sample = as_stored(encoder.project(hidden))
             codec = cls(encoder.dim, bytes_per_token, **(codec_params or {}))
             codec.fit(np.concatenate(sample), offsets_of(sample), seed=seed)
         save_codec_model(part / "codec", codec, encoder)
@@ -162,7 +168,12 @@ def _build_index(ids, texts, out: Path, encoder, codec_name, bytes_per_token, co
             if _stop_after_chunks is not None and done_now >= _stop_after_chunks:
                 bar.close()
                 raise KeyboardInterrupt("simulated interruption")
-            vecs = sample[lo:hi] if hi <= len(sample) else encoder.encode(texts[lo:hi], is_query=False)
+            if hi <= len(sample):
+                vecs = sample[lo:hi]
+            elif embeddings is not None:
+                vecs = embeddings.vectors(lo, hi)
+            else:
+                vecs = as_stored(encoder.encode(texts[lo:hi], is_query=False))
             X, off = np.concatenate(vecs), offsets_of(vecs)
             _atomic_save_npz(f, codes=codec.encode(X, off), lengths=np.diff(off))
             done_now += 1

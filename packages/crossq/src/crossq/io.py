@@ -1,4 +1,4 @@
-"""Users' formats: JSONL / ``datasets`` corpora and queries, TREC run and qrels files, evaluation.
+"""Users' formats: JSONL / TSV / parquet / ``datasets`` corpora and queries, TREC run and qrels files, evaluation.
 
 Every reader raises ``UserError`` with the file and line for bad input; writers are atomic.
 """
@@ -25,8 +25,21 @@ def _check_records(ids: list[str], texts: list[str], where: str) -> tuple[list[s
     return ids, texts
 
 
-def read_jsonl(path: str | Path) -> tuple[list[str], list[str]]:
-    """``{"id", "text"}`` per line (blank lines skipped). Ids may be strings or integers."""
+def _record_id(value, where: str) -> str:
+    if not isinstance(value, (str, int)) or isinstance(value, bool):
+        raise UserError(f"{where}: id must be a string or an integer")
+    return str(value)
+
+
+def _record_text(value, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise UserError(f"{where}: text must be a non-empty string")
+    return value
+
+
+def read_jsonl(path: str | Path, id_field: str = "id", text_field: str = "text") -> tuple[list[str], list[str]]:
+    """``{"id", "text"}`` per line (blank lines skipped; other field names with ``id_field`` /
+    ``text_field``). Ids may be strings or integers."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path} does not exist")
@@ -40,37 +53,86 @@ def read_jsonl(path: str | Path) -> tuple[list[str], list[str]]:
                     rec = json.loads(line)
                 except json.JSONDecodeError as exc:
                     raise UserError(f"{path}:{n}: malformed JSON ({exc.msg})") from None
-                if not isinstance(rec, dict) or "id" not in rec or "text" not in rec:
-                    raise UserError(f'{path}:{n}: expected an object with "id" and "text"')
-                if not isinstance(rec["id"], (str, int)) or isinstance(rec["id"], bool):
-                    raise UserError(f"{path}:{n}: id must be a string or an integer")
-                if not isinstance(rec["text"], str) or not rec["text"].strip():
-                    raise UserError(f"{path}:{n}: text must be a non-empty string")
-                ids.append(str(rec["id"]))
-                texts.append(rec["text"])
+                if not isinstance(rec, dict) or id_field not in rec or text_field not in rec:
+                    raise UserError(f'{path}:{n}: expected an object with "{id_field}" and "{text_field}"')
+                ids.append(_record_id(rec[id_field], f"{path}:{n}"))
+                texts.append(_record_text(rec[text_field], f"{path}:{n}"))
         except UnicodeDecodeError:
             raise UserError(f"{path}: not UTF-8 text") from None
     return _check_records(ids, texts, str(path))
 
 
-def read_corpus(path: str | Path) -> tuple[list[str], list[str]]:
-    """A JSONL file, or a local ``datasets`` folder (``save_to_disk``) with ``id`` and ``text``."""
+def read_tsv(path: str | Path) -> tuple[list[str], list[str]]:
+    """MS MARCO's ``collection.tsv`` / ``queries.tsv``: ``id<TAB>text`` per line, no header
+    (blank lines skipped; the text is everything after the first tab)."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path} does not exist")
+    ids, texts = [], []
+    with path.open(encoding="utf-8", errors="strict", newline="") as f:
+        try:
+            for n, line in enumerate(f, 1):
+                line = line.rstrip("\r\n")
+                if not line.strip():
+                    continue
+                if "\t" not in line:
+                    raise UserError(f"{path}:{n}: no tab (expected id<TAB>text)")
+                i, t = line.split("\t", 1)
+                if not i.strip():
+                    raise UserError(f"{path}:{n}: empty id")
+                ids.append(i.strip())
+                texts.append(_record_text(t, f"{path}:{n}"))
+        except UnicodeDecodeError:
+            raise UserError(f"{path}: not UTF-8 text") from None
+    return _check_records(ids, texts, str(path))
+
+
+def read_parquet(path: str | Path, id_field: str = "id", text_field: str = "text") -> tuple[list[str], list[str]]:
+    """A parquet file with an id and a text column (``id_field`` / ``text_field``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path} does not exist")
+    import pyarrow.parquet as pq  # a dependency of datasets; no torch
+
+    try:
+        schema = pq.read_schema(path)
+    except Exception as exc:  # pyarrow raises several types for a file that is not parquet
+        raise UserError(f"{path}: not a readable parquet file ({type(exc).__name__})") from None
+    missing = [c for c in (id_field, text_field) if c not in schema.names]
+    if missing:
+        raise UserError(f"{path}: no column(s) {', '.join(missing)} (columns: {', '.join(schema.names)}; "
+                        "see --id-field / --text-field)")
+    cols = pq.read_table(path, columns=[id_field, text_field]).to_pydict()
+    ids = [_record_id(v, f"{path}: row {n}") for n, v in enumerate(cols[id_field], 1)]
+    texts = [_record_text(v, f"{path}: row {n}") for n, v in enumerate(cols[text_field], 1)]
+    return _check_records(ids, texts, str(path))
+
+
+FORMATS = ".jsonl / .json (one object per line), .tsv (id<TAB>text), .parquet or a datasets folder"
+
+
+def read_corpus(path: str | Path, id_field: str = "id", text_field: str = "text") -> tuple[list[str], list[str]]:
+    """Ids and texts of a corpus or a query set: JSONL, MS MARCO-style TSV, parquet, or a local
+    ``datasets`` folder (``save_to_disk``). Reads and validates everything without torch."""
     path = Path(path)
     if path.is_dir():
         from icml26_shared.data import load_local_dataset
 
         ds = load_local_dataset(path)
-        missing = {"id", "text"} - set(ds.column_names)
+        missing = {id_field, text_field} - set(ds.column_names)
         if missing:
             raise UserError(f"{path}: dataset lacks column(s) {', '.join(sorted(missing))}")
-        ids, texts = [str(x) for x in ds["id"]], list(ds["text"])
-        for i, t in enumerate(texts):
-            if not isinstance(t, str) or not t.strip():
-                raise UserError(f"{path}: record {i + 1}: text must be a non-empty string")
+        ids = [_record_id(x, f"{path}: record {i + 1}") for i, x in enumerate(ds[id_field])]
+        texts = [_record_text(t, f"{path}: record {i + 1}") for i, t in enumerate(ds[text_field])]
         return _check_records(ids, texts, str(path))
-    if path.suffix.lower() not in (".jsonl", ".json") and path.exists():
-        raise UserError(f"{path}: expected a .jsonl file or a datasets folder")
-    return read_jsonl(path)
+    suffix = path.suffix.lower()
+    if suffix == ".tsv":
+        return read_tsv(path)
+    if suffix == ".parquet":
+        return read_parquet(path, id_field, text_field)
+    if suffix not in (".jsonl", ".json") and path.exists():
+        raise UserError(f"{path}: expected {FORMATS}")
+    return read_jsonl(path, id_field, text_field)
 
 
 # --- TREC ---------------------------------------------------------------------------------------

@@ -48,6 +48,34 @@ def flip_diagnostics(method: str, codec: Codec, codes: np.ndarray, init: np.ndar
     return out
 
 
+#: trained members of the CrossQ family, whose learning curves the first seed records
+CURVED = ("tokenwise", "crossq-recon", "crossq")
+
+
+def _curve_hook(curve: dict, start_codes: np.ndarray):
+    """A ``fit_crossq`` checkpoint that appends dev MRR@10 (the reproduction's pool re-ranking of
+    the dev queries), dev listwise KL, the code flip rate vs the greedy start and the training
+    loss to ``curve``; its own time goes to ``curve["seconds"]`` (kept out of index_time_s)."""
+    from .metrics import code_flip_rate
+    from .train import ranking_kl
+
+    c = _CTX
+
+    def checkpoint(step, model, loss):
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            codes, x_hat = model.encode(c["Xt"], torch.from_numpy(c["off"]))
+        curve["step"].append(step)
+        curve["train loss"].append(loss)
+        curve["dev mrr@10"].append(float(c["evaluate_dev"](x_hat)["mrr@10"].mean()))
+        curve["dev listwise KL"].append(ranking_kl(model, c["Xt"], c["off"], c["dev_set"]))
+        curve["code flip rate"].append(code_flip_rate(codes.numpy(), start_codes)["code"])
+        model.train()
+        curve["seconds"] += time.perf_counter() - t0
+
+    return checkpoint
+
+
 def run_task(task: tuple[int, int]) -> tuple[int, int, dict, tuple[Codec, np.ndarray] | None]:
     """Every method of ``methods_at(B)`` fitted with seed ``s``: ``(s, B, {method: record},
     (crossq codec, codes) for the last seed, else None)``."""
@@ -57,23 +85,36 @@ def run_task(task: tuple[int, int]) -> tuple[int, int, dict, tuple[Codec, np.nda
     c = _CTX
     rc: ReproConfig = c["rc"]
     X, off, Xt, n_dev, evaluate = c["X"], c["off"], c["Xt"], c["n_dev"], c["evaluate"]
-    init = residual_kmeans(X, B, 256, 20, s, points_per_centroid=rc.kmeans_points_per_centroid)
-    out, keep = {}, None
-    for method in methods_at(B, rc):
+    S, sample_hash = c["sample"]  # one fixed sample trains every quantizer (faiss's default size)
+    per_centroid = -(-len(S) // 256)  # residual k-means uses the whole sample at each stage
+    init = residual_kmeans(S, B, 256, 20, s, points_per_centroid=per_centroid)
+    out, keep, start = {}, None, None
+    for method in methods_at(B, rc, c["seeds"].index(s)):
         codec = make_codec(method, X.shape[1], B, rc)
+        curve, hook = None, {}
+        if rc.curve_every and s == c["seeds"][0] and method in CURVED:
+            if start is None:
+                from .metrics import greedy_start_codes
+                from .train import init_quantizer
+
+                start = greedy_start_codes(init_quantizer(X, codec.cfg, s, init), X, off, init)
+            curve = {"step": [], "train loss": [], "dev mrr@10": [], "dev listwise KL": [],
+                     "code flip rate": [], "seconds": 0.0}
+            hook = {"every": rc.curve_every, "checkpoint": _curve_hook(curve, start)}
         t0 = time.perf_counter()
         if method in CROSSQ_FAMILY:
             codec.params_init = init
-            codec.fit(X, off, seed=s, training=c["training"])
+            codec.fit(X, off, seed=s, training=c["training"], **hook)  # start: k-means on the sample
         else:
-            codec.fit(X, off, seed=s)
+            codec.fit(S, np.array([0, len(S)]), seed=s)
         codes = codec.encode(X, off)
-        t_index = time.perf_counter() - t0
+        t_index = time.perf_counter() - t0 - (curve["seconds"] if curve else 0.0)
         Xhat = torch.from_numpy(codec.decode(codes))
         m = evaluate(Xhat)
         mse = float(((Xhat - Xt) ** 2).sum(1).mean())
         out[method] = _record(m, n_dev, index_time_s=t_index, recon_mse=mse,
-                              flips=flip_diagnostics(method, codec, codes, init, Xhat))
+                              flips=flip_diagnostics(method, codec, codes, init, Xhat),
+                              train_sample=sample_hash, **({"curve": curve} if curve else {}))
         if rc.log:
             print(f"  seed {s} {B} B/token {method:<12} fit+encode {t_index:6.1f} s  dev "
                   f"MRR@10 {m['mrr@10'][:n_dev].mean():.4f}  test {m['mrr@10'][n_dev:].mean():.4f}",
@@ -94,10 +135,12 @@ def run_task(task: tuple[int, int]) -> tuple[int, int, dict, tuple[Codec, np.nda
     return s, B, out, keep
 
 
-def _cost(B: int, rc: ReproConfig) -> int:
+def _cost(B: int, rc: ReproConfig, seed_index: int = 0) -> int:
     from .experiments import methods_at
 
-    return B * (len(methods_at(B, rc)) + 2 * (B in rc.ft_budgets))
+    methods = methods_at(B, rc, seed_index)
+    slow = sum(m in rc.first_seed_only for m in methods)  # faiss at its defaults: ~3x a CrossQ fit
+    return B * (len(methods) + 2 * slow + 2 * (B in rc.ft_budgets))
 
 
 def sweep(ctx: dict, seeds: list[int], rc: ReproConfig, workers: int = 1):
@@ -105,8 +148,8 @@ def sweep(ctx: dict, seeds: list[int], rc: ReproConfig, workers: int = 1):
     ``index_time_s``, ``recon_mse``, ``flips``, ``ft_steps``) in seed order; ``last[(B, "crossq")]`` the
     last seed's CrossQ codec and codes. Tasks are dispatched costliest first."""
     _CTX.clear()
-    _CTX.update(ctx, rc=rc, last_seed=seeds[-1])
-    tasks = sorted(((s, B) for s in seeds for B in rc.budgets), key=lambda t: -_cost(t[1], rc))
+    _CTX.update(ctx, rc=rc, last_seed=seeds[-1], seeds=list(seeds))
+    tasks = sorted(((s, B) for s in seeds for B in rc.budgets), key=lambda t: -_cost(t[1], rc, seeds.index(t[0])))
     done = {}
     try:
         if workers <= 1:

@@ -106,16 +106,37 @@ def init_quantizer(X: np.ndarray, cfg: CrossQConfig, seed: int,
     return model
 
 
+def ranking_kl(model: CrossQuantizer, X: torch.Tensor, offsets: np.ndarray, data: TrainingSet,
+               tau: float = 1.0) -> float:
+    """Listwise KL of ``model``'s hard-code MaxSim to the teacher on ``data``'s candidates (each
+    query scored against its own candidate documents only): what the listwise loss minimises."""
+    offsets = np.asarray(offsets, np.int64)
+    scores = []
+    with torch.no_grad():
+        for q, cand in zip(data.queries, data.candidates.numpy(), strict=True):
+            rows, off = gather_docs(offsets, cand)
+            offt = torch.from_numpy(off)
+            _, x_hat = model.encode(X[torch.from_numpy(rows)], offt)
+            scores.append(segment_max(q @ x_hat.T, offt).sum(0))
+        return float(listwise_kl(data.teacher, torch.stack(scores), tau))
+
+
 def fit_crossq(X: np.ndarray, offsets: np.ndarray, data: TrainingSet, cfg: CrossQConfig,
                seed: int = 0, progress: Callable[[int, float], None] | None = None,
-               init: np.ndarray | None = None) -> CrossQuantizer:
+               init: np.ndarray | None = None, every: int = 0,
+               checkpoint: Callable[[int, CrossQuantizer, float], None] | None = None) -> CrossQuantizer:
     """Residual k-means init, then ``cfg.steps`` Adam steps on
-    ``w_kl * KL + w_margin * margin + w_recon * ||x - x_hat||^2`` over soft-to-hard codes."""
+    ``w_kl * KL + w_margin * margin + w_recon * ||x - x_hat||^2`` over soft-to-hard codes.
+    ``checkpoint(step, model, mean training loss since the last call)`` runs after every
+    ``every`` steps (and at step 0, before training) for learning curves (``crossq.tuning``)."""
     model = init_quantizer(X, cfg, seed, init)
     Xt = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32))
     rng = np.random.default_rng(seed)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     n_q = len(data.queries)
+    window: list[float] = []
+    if checkpoint is not None and every > 0:
+        checkpoint(0, model, float("nan"))
     for step in range(cfg.steps if n_q else 0):
         T, st = temperature_at(step, cfg)
         batch = rng.choice(n_q, size=min(cfg.queries_per_step, n_q), replace=False)
@@ -135,5 +156,10 @@ def fit_crossq(X: np.ndarray, offsets: np.ndarray, data: TrainingSet, cfg: Cross
         opt.step()
         if progress is not None:
             progress(step, float(loss.detach()))
+        if checkpoint is not None and every > 0:
+            window.append(float(loss.detach()))
+            if (step + 1) % every == 0 or step + 1 == cfg.steps:
+                checkpoint(step + 1, model, float(np.mean(window)))
+                window = []
     model.eval()
     return model
