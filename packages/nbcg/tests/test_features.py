@@ -91,3 +91,23 @@ def test_model_dir_fine_tunes_the_encoder(tmp_path, capsys):
     coef[0] = 0.0
     assert encoder_gradient_shares(model, tok, [r["text"] for r in recs[:40]], Y[:40], meta["coalitions"],
                                    coef)[0] == 0.0
+
+
+def test_st_dir_features_equal_minilm_on_its_own_folder(tmp_path, monkeypatch, capsys):
+    """``--features st:DIR`` on the bundled MiniLM folder gives MiniLM's own embeddings and stores
+    its folder for predict; a missing folder is one line, exit 2."""
+    pytest.importorskip("sentence_transformers")
+    from icml26_shared.data import minilm_dir
+
+    monkeypatch.setenv("ICML26_CACHE", str(tmp_path / "cache"))
+    texts = ["Compute the discrete Fourier transform.", "Fit a linear model with coordinate descent."]
+    kind = f"st:{minilm_dir()}"
+    assert np.allclose(features.embed_st(texts, kind), features.embed_minilm(texts), atol=1e-6)
+    f = features.Featurizer(kind).fit(texts)
+    assert f.state()["kind"] == kind and np.allclose(f.transform(texts), features.embed_minilm(texts))  # cached
+    assert main(["synth", "--n", "20", "--out", str(tmp_path / "d.jsonl")]) == 0
+    capsys.readouterr()
+    assert main(["train", str(tmp_path / "d.jsonl"), "--features", f"st:{tmp_path / 'nope'}",
+                 "--out", str(tmp_path / "m2")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no such folder" in err and not (tmp_path / "m2").exists()

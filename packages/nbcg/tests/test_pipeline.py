@@ -34,7 +34,10 @@ def test_train_predict_eval_roundtrip(trained, capsys):
     # the max coalition size was chosen on that dev split; the SEM threshold by BIC on TRAIN labels
     assert meta["chosen_on"] == {"sem_threshold": "BIC of the label SEM on TRAIN",
                                  "max_coalition": meta["threshold_chosen_on"],
-                                 "loss": meta["threshold_chosen_on"]}    # L* on dev too
+                                 "loss": meta["threshold_chosen_on"],    # L* on dev too
+                                 "threshold_mode": "2-fold cross-fitted dev macro-F1"}
+    assert meta["decision"]["mode"] in ("global", "per-label", "top-k")
+    assert set(meta["dev_labels_per_doc"]) == {"predicted", "gold"}
     assert meta["loss"] in ("bce", "asl", "db") and meta["masks"] is True
     grid = meta["tuning_grid"]
     assert len(grid) > 1
@@ -48,8 +51,15 @@ def test_train_predict_eval_roundtrip(trained, capsys):
     assert main(["predict", str(d / "m"), str(d / "test.jsonl"), "--out", str(d / "p.jsonl")]) == 0
     preds = [json.loads(x) for x in (d / "p.jsonl").read_text().splitlines()]
     assert len(preds) == 60 and all(set(p) == {"id", "labels", "scores"} for p in preds)
-    for p in preds:   # labels are exactly those at or above the stored threshold
-        assert set(p["labels"]) == {k for k, s in p["scores"].items() if s >= meta["threshold"]}
+    dec = meta["decision"]
+    for p in preds:   # labels are exactly those the stored dev-chosen decision rule gives
+        if dec["mode"] == "top-k":
+            want = set(sorted(p["scores"], key=lambda k: -p["scores"][k])[:dec["k"]])
+        else:
+            thr = dict(zip(meta["labels"], dec["thresholds"], strict=True)) if dec["mode"] == "per-label" \
+                else dict.fromkeys(meta["labels"], meta["threshold"])
+            want = {k for k, s in p["scores"].items() if s >= thr[k] - 1e-6}
+        assert set(p["labels"]) == want
     assert main(["predict", str(d / "m"), str(d / "test.jsonl"), "--top-k", "2",
                  "--out", str(d / "p2.jsonl")]) == 0
     for line in (d / "p2.jsonl").read_text().splitlines():

@@ -15,6 +15,12 @@ from icml26_shared.io import print_json
 METHODS = ("nbcg", "nbcg-bce", "nbcg-asl", "nbcg-db", "nbcg-nomask", "bce", "resample", "focal", "cb", "asl", "db", "random-nash", "causal-uniform", "nash-mtl")
 
 
+def _features_kind(value: str) -> str:
+    if value in ("tfidf", "minilm") or (value.startswith("st:") and len(value) > 3):
+        return value
+    raise argparse.ArgumentTypeError(f"must be tfidf, minilm or st:DIR, got {value!r}")
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     from .io import read_dataset, refuse_existing
     from .pipeline import fit, save
@@ -32,25 +38,60 @@ def _cmd_train(args: argparse.Namespace) -> int:
         from .features import _require_minilm
 
         _require_minilm()
+    elif args.features.startswith("st:"):
+        from .features import _require_st
+
+        _require_st(args.features)       # a missing or wrong folder: one line, before any work
     train = read_dataset(args.train)
     valid = read_dataset(args.valid) if args.valid is not None else None
     group = process_group()
     bundle = fit(train, valid, args.method, args.max_coalition, args.epochs, args.seed,
                  features=args.features, model_dir=args.model, coalition_method=args.coalitions,
-                 sem_threshold=args.sem_threshold, group=group, device=device)
+                 sem_threshold=args.sem_threshold, group=group, device=device,
+                 threshold_mode=args.threshold_mode)
     if group.rank != 0:
         return 0
     save(bundle, args.out)
     m = bundle["meta"]
     from .train import THRESHOLD_GRID
 
-    if m["threshold"] in (float(THRESHOLD_GRID.min()), float(THRESHOLD_GRID.max())):
+    d, lpd = m["decision"], m["dev_labels_per_doc"]
+    if d["mode"] == "global" and m["threshold"] in (float(THRESHOLD_GRID.min()), float(THRESHOLD_GRID.max())):
         print(f"nbcg: warning: the dev-chosen decision threshold {m['threshold']:g} sits on the edge of its grid "
-              f"({THRESHOLD_GRID.min():g}-{THRESHOLD_GRID.max():g}); consider predict --top-k", file=sys.stderr)
+              f"({THRESHOLD_GRID.min():g}-{THRESHOLD_GRID.max():g}); consider --threshold-mode top-k", file=sys.stderr)
+    if lpd["gold"] > 0 and not 0.5 <= lpd["predicted"] / lpd["gold"] <= 2.0:
+        print(f"nbcg: warning: on dev the model predicts {lpd['predicted']:.2f} labels per document against "
+              f"{lpd['gold']:.2f} gold; consider another --threshold-mode or predict --top-k", file=sys.stderr)
+    rule = {"global": f"threshold {m['threshold']:.2f}", "top-k": f"top {d.get('k')}",
+            "per-label": "per-label thresholds"}[d["mode"]]
     print(f"trained {args.method} (loss {m['loss']}) on {len(train)} documents, {len(m['labels'])} labels, "
           f"{len(m['causal_coalitions'])} {m['coalition_method']} coalitions (max {m['max_coalition']}, "
-          f"SEM threshold {m['sem_threshold']}); decision threshold {m['threshold']:.2f} "
-          f"(chosen on {m['threshold_chosen_on']}) -> {args.out}")
+          f"SEM threshold {m['sem_threshold']}); decision rule {rule} (mode {d['mode']}, "
+          f"{d['chosen_by']}, on {m['threshold_chosen_on']}); dev labels per document {lpd['predicted']:.2f} "
+          f"(gold {lpd['gold']:.2f}) -> {args.out}")
+    return 0
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from icml26_shared.io import write_json
+
+    from .experiments import LR_GRID, TUNE_SEEDS, tune
+    from .io import refuse_existing
+
+    if not args.force:
+        refuse_existing(args.out)
+    datasets = [d for d in args.datasets.split(",") if d]
+    bad = [d for d in datasets if d not in ("synthetic", "pyapi")]
+    if bad or not datasets:
+        raise UserError(f"--datasets: unknown data set {bad[0]!r} (synthetic, pyapi)" if bad else "--datasets: none given")
+    out = tune(tuple(datasets), tuple(args.lrs or LR_GRID), tuple(args.seeds or TUNE_SEEDS), args.scale,
+               progress=None if args.quiet else lambda r: print(
+                   f"{r['dataset']} {r['arm']} lr={r['lr']:g} seed={r['seed']}: dev macro-F1 "
+                   f"{r['dev_macro_f1']:.4f} at epoch {r['best_epoch']} of {r['max_epochs']}", file=sys.stderr))
+    write_json(args.out, out, indent=1)
+    for ds, arms in out["chosen"].items():
+        print(f"{ds}: " + ", ".join(f"{a} {c['lr']:g}" for a, c in arms.items()))
+    print(f"-> {args.out}")
     return 0
 
 
@@ -198,8 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="train an arm on a JSONL/CSV file and store the model folder")
     p.add_argument("train", type=Path, help='JSONL {"id", "text", "labels"} or CSV id,text,labels')
     p.add_argument("--valid", type=Path, help="dev file for the threshold (default: 20%% of TRAIN)")
-    p.add_argument("--features", choices=("minilm", "tfidf"), default="tfidf",
-                   help="frozen all-MiniLM-L6-v2 embeddings (nbcg[minilm]) or TF-IDF")
+    p.add_argument("--features", type=_features_kind, default="tfidf", metavar="tfidf|minilm|st:DIR",
+                   help="TF-IDF, frozen all-MiniLM-L6-v2 embeddings (nbcg[minilm]), or frozen embeddings "
+                        "of a local sentence-transformers folder DIR")
     p.add_argument("--model", type=Path, help="local Hugging Face encoder folder to fine-tune")
     p.add_argument("--method", choices=METHODS, default="nbcg")
     p.add_argument("--coalitions", choices=("components", "ancestors", "spectral"), default="components")
@@ -207,6 +249,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="largest coalition (default: chosen on dev from 4, 8, 16)")
     p.add_argument("--sem-threshold", type=float_in(0, 10, low_open=True), default=None,
                    help="|A_ij| edge threshold of the DAG (default: the BIC of the label SEM on TRAIN, 0.05 ... 2)")
+    p.add_argument("--threshold-mode", choices=("auto", "global", "per-label", "top-k"), default="auto",
+                   help="decision rule fitted on dev: one threshold, one per label, or the top k labels "
+                        "(default auto: the best by 2-fold cross-fitted dev macro-F1)")
     p.add_argument("--epochs", type=positive_int, default=8)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto", metavar="auto|cpu|cuda[:N]",
@@ -217,7 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model_dir", type=Path, metavar="DIR")
     p.add_argument("data", type=Path, metavar="DATA")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--threshold", type=float_in(0, 1), help="default: the threshold chosen on dev at training")
+    g.add_argument("--threshold", type=float_in(0, 1), help="default: the decision rule chosen on dev at training")
     g.add_argument("--top-k", type=positive_int)
     p.add_argument("--out", type=Path, required=True, help="JSONL file to create (never overwritten)")
     p.set_defaults(fn=_cmd_predict)
@@ -256,6 +301,17 @@ def build_parser() -> argparse.ArgumentParser:
                                             "scikit-learn/pandas docstrings")
     q.add_argument("--out", type=Path, required=True, help="FILE (.jsonl or .jsonl.gz), never overwritten")
     q.set_defaults(fn=_cmd_data)
+    p = sub.add_parser("tune", help="each arm's learning rate for quick, on dev of tuning seeds (no test split "
+                                    "read); writes the JSON that quick ships as tuned_quick.json")
+    p.add_argument("--datasets", default="synthetic,pyapi", help="comma-separated (default: %(default)s)")
+    p.add_argument("--lrs", type=float_in(0, 10, low_open=True), nargs="+", help="grid (default: 0.003 0.01 0.03 0.1)")
+    p.add_argument("--seeds", type=int, nargs="+", help="tuning seeds (default: 100; keep them apart from "
+                                                         "the reported 0, 1, 2)")
+    p.add_argument("--scale", choices=("smoke", "quick"), default="quick", help="budgets and data of this scale")
+    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--force", action="store_true", help="overwrite --out")
+    p.add_argument("--out", type=Path, required=True, help="JSON file to create")
+    p.set_defaults(fn=_cmd_tune)
     p = sub.add_parser("reproduce", help="reproduce the paper's claims at laptop scale")
     add_reproduce_arguments(p)
     p.set_defaults(fn=lambda a: reproduce_from_args(["nbcg"], a))

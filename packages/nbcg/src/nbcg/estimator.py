@@ -62,13 +62,16 @@ class NBCGClassifier(ClassifierMixin, BaseEstimator):
     ``method``: an arm (``nbcg`` = Nash bargaining over the loss L* chosen on dev among bce, asl,
     db); ``loss``: force the coalition loss (any registered loss) instead; ``max_coalition``: None =
     chosen on dev from 4, 8, 16; ``epochs``: the most epochs (early stopping on dev macro-F1 with
-    patience 2 returns the best-dev epoch). Fitted: ``model_``, ``coalitions_`` (the arm's partition),
-    ``causal_coalitions_``, ``dag_``, ``adjacency_``, ``loss_``, ``threshold_``, ``history_``."""
+    patience 2 returns the best-dev epoch); ``threshold_mode``: ``global``, ``per-label``, ``top-k`` or
+    ``auto`` (the rule of the best 2-fold cross-fitted dev macro-F1, ``train.choose_decision``).
+    Fitted: ``model_``, ``coalitions_`` (the arm's partition), ``causal_coalitions_``, ``dag_``,
+    ``adjacency_``, ``loss_``, ``decision_`` (the rule ``predict`` applies), ``threshold_`` (the
+    dev-chosen global threshold), ``history_``."""
 
     def __init__(self, method: str = "nbcg", loss: str | None = None, max_coalition: int | None = None,
                  coalitions: str = "components", sem_threshold: float | None = None, epochs: int = 8,
                  hidden: int = 64, lr: float = 1e-2, batch_size: int = 64, validation_fraction: float = 0.2,
-                 device: str = "auto", random_state: int = 0):
+                 threshold_mode: str = "auto", device: str = "auto", random_state: int = 0):
         self.method = method
         self.loss = loss
         self.max_coalition = max_coalition
@@ -79,6 +82,7 @@ class NBCGClassifier(ClassifierMixin, BaseEstimator):
         self.lr = lr
         self.batch_size = batch_size
         self.validation_fraction = validation_fraction
+        self.threshold_mode = threshold_mode
         self.device = device
         self.random_state = random_state
 
@@ -110,7 +114,7 @@ class NBCGClassifier(ClassifierMixin, BaseEstimator):
             form_coalitions,
             random_coalitions,
         )
-        from .train import choose_threshold, predict_scores, train
+        from .train import THRESHOLD_MODES, choose_decision, predict_scores, train
         from .tuning import MAX_SIZES, SEM_THRESHOLDS, choose_on_dev
 
         X, Y, Xdev, Ydev = _dense(X), _indicator(Y), _dense(Xdev), _indicator(Ydev)
@@ -124,6 +128,9 @@ class NBCGClassifier(ClassifierMixin, BaseEstimator):
             arm = replace(arm, loss=self.loss)
         if self.coalitions not in COALITION_METHODS:
             raise UserError(f"unknown coalitions {self.coalitions!r} (known: {', '.join(COALITION_METHODS)})")
+        if self.threshold_mode not in (*THRESHOLD_MODES, "auto"):
+            raise UserError(f"unknown threshold_mode {self.threshold_mode!r} "
+                            f"(known: auto, {', '.join(THRESHOLD_MODES)})")
         if Y.shape[1] < 2:
             raise UserError(f"need at least 2 labels, got {Y.shape[1]}")
         device = resolve_device(self.device)
@@ -161,7 +168,10 @@ class NBCGClassifier(ClassifierMixin, BaseEstimator):
         else:
             model, log = train(X, Y, coal, arm, cfg, seed, group=group, device=device, dev=(Xdev, Ydev))
         self.model_, self.arm_, self.loss_ = model, arm, arm.loss
-        self.threshold_ = choose_threshold(predict_scores(model, Xdev), Ydev)
+        S_dev = predict_scores(model, Xdev)
+        self.decision_ = choose_decision(S_dev, Ydev, self.threshold_mode, seed)
+        self.threshold_ = self.decision_["threshold"]
+        chosen["threshold_mode"] = self.decision_["chosen_by"]
         self.coalitions_, self.causal_coalitions_ = coal, causal
         self.adjacency_, self.dag_ = A, dag_from_adjacency(A, sem_t)
         self.sem_threshold_, self.max_coalition_ = sem_t, max_c
@@ -184,4 +194,6 @@ class NBCGClassifier(ClassifierMixin, BaseEstimator):
         return predict_scores(self.model_, X)
 
     def predict(self, X) -> np.ndarray:
-        return (self.predict_proba(X) >= self.threshold_).astype(int)
+        from .train import apply_decision
+
+        return apply_decision(self.predict_proba(X), self.decision_)

@@ -18,11 +18,19 @@ from .tuning import MAX_SIZES, SEM_THRESHOLDS
 GRID = dict(thresholds=SEM_THRESHOLDS, sizes=MAX_SIZES)
 SCALES = {
     "smoke": dict(seeds=2, synth_n=500, flip_n=150, pyapi_n=0, epochs=2, outer=2, inner=40,
-                  features=200, batch=64, thresholds=SEM_THRESHOLDS[::3], sizes=(4,)),
-    "quick": dict(seeds=3, synth_n=5000, flip_n=1000, pyapi_n=None, epochs=12, outer=4, inner=200,
-                  features=1500, batch=128, pyapi_features="minilm", pyapi_epochs=20, pyapi_batch=64,
-                  **GRID),
+                  features=200, batch=64, thresholds=SEM_THRESHOLDS[::3], sizes=(4,), patience=2),
+    # epochs are maxima: every arm stops early on dev (patience 5); 0.4.0's 12 / 20 with patience 2
+    # left 25 of 30 curves at their best in the last epoch (the cap bound); at 40 synthetic epochs cb
+    # (lr 0.01) still peaked at its 40th, hence 60 for both sets (docs/experiments.md)
+    "quick": dict(seeds=3, synth_n=5000, flip_n=1000, pyapi_n=None, epochs=60, outer=4, inner=200,
+                  features=1500, batch=128, pyapi_features="minilm", pyapi_epochs=60, pyapi_batch=64,
+                  patience=5, **GRID),
 }
+LR_GRID = (3e-3, 1e-2, 3e-2, 1e-1)   # `nbcg tune`'s learning-rate grid per arm (0.4.0 used 1e-2 for all) [R]
+TUNE_SEEDS = (100,)            # tuning seeds: disjoint from the reported seeds (0, 1, 2 at quick)
+TUNED_FILE = "tuned_quick.json"
+"""``nbcg tune``'s per-arm learning rates for quick (dev macro-F1 on tuning seed 100), shipped in the
+package; quick reads it instead of re-running the sweep (``nbcg tune --out FILE`` reruns it)."""
 METRICS = ("rare_f1", "macro_f1", "micro_f1", "p@3", "ndcg@3")
 
 
@@ -39,6 +47,91 @@ def _datasets(spec: dict, seed: int) -> list[tuple[str, list[dict], dict, dict, 
         pspec = {**spec, "epochs": spec["pyapi_epochs"], "batch": spec["pyapi_batch"]}
         out.append(("pyapi", precs, pspec, {}, None))
     return out
+
+
+def tune(datasets=("synthetic", "pyapi"), lrs=LR_GRID, seeds=TUNE_SEEDS, scale: str = "quick",
+         progress=None) -> dict:
+    """Per data set and arm, the learning rate of ``lrs`` with the best mean dev macro-F1 over the
+    tuning ``seeds`` (each arm early-stopped on dev at quick's epoch cap and patience; ties: the
+    smaller rate). Reads no test split. NBCG's rate is that of its dev-chosen L* (``nbcg-L*``'s)."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    from .runs import run_dataset_seed
+
+    torch.set_num_threads(1)
+    threadpool_limits(1)
+    spec = SCALES[scale]
+    rows, chosen = [], {}
+    for s in seeds:
+        for ds, recs, dspec, _extra, _world in _datasets(spec, s):
+            if ds not in datasets:
+                continue
+            emb = _embeddings(ds, dspec, recs)
+            for lr in lrs:
+                run = run_dataset_seed(recs, s, dspec, _features(ds, dspec), {}, None, emb,
+                                       lrs={a: lr for a in _tuned_arms()}, score_tests=False)
+                for arm, r in run["arms"].items():
+                    if arm in ("nbcg", "lstar"):
+                        continue
+                    row = {"dataset": ds, "arm": arm, "lr": lr, "seed": s, "best_epoch": r["best_epoch"],
+                           "stopped_at": r["curve"].get("stopped_at"), "max_epochs": dspec["epochs"],
+                           "dev_macro_f1": round(r["dev_macro_f1"], 4)}
+                    rows.append(row)
+                    if progress:
+                        progress(row)
+    for ds in {r["dataset"] for r in rows}:
+        chosen[ds] = {}
+        for arm in dict.fromkeys(r["arm"] for r in rows if r["dataset"] == ds):
+            mean = {lr: np.mean([r["dev_macro_f1"] for r in rows if r["dataset"] == ds and r["arm"] == arm
+                                 and r["lr"] == lr]) for lr in lrs}
+            lr = max(sorted(mean), key=lambda x: mean[x])
+            ep = [r["best_epoch"] for r in rows if r["dataset"] == ds and r["arm"] == arm and r["lr"] == lr]
+            chosen[ds][arm] = {"lr": lr, "dev_macro_f1": round(float(mean[lr]), 4), "best_epoch": ep}
+    return {"what": "each arm's learning rate for nbcg's quick reproduction, chosen on dev macro-F1 "
+                    "(early stopping on dev) on tuning seeds disjoint from the reported ones; no test "
+                    "split was read. quick reads this file instead of re-running the sweep.",
+            "command": "uv run --no-sync nbcg tune --out tune.json",
+            "scale": scale, "grid": {"lr": list(lrs)}, "seeds": list(seeds),
+            "epochs": {"synthetic": spec["epochs"], "pyapi": spec.get("pyapi_epochs", spec["epochs"])},
+            "patience": spec["patience"],
+            "rule": "best mean dev macro-F1 over the tuning seeds (ties: the smaller lr); nbcg trains "
+                    "loss L at nbcg-L's rate", "rows": rows, "chosen": chosen}
+
+
+def _tuned_arms() -> list[str]:
+    from .baselines import ARMS
+
+    return [a for a in ARMS if a != "nbcg"]
+
+
+def _features(ds: str, dspec: dict) -> str:
+    return dspec.get("pyapi_features", "tfidf") if ds == "pyapi" else "tfidf"
+
+
+def _embeddings(ds: str, dspec: dict, recs: list[dict]) -> dict | None:
+    if _features(ds, dspec) != "minilm":
+        return None
+    from .features import (
+        embed_minilm,  # frozen: embed the corpus once (content-hash cache), index by id
+    )
+
+    E = embed_minilm([r["text"] for r in recs])
+    return {r["id"]: E[i] for i, r in enumerate(recs)}
+
+
+def load_tuned(path: Path | None = None) -> dict | None:
+    """The shipped ``tuned_quick.json`` (or ``path``); None when absent."""
+    import json
+    from importlib.resources import files
+
+    p = Path(path) if path is not None else Path(str(files("nbcg") / TUNED_FILE))
+    if not p.is_file():
+        return None
+    try:
+        return json.loads(p.read_text())
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{p}: not a tuning file ({exc})") from None
 
 
 def _claims(res: Results, ds: str, runs: list[dict], seeds: list[int]) -> None:
@@ -111,7 +204,7 @@ def _rows(res: Results, ds: str, runs: list[dict], seeds: list[int]) -> None:
                 res.add_curve(f"{ds}_curves", arm, "train_loss", c["epoch"], c["train_loss"], split="train",
                               seed=s, direction="lower", budget=float(r["max_epochs"]),
                               stopped_at=c.get("stopped_at"))
-        for extra in ("max_share_over_uniform", "head_share", "weight_spread", "threshold", "best_epoch"):
+        for extra in ("max_share_over_uniform", "head_share", "weight_spread", "threshold", "best_epoch", "lr"):
             if extra in runs[0]["arms"][arm]:
                 res.add(f"{ds}_diagnostics", arm, extra, [r["arms"][arm][extra] for r in runs], seeds=seeds)
     for extra in ("n_coalitions", "sem_threshold", "max_coalition", "n_labels"):
@@ -150,17 +243,21 @@ def reproduce(scale: str, out_dir: Path, seed: int) -> Results:
     seeds = [seed + i for i in range(spec["seeds"])]
     t0 = time.perf_counter()
     res = Results(package=DESCRIPTOR.name, version=DESCRIPTOR.version, scale=scale, seed=seed)
+    tuned = load_tuned() if scale == "quick" else None
+    if tuned is not None and set(seeds) & set(tuned.get("seeds", [])):
+        raise UserError(f"--seed {seed}: the reported seeds {seeds} overlap the tuning seeds "
+                        f"{tuned['seeds']} of {TUNED_FILE}; pick another seed")
     for ds, recs, dspec, extra, world in _datasets(spec, seed):
-        feats = dspec.get("pyapi_features", "tfidf") if ds == "pyapi" else "tfidf"
+        feats = _features(ds, dspec)
         t1 = time.perf_counter()
-        emb = None
-        if feats == "minilm":   # frozen: embed the corpus once (content-hash cache), index by id
-            from .features import embed_minilm
-
-            E = embed_minilm([r["text"] for r in recs])
-            emb = {r["id"]: E[i] for i, r in enumerate(recs)}
+        emb = _embeddings(ds, dspec, recs)
+        if emb is not None:
             res.add(f"{ds}_diagnostics", "minilm", "embed_wall_s", time.perf_counter() - t1, unit="s")
-        runs = [run_dataset_seed(recs, s, dspec, feats, extra, world, emb) for s in seeds]
+        lrs = {a: c["lr"] for a, c in (tuned or {}).get("chosen", {}).get(ds, {}).items()}
+        runs = [run_dataset_seed(recs, s, dspec, feats, extra, world, emb, lrs=lrs) for s in seeds]
+        res.notes.append(f"{ds}: learning rates " + (f"per arm from {TUNED_FILE} (`nbcg tune`, dev macro-F1 on "
+                         f"tuning seeds {tuned['seeds']}, grid {tuned['grid']['lr']})" if lrs else
+                         "fixed at 1e-2 (no tuning file at this scale)"))
         res.add(f"{ds}_diagnostics", "all", "wall_s", time.perf_counter() - t1, unit="s")
         _rows(res, ds, runs, seeds)
         _claims(res, ds, runs, seeds)
@@ -178,7 +275,9 @@ def reproduce(scale: str, out_dir: Path, seed: int) -> Results:
         "Only the NBCG abstract is public: the label SEM, coalitions, masks, utilities "
         "u_k = 1 - L_k/L_k0 and the disagreement point are reconstructed [R].",
         "Splits come from nbcg split --kind shift (per seed): decision thresholds, the maximum coalition "
-        "size, NBCG's coalition loss L* and every arm's epoch count (early stopping, patience 2) are chosen on dev, the SEM threshold by the BIC of the refitted label SEM on train labels; "
+        f"size, NBCG's coalition loss L* and every arm's epoch count (early stopping, patience "
+        f"{spec['patience']}, at most {spec['epochs']} / {spec.get('pyapi_epochs', spec['epochs'])} epochs "
+        f"synthetic / pyapi) are chosen on dev, the SEM threshold by the BIC of the refitted label SEM on train labels; "
         "test and test_shift are read once.",
         "synthetic_flip = the generator's own flipped-tie sample (the spurious tie never on).",
     ]

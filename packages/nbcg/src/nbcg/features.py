@@ -1,5 +1,6 @@
-"""Document features: TF-IDF (fitted on TRAIN) or frozen all-MiniLM-L6-v2 sentence embeddings
-(sentence-transformers, 128 tokens), the latter cached by content hash under
+"""Document features: TF-IDF (fitted on TRAIN), frozen all-MiniLM-L6-v2 sentence embeddings
+(sentence-transformers, 128 tokens) or ``st:DIR``, a local sentence-transformers folder of the
+user's (the same frozen recipe); embeddings are cached by content hash under
 ``icml26_shared.data.cache_dir("nbcg")`` so a second run embeds nothing."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import numpy as np
 from icml26_shared import UserError
 
 MAX_TOKENS = 128   # the issue's 128 tokens [R]
-KINDS = ("tfidf", "minilm")
+KINDS = ("tfidf", "minilm", "st:DIR")
 
 
 def _require_minilm():
@@ -25,6 +26,33 @@ def _require_minilm():
     from icml26_shared.data import minilm_dir
 
     return SentenceTransformer, minilm_dir()
+
+
+def st_dir(kind: str) -> Path:
+    """The folder of ``st:DIR``; ``UserError`` (one line) when it is not a sentence-transformers folder."""
+    d = Path(kind[3:]).expanduser()
+    if not kind[3:]:
+        raise UserError("--features st:DIR needs a folder after 'st:'")
+    if not d.is_dir():
+        raise UserError(f"--features {kind}: no such folder")
+    if not any((d / f).is_file() for f in ("modules.json", "config_sentence_transformers.json", "config.json")):
+        raise UserError(f"--features {kind}: not a sentence-transformers folder (no modules.json or config.json)")
+    return d.resolve()
+
+
+def _require_st(kind: str):
+    d = st_dir(kind)
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError:
+        raise UserError(f"--features {kind} needs sentence-transformers: pip install 'nbcg[minilm]'") from None
+    return SentenceTransformer, d
+
+
+def _folder_id(d: Path) -> str:
+    """The folder's path and its files' names, sizes and mtimes: a changed model misses the cache."""
+    files = sorted(p for p in d.rglob("*") if p.is_file())
+    return str(d) + "|" + "|".join(f"{p.relative_to(d)}:{p.stat().st_size}:{int(p.stat().st_mtime)}" for p in files)
 
 
 def content_key(texts: list[str], model: str, max_tokens: int) -> str:
@@ -39,10 +67,23 @@ def content_key(texts: list[str], model: str, max_tokens: int) -> str:
 def embed_minilm(texts: list[str], max_tokens: int = MAX_TOKENS, batch_size: int = 64,
                  cache: bool = True) -> np.ndarray:
     """n×384 L2-normalised MiniLM embeddings; read from / written to the content-hash cache."""
+    SentenceTransformer, mdir = _require_minilm()
+    return _embed(texts, SentenceTransformer, mdir, "all-MiniLM-L6-v2", max_tokens, batch_size, cache)
+
+
+def embed_st(texts: list[str], kind: str, max_tokens: int = MAX_TOKENS, batch_size: int = 64,
+             cache: bool = True) -> np.ndarray:
+    """L2-normalised embeddings of a local sentence-transformers folder (``kind`` = ``st:DIR``),
+    frozen, on the CPU, cached like MiniLM's (the key names the folder's files)."""
+    SentenceTransformer, d = _require_st(kind)
+    return _embed(texts, SentenceTransformer, d, _folder_id(d), max_tokens, batch_size, cache)
+
+
+def _embed(texts, SentenceTransformer, mdir, model_id: str, max_tokens: int, batch_size: int,
+           cache: bool) -> np.ndarray:
     from icml26_shared.data import cache_dir
 
-    SentenceTransformer, mdir = _require_minilm()
-    key = content_key(texts, "all-MiniLM-L6-v2", max_tokens)
+    key = content_key(texts, model_id, max_tokens)
     path = cache_dir("nbcg", "embeddings") / f"{key}.npy"
     if cache and path.is_file():
         try:
@@ -82,7 +123,7 @@ class Featurizer:
     folder (TF-IDF stores its vocabulary and idf; MiniLM stores only its name)."""
 
     def __init__(self, kind: str = "tfidf", max_features: int = 5000):
-        if kind not in KINDS:
+        if kind not in KINDS[:2] and not kind.startswith("st:"):
             raise UserError(f"unknown --features {kind!r} (known: {', '.join(KINDS)})")
         self.kind, self.max_features, self.vec = kind, max_features, None
 
@@ -95,22 +136,30 @@ class Featurizer:
                 self.vec.fit(texts)
             except ValueError:
                 raise UserError("training texts contain no words (empty vocabulary)") from None
-        else:
+        elif self.kind == "minilm":
             _require_minilm()
+        else:
+            _require_st(self.kind)
         return self
 
     def transform(self, texts: list[str]) -> np.ndarray:
         if self.kind == "minilm":
             return embed_minilm(texts)
+        if self.kind.startswith("st:"):
+            return embed_st(texts, self.kind)
         return self.vec.transform(texts).toarray().astype(np.float32)
 
     @property
     def dim(self) -> int:
-        return 384 if self.kind == "minilm" else len(self.vec.vocabulary_)
+        if self.kind == "tfidf":
+            return len(self.vec.vocabulary_)
+        return 384 if self.kind == "minilm" else int(self.transform(["x"]).shape[1])
 
     def state(self) -> dict:
         if self.kind == "minilm":
             return {"kind": "minilm", "max_tokens": MAX_TOKENS}
+        if self.kind.startswith("st:"):     # the folder must still be there to predict
+            return {"kind": f"st:{st_dir(self.kind)}", "max_tokens": MAX_TOKENS}
         return {"kind": "tfidf", "vocabulary": {k: int(v) for k, v in self.vec.vocabulary_.items()},
                 "idf": self.vec.idf_.tolist(), "max_features": self.max_features}
 

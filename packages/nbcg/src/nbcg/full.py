@@ -4,7 +4,8 @@ RCV1-v2 and EUR-Lex with co-occurrence-breaking splits, 5 seeds, on a CUDA devic
 Needs (checked first, in seconds, before anything heavy is loaded):
   NBCG_ENCODER   a local Hugging Face encoder folder (bert-base-uncased, roberta-base, ...)
   NBCG_AAPD, NBCG_RCV1, NBCG_EURLEX   JSONL/CSV files in nbcg's format (at least one)
-  a CUDA device.
+  NBCG_DEVICE    auto (default: the first GPU, refused without one), cuda, cuda:N, or cpu (float32;
+                 days at this scale) -- ``nbcg train --device``'s logic (``estimator.resolve_device``).
 """
 
 from __future__ import annotations
@@ -21,8 +22,21 @@ DATASETS = {"aapd": "NBCG_AAPD", "rcv1": "NBCG_RCV1", "eurlex": "NBCG_EURLEX"}
 FULL = dict(seeds=5, epochs=3, batch=32, max_coalition=8)
 
 
-def check_needs() -> tuple[Path, dict[str, Path]]:
-    """(encoder folder, {dataset: file}) or ``UserError`` naming everything that is missing."""
+def full_device() -> str:
+    """NBCG_DEVICE through ``resolve_device``: ``cuda[:N]`` without that GPU is a one-line
+    ``UserError``; ``auto`` without a GPU is ``"cpu"`` (``check_needs`` refuses it unless
+    NBCG_DEVICE=cpu says so explicitly)."""
+    from .estimator import resolve_device
+
+    try:
+        return resolve_device(os.environ.get("NBCG_DEVICE", "auto").strip() or "auto")
+    except UserError as exc:
+        raise UserError(str(exc).replace("--device", "NBCG_DEVICE=").replace("= ", "=")
+                        .replace("use NBCG_DEVICE=cpu or auto", "set NBCG_DEVICE=cpu or auto")) from None
+
+
+def check_needs() -> tuple[Path, dict[str, Path], str]:
+    """(encoder folder, {dataset: file}, device) or ``UserError`` naming everything that is missing."""
     problems = []
     enc = os.environ.get("NBCG_ENCODER")
     if not enc:
@@ -38,16 +52,19 @@ def check_needs() -> tuple[Path, dict[str, Path]]:
             problems.append(f"{var}={v}: no such file")
     if not data:
         problems.append("none of NBCG_AAPD, NBCG_RCV1, NBCG_EURLEX points to a data file")
-    import torch
-
-    if not torch.cuda.is_available():
-        problems.append("no CUDA device")
+    try:
+        device = full_device()      # an explicit cuda[:N] without that GPU: named here
+    except UserError as exc:
+        device = "?"
+        problems.append(str(exc))
+    if device == "cpu" and os.environ.get("NBCG_DEVICE", "auto").strip() != "cpu":
+        problems.append("no CUDA device (NBCG_DEVICE=cpu runs it on the CPU anyway: days)")
     if problems:
         raise UserError("nbcg --scale full needs: " + "; ".join(problems))
-    return Path(enc), data  # type: ignore[arg-type]
+    return Path(enc), data, device  # type: ignore[arg-type]
 
 
-def run_full_seed(records: list[dict], seed: int, encoder: Path) -> dict:
+def run_full_seed(records: list[dict], seed: int, encoder: Path, device: str) -> dict:
     import torch
 
     from .baselines import ARMS, NBCG_LOSSES, get_arm
@@ -84,6 +101,7 @@ def run_full_seed(records: list[dict], seed: int, encoder: Path) -> dict:
                                                   [f"nbcg-{x}" for x in NBCG_LOSSES]]
     dev_f1: dict[str, float] = {}
     lstar = "bce"
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     for name in order:
         if name not in ARMS:
             continue
@@ -91,13 +109,13 @@ def run_full_seed(records: list[dict], seed: int, encoder: Path) -> dict:
             lstar = max(NBCG_LOSSES, key=lambda x: dev_f1.get(f"nbcg-{x}", -1.0))
         arm = get_arm(name, lstar)
         model, tok, log = fit_encoder(texts, Y, partition[arm.partition], arm, cfg, seed, encoder,
-                                      device="cuda", dtype=torch.bfloat16)
-        S_dev = encoder_scores(model, tok, [r["text"] for r in parts["dev"]], "cuda")
+                                      device=device, dtype=dtype)
+        S_dev = encoder_scores(model, tok, [r["text"] for r in parts["dev"]], device)
         thr = choose_threshold(S_dev, Ydev)
         dev_f1[name] = float(macro_f1_at(S_dev, Ydev, np.array([thr]))[0])
         res = {"threshold": thr}
         for key, split in (("iid", "test"), ("shift", "test_shift")):
-            S = encoder_scores(model, tok, [r["text"] for r in parts[split]], "cuda")
+            S = encoder_scores(model, tok, [r["text"] for r in parts[split]], device)
             Yt = _matrix(parts[split], index)
             res[key] = multilabel_scores(Yt, (S >= thr).astype(int), S, counts)
         if arm.partition != "random":   # the same diagnostics as quick, on 512 training documents
@@ -105,7 +123,7 @@ def run_full_seed(records: list[dict], seed: int, encoder: Path) -> dict:
 
             coef = (log.final_coef if arm.partition == "causal"
                     else np.array([len(c) for c in causal], float) / len(labels))
-            share = encoder_gradient_shares(model, tok, texts[:512], Y[:512], causal, coef, "cuda")
+            share = encoder_gradient_shares(model, tok, texts[:512], Y[:512], causal, coef, device)
             res["max_share_over_uniform"] = float(share.max() * len(causal))
             res["head_share"] = float(share[int(np.argmax([counts[c].sum() for c in causal]))])
         out["arms"][name] = res
@@ -113,12 +131,13 @@ def run_full_seed(records: list[dict], seed: int, encoder: Path) -> dict:
             out["arms"]["nbcg"] = out["arms"][f"nbcg-{lstar}"]
             out["lstar"] = lstar
         del model
-        torch.cuda.empty_cache()
+        if device.startswith("cuda"):
+            torch.cuda.empty_cache()
     return out
 
 
 def reproduce_full(out_dir: Path, seed: int) -> Results:
-    encoder, data = check_needs()
+    encoder, data, device = check_needs()
     from .experiments import METRICS
     from .io import read_dataset
     from .registry import DESCRIPTOR
@@ -132,7 +151,7 @@ def reproduce_full(out_dir: Path, seed: int) -> Results:
 
     for ds, path in data.items():
         recs = read_dataset(path)
-        runs = [run_full_seed(recs, s, encoder) for s in seeds]
+        runs = [run_full_seed(recs, s, encoder, device) for s in seeds]
         for arm in ARMS:
             for key in ("iid", "shift"):
                 for m in METRICS:
@@ -155,7 +174,8 @@ def reproduce_full(out_dir: Path, seed: int) -> Results:
                       source="issue target [R]")
         res.claims.append(ClaimCheck.compare(claim, float(share.mean()), threshold=2.0, interval=(iv.low, iv.high)))
     res.notes.append(f"encoder {encoder}; SEM threshold by BIC on train labels, max coalition "
-                     f"{FULL['max_coalition']} fixed (not tuned) at full scale; bf16 on CUDA; gradient shares "
+                     f"{FULL['max_coalition']} fixed (not tuned) at full scale; device {device} "
+                     f"({'bf16' if device.startswith('cuda') else 'float32'}); gradient shares "
                      "on the head's shared layer over 512 training documents")
     res.elapsed_s = time.perf_counter() - t0
     return res

@@ -34,13 +34,16 @@ def fit(train_recs: list[dict], valid_recs: list[dict] | None, method: str,
         max_coalition: int | None = None, epochs: int = 8, seed: int = 0, features: str = "tfidf",
         model_dir: Path | None = None, coalition_method: str = "components",
         sem_threshold: float | None = None, max_features: int = 5000, group=None,
-        device: str = "cpu") -> dict:
+        device: str = "cpu", threshold_mode: str = "auto") -> dict:
     """Train one arm. The decision threshold is chosen on ``valid_recs`` or, without it, on a 20%
     dev split carved from TRAIN by ``seed`` (the model then trains on the other 80%); the maximum
     coalition size and NBCG's coalition loss L*, when not given, are chosen on the same dev split
     (``nbcg.tuning``); the SEM threshold, when not given, by the BIC of the label SEM on TRAIN
     (a graph criterion). Frozen features go through ``nbcg.NBCGClassifier.fit_dev`` (one code
-    path with the estimator); ``model_dir`` fine-tunes that encoder (max size 8, BCE for NBCG)."""
+    path with the estimator); ``model_dir`` fine-tunes that encoder (max size 8, BCE for NBCG).
+    ``threshold_mode`` (global, per-label, top-k, or auto = chosen on dev) is the decision rule
+    ``predict`` applies; ``meta["dev_labels_per_doc"]`` compares its mean labels per dev document
+    with the gold mean."""
     import torch
 
     from .baselines import get_arm
@@ -74,11 +77,13 @@ def fit(train_recs: list[dict], valid_recs: list[dict] | None, method: str,
         torch.set_num_threads(1)
     if model_dir is not None:
         return _fit_encoder(texts, dev_texts, Y, Ydev, labels, arm, method, max_coalition, epochs, seed,
-                            Path(model_dir), coalition_method, sem_threshold, group, dev_source, device)
+                            Path(model_dir), coalition_method, sem_threshold, group, dev_source, device,
+                            threshold_mode)
     feat = Featurizer(features, max_features).fit(texts)
     X, Xdev = feat.transform(texts), feat.transform(dev_texts)
     est = NBCGClassifier(method, max_coalition=max_coalition, coalitions=coalition_method,
-                         sem_threshold=sem_threshold, epochs=epochs, device=device, random_state=seed)
+                         sem_threshold=sem_threshold, epochs=epochs, device=device, random_state=seed,
+                         threshold_mode=threshold_mode)
     est.fit_dev(X, Y, Xdev, Ydev, dev_source=dev_source, group=group)
     meta = {"format": FORMAT, "method": method, "loss": est.loss_, "masks": est.arm_.masks, "labels": labels,
             "counts": est.counts_.tolist(), "threshold": est.threshold_, "threshold_chosen_on": dev_source,
@@ -88,13 +93,20 @@ def fit(train_recs: list[dict], valid_recs: list[dict] | None, method: str,
             "chosen_on": est.chosen_on_, "tuning_grid": est.history_["tuning_grid"],
             "sem_grid": est.history_["sem_grid"], "coalition_method": coalition_method,
             "features": features, "hidden": est.hidden, "seed": seed, "epochs": epochs,
-            "final_coalition_weights": est.history_["final_coalition_weights"]}
+            "final_coalition_weights": est.history_["final_coalition_weights"],
+            "decision": est.decision_, "dev_labels_per_doc": labels_per_doc(est.predict(Xdev), Ydev)}
     return {"model": est.model_.cpu(), "meta": meta, "features": feat.state(), "tokenizer": None,
             "estimator": est}
 
 
+def labels_per_doc(P: np.ndarray, Y: np.ndarray) -> dict:
+    """Mean labels per document predicted (P) and gold (Y)."""
+    return {"predicted": round(float(np.asarray(P).sum(1).mean()), 3) if len(P) else 0.0,
+            "gold": round(float(np.asarray(Y).sum(1).mean()), 3) if len(Y) else 0.0}
+
+
 def _fit_encoder(texts, dev_texts, Y, Ydev, labels, arm, method, max_coalition, epochs, seed, model_dir,
-                 coalition_method, sem_threshold, group, dev_source, device) -> dict:
+                 coalition_method, sem_threshold, group, dev_source, device, threshold_mode="auto") -> dict:
     from dataclasses import replace
 
     from .config import NBCGConfig, SEMConfig
@@ -106,7 +118,7 @@ def _fit_encoder(texts, dev_texts, Y, Ydev, labels, arm, method, max_coalition, 
         random_coalitions,
     )
     from .finetune import encoder_scores, fit_encoder
-    from .train import choose_threshold
+    from .train import apply_decision, choose_decision
     from .tuning import SEM_THRESHOLDS
 
     counts = Y.sum(0)
@@ -125,7 +137,10 @@ def _fit_encoder(texts, dev_texts, Y, Ydev, labels, arm, method, max_coalition, 
     coal = {"causal": causal, "one": [list(range(len(labels)))],
             "random": random_coalitions([len(c) for c in causal], len(labels), seed + 1000)}[arm.partition]
     model, tok, log = fit_encoder(texts, Y, coal, arm, cfg, seed, model_dir, group=group, device=device)
-    thr = choose_threshold(encoder_scores(model, tok, dev_texts, device), Ydev)
+    S_dev = encoder_scores(model, tok, dev_texts, device)
+    decision = choose_decision(S_dev, Ydev, threshold_mode, seed)
+    thr = decision["threshold"]
+    chosen["threshold_mode"] = decision["chosen_by"]
     model = model.cpu()
     meta = {"format": FORMAT, "method": method, "loss": arm.loss, "masks": arm.masks, "labels": labels,
             "counts": counts.tolist(), "threshold": thr, "threshold_chosen_on": dev_source, "coalitions": coal,
@@ -134,7 +149,8 @@ def _fit_encoder(texts, dev_texts, Y, Ydev, labels, arm, method, max_coalition, 
             "sem_threshold": sem_threshold, "max_coalition": max_c, "chosen_on": chosen, "tuning_grid": None,
             "sem_grid": sem_grid, "coalition_method": coalition_method, "features": "encoder",
             "hidden": cfg.hidden, "seed": seed, "epochs": epochs,
-            "final_coalition_weights": np.asarray(log.final_coef).tolist()}
+            "final_coalition_weights": np.asarray(log.final_coef).tolist(),
+            "decision": decision, "dev_labels_per_doc": labels_per_doc(apply_decision(S_dev, decision), Ydev)}
     return {"model": model, "meta": meta, "features": None, "tokenizer": tok}
 
 
@@ -214,14 +230,19 @@ def load(folder: Path):
 def predict(folder: Path, records: list[dict], threshold: float | None, top_k: int | None) -> list[dict]:
     score, meta = load(folder)
     S = score([r["text"] for r in records])
+    from .train import apply_decision
+
     labels = meta["labels"]
-    thr = meta["threshold"] if threshold is None else threshold
+    if top_k is not None:
+        decision = {"mode": "top-k", "k": top_k}
+    elif threshold is not None:
+        decision = {"mode": "global", "threshold": threshold}
+    else:       # the rule chosen at training (0.4.0 folders: their global threshold)
+        decision = meta.get("decision") or {"mode": "global", "threshold": meta["threshold"]}
+    P = apply_decision(S, decision) if len(S) else np.zeros((0, len(labels)), int)
     out = []
-    for r, s in zip(records, S, strict=True):
-        if top_k is not None:
-            on = np.argsort(-s, kind="stable")[:top_k]
-        else:
-            on = np.flatnonzero(s >= thr)
+    for r, s, p in zip(records, S, P, strict=True):
+        on = np.flatnonzero(p)
         out.append({"id": r["id"], "labels": [labels[j] for j in sorted(on, key=lambda j: -s[j])],
                     "scores": {labels[j]: round(float(s[j]), 6) for j in range(len(labels))}})
     return out

@@ -44,10 +44,12 @@ DESCRIPTOR = MethodDescriptor(
         "quick": "pyapi (2,276 docstrings, 91 labels, MiniLM features) and the synthetic set (5,000 docs, "
                  "TF-IDF), each split by nbcg split --kind shift, 3 seeds; NBCG-L* (L* among bce/asl/db "
                  "and max coalition chosen on dev) against L*, its ablations (uniform, random coalitions, "
-                 "no masks), 7 baselines and 2 anchors; early stopping on dev, curves saved; SEM "
+                 "no masks), 7 baselines and 2 anchors; each arm at its learning rate from `nbcg tune` (dev of "
+                 "tuning seed 100, shipped as tuned_quick.json), early stopping on dev (patience 5), curves saved; SEM "
                  "threshold by BIC on train labels, DAG recovery, gradient shares (minutes, 2 CPUs)",
         "full": "BERT/RoBERTa fine-tuned on user-supplied AAPD, RCV1-v2, EUR-Lex (NBCG_AAPD, NBCG_RCV1, "
-                "NBCG_EURLEX, NBCG_ENCODER) on a CUDA device, 5 seeds; refuses in seconds when missing",
+                "NBCG_EURLEX, NBCG_ENCODER) on NBCG_DEVICE (auto = the GPU; cuda without one is refused in one line), "
+                "5 seeds; refuses in seconds when missing",
     },
-    quick_minutes=5.0,  # 0.4.0: see the README (0.3.0: 3.96 CPU-min; 0.4.0 at 6/10 epochs: 2.4 CPU-min, warm MiniLM cache)
+    quick_minutes=5.0,  # see the README (0.3.0: 3.96 CPU-min; 0.4.0: 1.84 CPU-min, warm MiniLM cache)
 )

@@ -4,6 +4,8 @@ then every arm on the same data, model, budget and seed."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from .pipeline import _matrix, make_split
@@ -22,9 +24,14 @@ def synthetic_records(n: int, world_seed: int, seed: int, shift: bool = False) -
 
 def run_dataset_seed(records: list[dict], seed: int, spec: dict, features: str,
                      extra_tests: dict[str, list[dict]] | None = None, world=None,
-                     embeddings: dict[str, np.ndarray] | None = None) -> dict:
+                     embeddings: dict[str, np.ndarray] | None = None,
+                     lrs: dict[str, float] | None = None, score_tests: bool = True) -> dict:
     """Every arm on one shift split of ``records`` (split seed = ``seed``). ``embeddings`` (id →
-    vector, frozen MiniLM computed once for the whole corpus) replace per-split featurisation."""
+    vector, frozen MiniLM computed once for the whole corpus) replace per-split featurisation.
+    ``lrs`` (arm name → learning rate, ``nbcg tune``'s choice) trains each arm at its own rate (else
+    ``NBCGConfig.lr``); NBCG trains loss L at ``nbcg-L``'s. Every arm stops early on dev with
+    ``spec["patience"]``. ``score_tests=False`` (``nbcg tune``) reads no test split: each arm reports
+    its best dev macro-F1, its best epoch and its rate only."""
     from .baselines import ARMS, NBCG_LOSSES, get_arm
     from .config import NBCGConfig, SEMConfig
     from .core import (
@@ -35,11 +42,20 @@ def run_dataset_seed(records: list[dict], seed: int, spec: dict, features: str,
         random_coalitions,
     )
     from .features import Featurizer
-    from .train import choose_threshold, gradient_shares, predict_scores, train
+    from .train import (
+        THRESHOLD_GRID,
+        choose_threshold,
+        gradient_shares,
+        macro_f1_at,
+        predict_scores,
+        train,
+    )
     from .tuning import choose_on_dev
 
     parts, info = make_split(records, "shift", seed)
-    tests = {"iid": parts["test"], "shift": parts["test_shift"], **(extra_tests or {})}
+    tests = {"iid": parts["test"], "shift": parts["test_shift"], **(extra_tests or {})} if score_tests else {}
+    lrs = dict(lrs or {})
+    patience = int(spec.get("patience", 2))
     labels = sorted({x for r in parts["train"] for x in r["labels"]})
     index = {x: i for i, x in enumerate(labels)}
     Y, Ydev = _matrix(parts["train"], index), _matrix(parts["dev"], index)
@@ -59,14 +75,16 @@ def run_dataset_seed(records: list[dict], seed: int, spec: dict, features: str,
     A = fit_label_sem(Y, sem, seed=seed)
     cfg = NBCGConfig(epochs=spec["epochs"], batch_size=spec["batch"])
     best = choose_on_dev(A, counts, X, Y, Xdev, Ydev, ARMS["nbcg"], cfg, seed,
-                         spec.get("coalitions", "components"), spec["thresholds"], spec["sizes"])
+                         spec.get("coalitions", "components"), spec["thresholds"], spec["sizes"],
+                         lrs=lrs, patience=patience)
     causal, lstar = best["coalitions"], best["loss"]
     cfg = NBCGConfig(epochs=spec["epochs"], batch_size=spec["batch"], max_coalition=best["max_coalition"])
     partition = {"causal": causal, "one": [list(range(len(labels)))],
                  "random": random_coalitions([len(c) for c in causal], len(labels), seed + 1000)}
     out = {"n_coalitions": len(causal), "sem_threshold": best["threshold"],
            "max_coalition": best["max_coalition"], "grid": best["grid"], "sizes": info["sizes"],
-           "n_labels": len(labels), "lstar": lstar, "max_epochs": spec["epochs"], "arms": {}}
+           "n_labels": len(labels), "lstar": lstar, "max_epochs": spec["epochs"], "patience": patience,
+           "arms": {}}
     out["sem_edges"] = int(best["dag"].sum())
     if world is not None:   # DAG recovery against the planted graph, at the BIC-chosen threshold
         names = world.names
@@ -84,14 +102,20 @@ def run_dataset_seed(records: list[dict], seed: int, spec: dict, features: str,
         arm = get_arm(name, lstar)            # NBCG's ablations bargain over the same L*
         coal = partition[arm.partition]
         if name == "nbcg":
-            model, log = best["model"], best["log"]          # the dev winner, not retrained
+            model, log, lr = best["model"], best["log"], best["lr"]    # the dev winner, not retrained
         elif name.startswith("nbcg-") and name.removeprefix("nbcg-") in NBCG_LOSSES:   # each loss's dev winner
             won = best["per_loss"][name.removeprefix("nbcg-")]
-            model, log, coal = won["model"], won["log"], won["coalitions"]
+            model, log, coal, lr = won["model"], won["log"], won["coalitions"], won["lr"]
         else:
-            model, log = train(X, Y, coal, arm, cfg, seed, dev=(Xdev, Ydev))
-        thr = choose_threshold(predict_scores(model, Xdev), Ydev)   # chosen on dev only
-        res = {"threshold": thr, "curve": log.curve, "best_epoch": log.curve.get("best_epoch", cfg.epochs)}
+            lr = float(lrs.get(name, cfg.lr))
+            model, log = train(X, Y, coal, arm, replace(cfg, lr=lr), seed, dev=(Xdev, Ydev), patience=patience)
+        S_dev = predict_scores(model, Xdev)
+        thr = choose_threshold(S_dev, Ydev)   # chosen on dev only
+        res = {"threshold": thr, "curve": log.curve, "best_epoch": log.curve.get("best_epoch", cfg.epochs),
+               "lr": lr, "dev_macro_f1": float(macro_f1_at(S_dev, Ydev, THRESHOLD_GRID).max())}
+        if not score_tests:
+            out["arms"][name] = res
+            continue
         for key in tests:
             S = predict_scores(model, XT[key])
             res[key] = multilabel_scores(YT[key], (S >= thr).astype(int), S, counts)
@@ -107,6 +131,8 @@ def run_dataset_seed(records: list[dict], seed: int, spec: dict, features: str,
             res["weight_spread"] = float((W.max(1) / np.maximum(W.min(1), 1e-12)).mean())
         out["arms"][name] = res
     out["arms"]["lstar"] = out["arms"][lstar]     # L* alone (the baseline of the dev-chosen loss)
+    if not score_tests:
+        return out
     for name, (S_dev, score) in anchors(X, Y, Xdev, Ydev, seed).items():
         thr = choose_threshold(S_dev, Ydev)
         res = {"threshold": thr}

@@ -270,3 +270,80 @@ def macro_f1_at(S: np.ndarray, Y: np.ndarray, thresholds: np.ndarray) -> np.ndar
 def choose_threshold(S: np.ndarray, Y: np.ndarray) -> float:
     """One global threshold maximising macro-F1 on the split given (always dev) [R]."""
     return float(THRESHOLD_GRID[int(np.argmax(macro_f1_at(S, Y, THRESHOLD_GRID)))])
+
+
+THRESHOLD_MODES = ("global", "per-label", "top-k")
+TOP_K_MAX = 10
+
+
+def fit_decision(S: np.ndarray, Y: np.ndarray, mode: str) -> dict:
+    """The decision rule of ``mode``, fitted on (dev scores, dev labels) by macro-F1 [R]:
+    ``global`` one threshold of ``THRESHOLD_GRID``; ``per-label`` each label's own threshold of the
+    grid by its F1 (a label without a dev positive keeps the global one); ``top-k`` the k in
+    1…``TOP_K_MAX`` (or L) of the best macro-F1."""
+    S, Y = np.asarray(S, np.float64), np.asarray(Y) > 0
+    t = choose_threshold(S, Y)
+    if mode == "global":
+        return {"mode": "global", "threshold": t}
+    if mode == "per-label":
+        P = S[None] >= THRESHOLD_GRID[:, None, None]                    # T×n×L
+        tp = (P & Y[None]).sum(1)
+        denom = P.sum(1) + Y.sum(0)[None]
+        f1 = np.where(denom > 0, 2 * tp / np.maximum(denom, 1), 0.0)   # T×L
+        ts = THRESHOLD_GRID[np.argmax(f1, 0)].astype(float)
+        ts[Y.sum(0) == 0] = t
+        return {"mode": "per-label", "thresholds": [float(x) for x in ts], "threshold": t}
+    if mode == "top-k":
+        ks = range(1, min(TOP_K_MAX, S.shape[1]) + 1)
+        f = [_macro_f1(apply_decision(S, {"mode": "top-k", "k": k}), Y) for k in ks]
+        return {"mode": "top-k", "k": int(list(ks)[int(np.argmax(f))]), "threshold": t}
+    raise ValueError(f"unknown threshold mode {mode!r} (known: {', '.join(THRESHOLD_MODES)}, auto)")
+
+
+def apply_decision(S: np.ndarray, decision: dict) -> np.ndarray:
+    """0/1 predictions of the rule ``fit_decision`` returned."""
+    S = np.asarray(S)
+    if decision["mode"] == "top-k":
+        k = min(int(decision["k"]), S.shape[1])
+        P = np.zeros(S.shape, dtype=int)
+        if k > 0 and len(S):
+            np.put_along_axis(P, np.argsort(-S, axis=1, kind="stable")[:, :k], 1, axis=1)
+        return P
+    t = np.asarray(decision["thresholds"]) if decision["mode"] == "per-label" else decision["threshold"]
+    return (S >= t).astype(int)
+
+
+def _macro_f1(P: np.ndarray, Y: np.ndarray) -> float:
+    Yb, Pb = np.asarray(Y) > 0, np.asarray(P) > 0
+    tp = (Pb & Yb).sum(0)
+    denom = Pb.sum(0) + Yb.sum(0)
+    return float(np.where(denom > 0, 2 * tp / np.maximum(denom, 1), 0.0).mean())
+
+
+def choose_decision(S: np.ndarray, Y: np.ndarray, mode: str = "auto", seed: int = 0) -> dict:
+    """``mode`` in ``THRESHOLD_MODES``: that rule fitted on all of dev. ``auto``: the rule whose
+    dev macro-F1 is best under 2-fold cross-fitting on dev (fit on one half, score on the other,
+    both ways; ties: the simpler rule, global < top-k < per-label), so per-label thresholds are
+    not preferred merely for fitting dev; then refitted on all of dev. ``cv`` (the cross-fitted
+    scores) and ``chosen_by`` are recorded."""
+    if mode != "auto":
+        out = fit_decision(S, Y, mode)
+        out["chosen_by"] = "given"
+        return out
+    S, Y = np.asarray(S), np.asarray(Y)
+    n = len(S)
+    if n < 4:
+        out = fit_decision(S, Y, "global")
+        out["chosen_by"] = "default (dev too small to cross-fit)"
+        return out
+    perm = np.random.default_rng(seed).permutation(n)
+    halves = (perm[: n // 2], perm[n // 2:])
+    cv = {}
+    for m in ("global", "top-k", "per-label"):
+        cv[m] = float(np.mean([_macro_f1(apply_decision(S[b], fit_decision(S[a], Y[a], m)), Y[b])
+                               for a, b in (halves, halves[::-1])]))
+    best = max(cv, key=lambda m: cv[m])     # first maximum: the simpler rule on ties
+    out = fit_decision(S, Y, best)
+    out["chosen_by"] = "2-fold cross-fitted dev macro-F1"
+    out["cv"] = {m: round(v, 4) for m, v in cv.items()}
+    return out

@@ -38,12 +38,15 @@ def candidate_partitions(A: np.ndarray, counts: np.ndarray, threshold: float, si
 
 def choose_on_dev(A: np.ndarray, counts: np.ndarray, X: np.ndarray, Y: np.ndarray, Xdev: np.ndarray,
                   Ydev: np.ndarray, arm: Arm, cfg: NBCGConfig, seed: int, method: str = "components",
-                  thresholds=SEM_THRESHOLDS, sizes=MAX_SIZES, device: str = "cpu") -> dict:
+                  thresholds=SEM_THRESHOLDS, sizes=MAX_SIZES, device: str = "cpu",
+                  lrs: dict[str, float] | None = None, patience: int = 2) -> dict:
     """``{"threshold", "max_coalition", "loss", "arm", "dag", "coalitions", "model", "log",
     "dev_macro_f1", "grid", "sem_grid", "per_loss"}``: the BIC-chosen SEM threshold (on TRAIN
     labels), and the dev-chosen maximum size and, for an ``"auto"`` loss (NBCG), the dev-chosen
     coalition loss L* among ``NBCG_LOSSES`` (the winning model is returned, not retrained).
-    ``per_loss[L]`` is the best (size) of each loss tried."""
+    ``per_loss[L]`` is the best (size) of each loss tried. ``lrs`` (arm name → learning rate, from
+    ``nbcg tune``) trains loss L at ``lrs["nbcg-L"]`` (else ``cfg.lr``); ``patience`` is early
+    stopping's."""
     from .baselines import NBCG_LOSSES
     from .train import THRESHOLD_GRID, macro_f1_at, predict_scores, train
 
@@ -56,17 +59,18 @@ def choose_on_dev(A: np.ndarray, counts: np.ndarray, X: np.ndarray, Y: np.ndarra
     parts = candidate_partitions(A, counts, t, sizes, method)
     for loss in losses:
         a = replace(arm, loss=loss)
+        lr = float((lrs or {}).get(f"nbcg-{loss}", cfg.lr))
         for m, coal in parts:
-            model, log = train(X, Y, coal, a, replace(cfg, max_coalition=m), seed, device=device,
-                               dev=(Xdev, Ydev))
+            model, log = train(X, Y, coal, a, replace(cfg, max_coalition=m, lr=lr), seed, device=device,
+                               dev=(Xdev, Ydev), patience=patience)
             f_all = macro_f1_at(predict_scores(model, Xdev), Ydev, THRESHOLD_GRID)
             f = float(f_all.max())
             grid.append({"loss": loss, "threshold": t, "max_coalition": m, "n_coalitions": len(coal),
-                         "dev_macro_f1": f})
+                         "lr": lr, "dev_macro_f1": f})
             if loss not in per_loss or f > per_loss[loss]["dev_macro_f1"]:
                 per_loss[loss] = {"threshold": t, "max_coalition": m, "loss": loss, "arm": a,
                                   "dag": dag_from_adjacency(A, t), "coalitions": coal, "model": model,
-                                  "log": log, "dev_macro_f1": f,
+                                  "log": log, "dev_macro_f1": f, "lr": lr,
                                   "decision_threshold": float(THRESHOLD_GRID[int(np.argmax(f_all))])}
             if best is None or f > best["dev_macro_f1"]:
                 best = per_loss[loss]
