@@ -115,7 +115,7 @@ def test_a_diverging_setting_loses_on_dev_and_is_logged(data, monkeypatch):
         ex._choose(("lam",), 2, cfg, video, sl, 0, [])
 
 
-@pytest.mark.parametrize("scale", ["smoke", "quick", "full"])
+@pytest.mark.parametrize("scale", ["smoke", "quick", "long", "full"])
 def test_every_scale_runs_flam_with_per_entity_slots_and_latents(scale):
     cfg = ex.CFG[scale]
     for e in cfg["entities"]:
@@ -169,3 +169,90 @@ def test_every_model_of_every_scale_trains_with_best_of_2_starts(monkeypatch):
         with pytest.raises(FloatingPointError):
             ex._one_run(name, 4, 0, mcfg, 3e-3, q, torch.zeros(2), None, (slice(0, 1),) * 3, None, False)
     assert seen == [("flam", 400, 2, 100), ("flam", 800, 2, 200), ("lam", 400, 2, 100), ("lam", 800, 2, 200)]
+
+
+def test_long_is_wired_runs_its_own_config_and_never_full(tmp_path, monkeypatch):
+    """Issue 57 item 8: ``reproduce("long", ...)`` runs ``CFG["long"]`` (here shrunk to smoke's sizes, its
+    structure kept): E = 1 beside E = 4's stand-in, lam-token, no-temporal, identifiable data, 10% labels,
+    the longer schedule; its dev grid on a seed apart from the reported ones; ``full`` is never read."""
+    from flam_wm.registry import DESCRIPTOR
+
+    from icml26_shared import UserError
+
+    long = ex.CFG["long"]
+    assert "long" in DESCRIPTOR.scales and long["device"] == "cpu" and long is not ex.CFG["full"]
+    assert long["steps"] == ex.CFG["quick"]["steps"] and set(long["models"]) >= {"flam", "lam", "lam-token"}
+    assert {"flam-one-latent", "flam-no-temporal"} <= set(long["arms"]) and long["identifiable"]
+    assert 1 in long["entities"] and 0.1 in long["labels"] and long["schedule_x"] > 1
+    assert 1 not in ex.CFG["quick"]["entities"] and ex.CFG["quick"]["labels"] == (0.01,)
+    tiny = {**ex.CFG["smoke"], "models": long["models"], "arms": long["arms"], "identifiable": True,
+            "schedule_x": 2, "grid_seed_offset": 100, "labels": (0.01, 0.1), "seeds": 2, "clips": 16, "frames": 5,
+            "steps": 2, "grid_steps": 2, "starts": 1, "episodes": 4, "bc_steps": 2, "horizon": 3,
+            "tok": {**ex.CFG["smoke"]["tok"], "steps": 2}}
+    monkeypatch.setitem(ex.CFG, "long", tiny)
+    seen_bc: list = []  # BC stubbed (its own tests cover it): which environment each call is given
+
+    def fake_bc(*a, identifiable=False, **k):
+        seen_bc.append(identifiable)
+        return {"labelled": 5, "decoder_c": 1.0, "decoder_factor": -1, "decoder_cv_acc": 0.5,
+                "pseudo_test_acc": 0.5, "success": 0.5, "success_episodes": [1.0, 0.0]}
+
+    monkeypatch.setattr(ex, "pseudo_label_bc", fake_bc)
+    monkeypatch.setattr(ex, "true_action_bc", lambda *a, identifiable=False, **k: seen_bc.append(identifiable) or [1.0, 0.0])
+    monkeypatch.setitem(ex.CFG, "full", None)  # reading full would fail
+    res = ex.reproduce("long", tmp_path, seed=0)
+    exps = {r.experiment for r in res.rows}
+    assert {"sprites_E2", "sprites_E1", "sprites_E2_identifiable"} <= exps
+    assert {r.method for r in res.rows if r.experiment == "sprites_E2"} >= {
+        "flam", "lam", "lam-token", "flam-one-latent", "flam-no-temporal", "flam-x2"}
+    import csv
+
+    runs = list(csv.DictReader(open(tmp_path / "runs.csv")))
+    assert {r["steps"] for r in runs if r["model"] == "flam-x2"} == {"4"}
+    grid = list(csv.DictReader(open(tmp_path / "dev_grid.csv")))
+    assert {r["grid_seed"] for r in grid} == {"100"} and {r["model"] for r in grid} >= {"lam", "lam-token"}
+    bc = list(csv.DictReader(open(tmp_path / "bc.csv")))
+    assert {r["labels"] for r in bc if r["model"] == "lam-token"} == {"0.01", "0.1"}
+    assert any(r["data"] == "sprites_E2_identifiable" for r in bc) and True in seen_bc and False in seen_bc
+    gap = next(c for c in res.claims if c.claim_id == "gap_grows")
+    assert "no E = 1" not in gap.note
+    assert any(c.method == "flam" and c.split == "train" for c in res.curves)
+    # a package scale that does not exist is one line
+    with pytest.raises(UserError):
+        ex.reproduce("huge", tmp_path)
+
+
+def test_quick_claims_use_clustered_intervals_and_leave_the_gap_to_long():
+    """Item 6 / 8: at a scale with one E (quick) gap_grows is "not evaluated" (E = 1 runs in long); the
+    PSNR claim's interval is over test clips nested in seeds (paired per clip), BC's over episodes."""
+    from flam_wm import report
+
+    cfg = {**ex.CFG["quick"], "seeds": 3}
+    rng = torch.Generator().manual_seed(0)
+    recs, bc = [], []
+    for s in range(3):
+        for m, shift in (("flam", 3.0), ("lam", 0.0), ("flam-one-latent", 0.0)):
+            clips = (torch.randn(30, generator=rng) + 15 + shift).tolist()
+            recs.append({"entities": 4, "model": m, "seed": s, "psnr_h": sum(clips) / 30, "dev_psnr_h": 15 + shift,
+                         "dev_copy_h": 10.0, "copy_h": 10.0, "psnr_clips_h": clips, "copy_clips_h": [10.0] * 30,
+                         "corr": 0.5, "corr_matched": 0.5, "corr_matched_ratio": 0.6, "ceiling": 0.89,
+                         "corr_visible": 0.5, "best_probe": 0.3, "ratio_clips": [0.6] * 30})
+        for m, p in (("flam", 1.0), ("lam", 0.0)):
+            bc.append({"entities": 4, "model": m, "seed": s, "labels": 0.01, "success": p, "decoder_cv_acc": 0.5,
+                       "pseudo_test_acc": 0.5, "success_episodes": [p] * 10})
+        bc.append({"entities": 4, "model": "true-actions", "seed": s, "labels": 1.0, "success": 1.0,
+                   "success_episodes": [1.0] * 10})
+    from icml26_shared import Results
+
+    res = Results(package="flam-wm", version="0", scale="quick", seed=0)
+    report.claims(res, recs, bc, cfg, 0)
+    by = {c.claim_id: c for c in res.claims}
+    assert by["gap_grows"].status == "not evaluated" and "long" in by["gap_grows"].note
+    from icml26_shared.eval import paired_interval_clustered
+
+    rows = {(r["model"], r["seed"]): r for r in recs}
+    d = [a - b for s in range(3) for a, b in zip(rows[("flam", s)]["psnr_clips_h"], rows[("lam", s)]["psnr_clips_h"])]
+    iv = paired_interval_clustered(d, [s for s in range(3) for _ in range(30)])
+    assert "nested in seeds" in by["psnr10_gap_E4"].note
+    assert by["psnr10_gap_E4"].interval == pytest.approx([iv.low, iv.high]) and iv.low < 3.0 < iv.high
+    assert by["bc_vs_lam"].held and by["bc_vs_lam"].interval == [1.0, 1.0]

@@ -158,11 +158,12 @@ def _fit_loss(pol: Policy, x: torch.Tensor, y: torch.Tensor, chunk: int = 4096) 
 
 
 def reach_target_success(policy, entities: int, size: int = 32, episodes: int = 200, horizon: int | None = None,
-                         seed: int = 12345, cell: int = 4, identifiable: bool = False) -> float:
+                         seed: int = 12345, cell: int = 4, identifiable: bool = False, per_episode: bool = False):
     """Fraction of episodes in which sprite 0, driven by ``policy(frames [B, H, W, 3]) -> actions``,
     reaches its target (the white dot) within ``horizon`` steps (default 2 x grid); the other
     sprites act at random, as in ``generate(..., controlled=True)`` (``identifiable``: its
-    ``identifiable=True`` dynamics, sprites starting on distinct cells)."""
+    ``identifiable=True`` dynamics, sprites starting on distinct cells). ``per_episode``: each episode's
+    success (0 / 1) instead of their mean -- the units of the clustered intervals (issue 57 item 6)."""
     grid = size // cell
     horizon = 2 * grid if horizon is None else horizon
     rng = np.random.default_rng(seed)
@@ -183,7 +184,7 @@ def reach_target_success(policy, entities: int, size: int = 32, episodes: int = 
         else:
             pos = np.stack([step_positions(p, a, grid) for p, a in zip(pos, acts, strict=True)])
         done |= np.all(pos[:, 0] == target, -1)
-    return float(done.mean())
+    return done.astype(float) if per_episode else float(done.mean())
 
 
 def _target_bg(target: np.ndarray, size: int, cell: int) -> np.ndarray:
@@ -208,18 +209,20 @@ def pseudo_label_bc(lat: dict, act: dict, frames: dict, labels: float, entities:
     decode, c, cv_acc, view = fit_decoder(lat["train"][lab], act["train"][lab], decoder_c)
     pseudo = decode(lat["train"])
     pol = clone(frames["train"], pseudo, size, steps=bc_steps, seed=seed)
+    eps = reach_target_success(pol.act, entities, size, episodes=episodes, seed=10_000 + seed,
+                               identifiable=identifiable, per_episode=True)
     return {"labelled": int(n_lab), "decoder_c": c, "decoder_factor": view, "decoder_cv_acc": cv_acc,
             "pseudo_test_acc": float(np.mean(decode(lat["test"]) == act["test"])),
-            "success": reach_target_success(pol.act, entities, size, episodes=episodes, seed=10_000 + seed,
-                                            identifiable=identifiable)}
+            "success": float(eps.mean()), "success_episodes": eps.tolist()}
 
 
 def true_action_bc(act: dict, frames: dict, entities: int, size: int, seed: int = 0, bc_steps: int = 400,
-                   episodes: int = 200, identifiable: bool = False) -> float:
-    """Reach-target success of the policy cloned from every training transition's true action."""
+                   episodes: int = 200, identifiable: bool = False, per_episode: bool = False):
+    """Reach-target success of the policy cloned from every training transition's true action (the same
+    episodes as ``pseudo_label_bc``'s at the same seed; ``per_episode``: each episode's 0 / 1)."""
     pol = clone(frames["train"], act["train"], size, steps=bc_steps, seed=seed)
     return reach_target_success(pol.act, entities, size, episodes=episodes, seed=10_000 + seed,
-                                identifiable=identifiable)
+                                identifiable=identifiable, per_episode=per_episode)
 
 
 def random_policy_success(entities: int, size: int, seed: int = 0, episodes: int = 200,

@@ -21,14 +21,16 @@ def frame_metrics(pred: np.ndarray, true: np.ndarray) -> dict[str, float]:
         p.append(100.0 if mse < 1e-10 else peak_signal_noise_ratio(b, a, data_range=1.0))  # capped when exact
         s.append(structural_similarity(b, a, data_range=1.0, channel_axis=-1, win_size=7))
         m.append(mse)
-    return {"psnr": float(np.mean(p)), "ssim": float(np.mean(s)), "mse": float(np.mean(m))}
+    return {"psnr": float(np.mean(p)), "ssim": float(np.mean(s)), "mse": float(np.mean(m)), "psnr_each": p}
 
 
 @torch.no_grad()
-def rollout_metrics(model: WorldModel, video: np.ndarray, horizon: int) -> dict[str, float]:
+def rollout_metrics(model: WorldModel, video: np.ndarray, horizon: int, per_clip: bool = False) -> dict:
     """PSNR / SSIM / MSE at 1 and ``horizon`` autoregressive steps (latents inferred from the true
     frames, posterior means) beside the copy-previous-frame baseline (frame 0 held); keys
-    ``psnr_1, psnr_h, ssim_1, …, copy_1, copy_h`` (copy = PSNR), ``copy_ssim_*`` and ``horizon``."""
+    ``psnr_1, psnr_h, ssim_1, …, copy_1, copy_h`` (copy = PSNR), ``copy_ssim_*`` and ``horizon``;
+    with ``per_clip``, ``psnr_clips_*`` / ``copy_clips_*``: each clip's PSNR at that step (their mean is ``psnr_*``), the
+    units of the clustered intervals (issue 57 item 6)."""
     h = min(horizon, video.shape[1] - 1)
     z = model.tokenize(video[:, :h + 1])
     pred = model.detokenize(model.rollout(z)).numpy()
@@ -39,6 +41,8 @@ def rollout_metrics(model: WorldModel, video: np.ndarray, horizon: int) -> dict[
         m, c = frame_metrics(pred[:, step - 1], true[:, step - 1]), frame_metrics(first[:, step - 1], true[:, step - 1])
         out.update({f"psnr_{step}": m["psnr"], f"ssim_{step}": m["ssim"], f"mse_{step}": m["mse"],
                     f"copy_{step}": c["psnr"], f"copy_ssim_{step}": c["ssim"], f"copy_mse_{step}": c["mse"]})
+        if per_clip:
+            out.update({f"psnr_clips_{step}": m["psnr_each"], f"copy_clips_{step}": c["psnr_each"]})
     return out
 
 

@@ -11,6 +11,7 @@ import time
 import warnings
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from icml26_shared import Results, UserError
@@ -46,7 +47,10 @@ CFG = {
                   arms=("flam-one-latent",),
                   starts=2, start_steps=1,  # the best-of-R path exercised (0.9.4)
                   tok=dict(grid=8, channels=8, hidden=8, steps=5)),
-    "quick": dict(entities=(1, 4), clips=600, frames=12, steps=QUICK_STEPS, batch=32, seeds=3, horizon=10, width=32,
+    # 0.11.0 (issue 57 item 8): quick keeps the issue's ordered list as far as ~10 CPU-min allow -- FLAM vs lam
+    # at E = 4 (matched / ceiling), flam-one-latent, BC at 1% labels; E = 1, 10% labels, lam-token,
+    # no-temporal, identifiable data and the longer schedule move to ``long``
+    "quick": dict(entities=(4,), clips=600, frames=12, steps=QUICK_STEPS, batch=32, seeds=3, horizon=10, width=32,
                   unroll=4, unroll_from=QUICK_STEPS // 2, workers=2, device="cpu",
                   probe_c=(0.1, 1.0), lr=(3e-3,),  # 1e-3 lost on dev in 0.6, 0.7 and 0.8: dropped for the budget (0.9)
                   beta=(0.03, 0.01), k_offset=(1, 2), grid_steps=QUICK_STEPS // 2,
@@ -63,7 +67,7 @@ CFG = {
                   # mean loss over the last 50 continues (R = 2, S = 200 fixed a priori; adopted on dev seeds
                   # 10-32: README, "Dev check of best-of-R starts") [R]
                   starts=2, start_steps=200,
-                  labels=(0.01, 0.1),
+                  labels=(0.01,),
                   bc_steps=400, episodes=200, fit_clips=210,
                   models=("flam", "lam"), decoder_c=DECODER_C, tok=dict(grid=8, channels=8, hidden=16, steps=300),
                   # 0.10.0 (issue 57): the factorisation's ablation in the same run replaces the no-temporal one
@@ -76,6 +80,14 @@ CFG = {
                  models=("flam", "lam", "lam-vq"), decoder_c=DECODER_C, arms=("flam-one-latent", "flam-no-temporal"), tok=dict(grid=8, channels=16, hidden=32, steps=3000),
                  starts=2, start_steps=750),  # quick's best-of-2 at the same share (a quarter, before the unroll) [R]
 }
+# ``long`` (issue 57 item 8; CPU, ~45-60 CPU-min estimated, run once and committed): quick's recipe plus what
+# does not fit quick, in the issue's order -- E = 1 (the gap), no-temporal, identifiable data (E = 4,
+# ``generate(identifiable=True)``, its own BC environment), 10% labels, the longer schedule (FLAM at
+# ``schedule_x`` times the steps, "flam-x2") -- and the token-level lam-token beside lam. The dev grid of
+# the monolithic models runs at seed + ``grid_seed_offset`` (a dev seed apart from the reported ones).
+CFG["long"] = {**CFG["quick"], "entities": (1, 4), "labels": (0.01, 0.1), "models": ("flam", "lam", "lam-token"),
+               "arms": ("flam-one-latent", "flam-no-temporal"), "identifiable": True, "schedule_x": 2,
+               "grid_seed_offset": 100}
 PROBE_C = (0.1, 1.0)
 LATENT_DIM = 12  # d, divisible by K = 2..6 [R]
 
@@ -89,7 +101,7 @@ def _evaluate(model, video, acts, sl, horizon, grid=PROBE_C, fit_clips=None) -> 
     tr, dv, te = sl
     if fit_clips is not None:  # probes / BC decoders and policies fit on the first fit_clips training clips
         tr = slice(tr.start, min(tr.stop, tr.start + fit_clips))
-    out = {"dev": rollout_metrics(model, video[dv], horizon), "test": rollout_metrics(model, video[te], horizon),
+    out = {"dev": rollout_metrics(model, video[dv], horizon), "test": rollout_metrics(model, video[te], horizon, per_clip=True),
            "slot_recon": slot_recon_error(model, video[te]), "mask_ari": float("nan")}
     if model.cfg.model == "flam" and model.tokenizer.n_tokens == entity_labels(video[:1, :1], acts.shape[-1]).shape[-1]:
         out["mask_ari"] = mask_ari(model, video[te], entity_labels(video[te], acts.shape[-1]))
@@ -205,7 +217,7 @@ def _grid_run(name, e, cfg, choice, video, sl, seed, tok) -> tuple[float, dict |
         return float("-inf"), None, time.process_time() - t0, str(err)
     cpu = time.process_time() - t0
     m = rollout_metrics(model, video[sl[1]], cfg["horizon"])
-    full = cfg["grid_steps"] == cfg["steps"]
+    full = cfg["grid_steps"] == cfg["steps"] and not cfg.get("grid_seed_offset")  # else a dev seed's run
     state = {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()} if full else None
     if state is not None:
         state = (state, model.train_info["start"])
@@ -247,10 +259,11 @@ def _choose(names, e: int, cfg: dict, video, sl, seed: int, log: list, tok=None,
     searched = [n for n in names if len(_candidates(n, cfg, None)) + len(_candidates(n, cfg, {})) > 1]
 
     def run(jobs: list) -> None:  # (model, choice, stage) jobs, side by side in the pool
-        outs = _map(pool, _grid_run, [(n, e, cfg, c, video, sl, seed, tok) for n, c, _ in jobs])
+        gseed = seed + cfg.get("grid_seed_offset", 0)  # long: a dev seed apart from the reported ones
+        outs = _map(pool, _grid_run, [(n, e, cfg, c, video, sl, gseed, tok) for n, c, _ in jobs])
         for (n, c, stage), (score, state, cpu, why) in zip(jobs, outs, strict=True):
             scored[n].append((c, score, state, cpu))
-            log.append({"entities": e, "model": n, **c, "stage": stage, "steps": cfg["grid_steps"], "dev_psnr_h": score,
+            log.append({"entities": e, "model": n, "grid_seed": gseed, **c, "stage": stage, "steps": cfg["grid_steps"], "dev_psnr_h": score,
                         "train_cpu_s": round(cpu, 1), "diverged": why})
 
     first = [(n, c, 1) for n in searched for c in _candidates(n, cfg, None)]
@@ -272,8 +285,8 @@ def _choose(names, e: int, cfg: dict, video, sl, seed: int, log: list, tok=None,
 
 
 def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
-    check_scale(scale)
-    cfg = CFG[scale]
+    check_scale(scale, DESCRIPTOR)
+    cfg = CFG[scale]  # "long" runs CFG["long"], never "full" (tests/test_experiments.py)
     if cfg["device"] == "cuda" and not torch.cuda.is_available():
         raise UserError("the full scale needs a CUDA device (E in {1,2,4,6}, 2000 clips, 3000 steps, 5 seeds); "
                         "run --scale quick on CPU")
@@ -295,8 +308,10 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
 
     claims(res, recs, bc_recs, cfg, seed)
     out_dir.mkdir(parents=True, exist_ok=True)
-    runs = [{k: v for k, v in r.items() if k != "ratio_clips"} for r in recs]  # per-clip lists: claims only
-    for name, rows in (("runs.csv", runs), ("dev_grid.csv", grid_log), ("bc.csv", bc_recs)):
+    lists = ("ratio_clips", "psnr_clips_h", "copy_clips_h", "loss_curve")
+    runs = [{k: v for k, v in r.items() if k not in lists} for r in recs]  # per-clip lists: claims / curves only
+    bcs = [{k: v for k, v in r.items() if k != "success_episodes"} for r in bc_recs]
+    for name, rows in (("runs.csv", runs), ("dev_grid.csv", grid_log), ("bc.csv", bcs)):
         if rows:
             write_csv(out_dir / name, rows)
             res.figures.append(name)
@@ -305,16 +320,34 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
     return res
 
 
-def _one_run(name, e, sd, mcfg, lr, cfg, video, acts, sl, tok, controlled, done=None) -> tuple[dict, list]:
+CURVE_BIN = 50  # training-loss curves: the mean prediction loss over each 50 steps
+
+
+def _loss_curve(trace: list, start: int) -> tuple[list, list]:
+    """(steps, mean one-step prediction loss per ``CURVE_BIN`` steps) of the run that continued: the
+    winning candidate's steps, then the rest (``trace``: (step, candidate or None, loss))."""
+    kept = sorted((st, v) for st, r, v in trace if r is None or r == start)
+    steps, vals = [], []
+    for i in range(0, len(kept), CURVE_BIN):
+        chunk = kept[i:i + CURVE_BIN]
+        steps.append(chunk[-1][0])
+        vals.append(float(sum(v for _, v in chunk) / len(chunk)))
+    return steps, vals
+
+
+def _one_run(name, e, sd, mcfg, lr, cfg, video, acts, sl, tok, controlled, done=None, data="",
+             identifiable=False) -> tuple[dict, list]:
     """Train one model at one seed (or take ``done`` = (weights, train CPU s), the dev grid's winning
     run of this very config and seed), score it on test (the probes' C chosen on dev) and, on
     controlled data, run pseudo-label BC: ``(runs.csv row, bc.csv rows)``."""
     tcfg = TrainConfig(steps=cfg["steps"], batch_size=cfg["batch"], window=5, lr=lr, seed=sd,
                        unroll_from=cfg.get("unroll_from", 0),
                        **_starts(cfg, cfg["steps"]))
+    trace: list = []
     if done is None:
         t0 = time.process_time()
-        model = train(mcfg, tcfg, video[sl[0]], device=cfg["device"], tokenizer=tok)
+        model = train(mcfg, tcfg, video[sl[0]], device=cfg["device"], tokenizer=tok,
+                      on_step=lambda st, _m, info: trace.append((st, info.get("start"), info["pred"])))
         train_cpu = time.process_time() - t0
         start = model.train_info["start"]
     else:
@@ -326,7 +359,8 @@ def _one_run(name, e, sd, mcfg, lr, cfg, video, acts, sl, tok, controlled, done=
         train_cpu, start = done[1], done[2]
     ev = _evaluate(model, video, acts, sl, cfg["horizon"], cfg["probe_c"], cfg["fit_clips"])
     t, d, h = ev["test"], ev["dev"], ev["test"]["horizon"]
-    rec = {"entities": e, "model": name, "seed": sd, "params": n_params(model), "steps": cfg["steps"],
+    rec = {"data": data or f"sprites_E{e}", "identifiable": identifiable,
+           "entities": e, "model": name, "seed": sd, "params": n_params(model), "steps": cfg["steps"],
            "batch": cfg["batch"], "unroll": mcfg.unroll,
            "unroll_from": tcfg.unroll_from,
            "starts": tcfg.starts, "start_steps": tcfg.start_steps, "start": start, "width": mcfg.width, "train_cpu_s": round(train_cpu, 1),
@@ -338,53 +372,87 @@ def _one_run(name, e, sd, mcfg, lr, cfg, video, acts, sl, tok, controlled, done=
            "copy_ssim_h": t[f"copy_ssim_{h}"], "dev_copy_h": d[f"copy_{h}"],
            "corr": ev["corr"], "corr_matched": ev["corr_matched"], "corr_matched_ratio": ev["corr_matched_ratio"],
            "ceiling": ev["ceiling"], "ratio_clips": ev.get("ratio_clips", []), "corr_visible": ev["corr_visible"], "best_probe": ev["best_probe"], "probe_c": ev["probe_c"],
-           "slot_recon": ev["slot_recon"], "mask_ari": ev["mask_ari"], "from_dev_grid": done is not None}
-    bc = _bc_rows(name, e, sd, ev["latents"], video, acts, sl, cfg) if controlled and name in (
-        "flam", "lam", "lam-vq") else []
+           "slot_recon": ev["slot_recon"], "mask_ari": ev["mask_ari"], "from_dev_grid": done is not None,
+           # per test clip (item 6): PSNR at h and copying frame 0, the units of the clustered intervals
+           "psnr_clips_h": t[f"psnr_clips_{h}"], "copy_clips_h": t[f"copy_clips_{h}"],
+           "loss_curve": _loss_curve(trace, start) if trace else ([], [])}
+    bc = _bc_rows(name, e, sd, ev["latents"], video, acts, sl, cfg, identifiable) if controlled and name in (
+        "flam", "lam", "lam-vq", "lam-token") else []
+    for r in bc:
+        r["data"] = rec["data"]
     return rec, bc
 
 
-def _true_bc(e, sd, video, acts, sl, cfg) -> dict:
+def _true_bc(e, sd, video, acts, sl, cfg, data="", identifiable=False) -> dict:
     act, frames = _bc_inputs(video, acts, sl, cfg["fit_clips"])
-    return {"entities": e, "model": "true-actions", "seed": sd, "labels": 1.0,
-            "success": true_action_bc(act, frames, e, video.shape[2], seed=sd, bc_steps=cfg["bc_steps"],
-                                      episodes=cfg["episodes"])}
+    eps = np.asarray(true_action_bc(act, frames, e, video.shape[2], seed=sd, bc_steps=cfg["bc_steps"],
+                                    episodes=cfg["episodes"], identifiable=identifiable, per_episode=True), float)
+    return {"data": data or f"sprites_E{e}", "entities": e, "model": "true-actions", "seed": sd, "labels": 1.0,
+            "success": float(eps.mean()), "success_episodes": eps.tolist()}
+
+
+def _datasets(cfg: dict) -> list[dict]:
+    """The data sets of a scale, the largest E first (its dev grid sets every model's choice): one per E
+    (the largest --controlled, for BC) and, in ``long``, the identifiable E = max data (item 2)."""
+    big = max(cfg["entities"])
+    out = [{"e": e, "controlled": e == big, "identifiable": False, "name": f"sprites_E{e}"}
+           for e in sorted(cfg["entities"], reverse=True)]
+    if cfg.get("identifiable"):
+        out.insert(1, {"e": big, "controlled": True, "identifiable": True, "name": f"sprites_E{big}_identifiable"})
+    return out
+
+
+def _longer(cfg: dict) -> dict:
+    """The longer schedule (``long``: "flam-x2"): ``schedule_x`` times the steps, the unroll's start and the
+    starts' share scaled alike."""
+    x = cfg["schedule_x"]
+    return {**cfg, "steps": cfg["steps"] * x, "unroll_from": cfg.get("unroll_from", 0) * x,
+            "start_steps": cfg.get("start_steps", 0) * x}
 
 
 def _run(res: Results, cfg: dict, seed: int, pool=None) -> tuple[list, list, list]:
-    from .report import add_rows
+    from .report import add_curves, add_rows
 
     seeds = [seed + i for i in range(cfg["seeds"])]
-    big = max(cfg["entities"])
     recs, grid_log, bc_recs, chosen = [], [], [], {}
-    for e in sorted(cfg["entities"], reverse=True):  # the largest E first: its dev grid sets the choices
-        controlled = e == big
-        video, acts = generate(e, cfg["clips"], cfg["frames"], seed=seed * 1000 + e, controlled=controlled)
+    for ds in _datasets(cfg):
+        e, controlled, ident, exp = ds["e"], ds["controlled"], ds["identifiable"], ds["name"]
+        main = controlled and not ident  # the data set of the dev grid, the arms and the claims at E = max
+        video, acts = generate(e, cfg["clips"], cfg["frames"], seed=seed * 1000 + e + (500 if ident else 0),
+                               controlled=controlled, identifiable=ident)
         sl = _split(cfg["clips"])
         tok, tok_psnr, tok_cpu = _tokenizer(cfg, video, sl, seed)
-        res.add(f"sprites_E{e}", "tokenizer", "recon_psnr", [tok_psnr], seeds=[seed], unit="dB", split="test",
+        res.add(exp, "tokenizer", "recon_psnr", [tok_psnr], seeds=[seed], unit="dB", split="test",
                 grid=tok.grid, channels=tok.channels, fit_cpu_s=round(tok_cpu, 1))
         ceiling = visible_action_accuracy(video[sl[2]], acts[sl[2]])
-        res.add(f"sprites_E{e}", "visible-displacement oracle", "corr", [float(ceiling.mean())], seeds=[seed],
+        res.add(exp, "visible-displacement oracle", "corr", [float(ceiling.mean())], seeds=[seed],
                 split="test", per_entity=[round(float(c), 3) for c in ceiling],
                 note="the action read from each sprite's visible displacement: the ceiling of any probe")
         won = {}
-        if e == big:
+        if main:
             chosen, won = _choose(cfg["models"], e, cfg, video, sl, seeds[0], grid_log, tok, pool)
             chosen.update({arm: chosen["flam"] for arm in cfg["arms"]})
-        names = list(cfg["models"]) + (list(cfg["arms"]) if e == big else [])
+        names = list(cfg["models"]) + (list(cfg["arms"]) if main else [])
         # every (model, seed) run is independent: side by side in the pool, results in a fixed order; the
         # first seed's run of a searched model at E = big is the dev grid's winning run (same config and seed)
         jobs = [(n, e, sd, _model_cfg(n, e, cfg["width"], chosen[n], tok, cfg.get("unroll", 1), cfg.get("local_sigma", 0.0)),
                  chosen[n]["lr"],
-                 cfg, video, acts, sl, tok, controlled, won.get(n) if sd == seeds[0] else None)
+                 cfg, video, acts, sl, tok, controlled, won.get(n) if sd == seeds[0] and main else None, exp, ident)
                 for n in sorted(names, key=lambda n: not n.startswith("flam")) for sd in seeds]  # long runs first
+        if main and cfg.get("schedule_x", 1) > 1:  # the longer schedule: FLAM at x times the steps (long)
+            jobs = [(f"flam-x{cfg['schedule_x']}", e, sd, _model_cfg("flam", e, cfg["width"], chosen["flam"], tok,
+                     cfg.get("unroll", 1), cfg.get("local_sigma", 0.0)), chosen["flam"]["lr"], _longer(cfg), video,
+                     acts, sl, tok, controlled, None, exp, ident) for sd in seeds] + jobs
+            names.append(f"flam-x{cfg['schedule_x']}")
+        out = []
         for rec, bc in _map(pool, _one_run, jobs):
-            recs.append(rec)
+            out.append(rec)
             bc_recs += bc
+        recs += out
         if controlled:  # the reference: the same policy cloned from every true action
-            bc_recs += _map(pool, _true_bc, [(e, sd, video, acts, sl, cfg) for sd in seeds])
-        add_rows(res, recs, e, names, seeds, cfg)
+            bc_recs += _map(pool, _true_bc, [(e, sd, video, acts, sl, cfg, exp, ident) for sd in seeds])
+        add_rows(res, out, e, names, seeds, cfg, exp)
+        add_curves(res, out, exp, cfg)
     return recs, grid_log, bc_recs
 
 
@@ -398,11 +466,11 @@ def _bc_inputs(video, acts, sl, fit_clips=None):
     return act, frames
 
 
-def _bc_rows(name, e, sd, lat, video, acts, sl, cfg) -> list[dict]:
+def _bc_rows(name, e, sd, lat, video, acts, sl, cfg, identifiable=False) -> list[dict]:
     act, frames = _bc_inputs(video, acts, sl, cfg["fit_clips"])
     rows = []
     for frac in cfg["labels"]:
         out = pseudo_label_bc(lat, act, frames, frac, e, video.shape[2], seed=sd, bc_steps=cfg["bc_steps"],
-                              episodes=cfg["episodes"], decoder_c=cfg["decoder_c"])
+                              episodes=cfg["episodes"], decoder_c=cfg["decoder_c"], identifiable=identifiable)
         rows.append({"entities": e, "model": name, "seed": sd, "labels": frac, **out})
     return rows

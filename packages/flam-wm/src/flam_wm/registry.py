@@ -33,17 +33,18 @@ DESCRIPTOR = MethodDescriptor(
     scales={
         "smoke": "SpriteWorld E in {1, 2}, 20 clips x 6 frames, 3 steps, 2 seeds, a few BC steps: exercises every "
                  "path, evaluates no claim (about 15 CPU-s on one thread, under a minute wall)",
-        "quick": "SpriteWorld 32x32, E in {1, 4} (E=4 --controlled), 600 clips x 12 frames, one frozen 8x8x8 conv "
-                 "autoencoder tokenizer per data set; lam's beta and free-bits floor {0, 6.4} chosen on dev by "
-                 "half-length runs (dev 10-step PSNR; lr 3e-3, "
-                 "1e-3 dropped in 0.9 after losing on dev in 0.6-0.8); "
-                 "FLAM (K=E+2, local slot attention sigma 1, beta 0.03, free bits 1.6: chosen by dev checks; per-slot compositor, "
-                 "slot positions, seeded slots) vs lam (params matched) + "
-                 "flam-one-latent (one latent from all slots to every FDM: the factorisation's ablation) at E=4, width 32, 800 steps x batch 32 (one-step loss, then "
-                 "4-step unrolled from step 400), 3 seeds, two worker processes; correspondence with slots matched to "
-                 "sprites per clip by their masks, against the visible-move ceiling; pseudo-label BC at 1% / 10% "
-                 "labels, the decoder's input and C by cross-validation inside the labels "
-                 "(about 13 CPU-min, 7 min wall on 2 CPUs)",
+        "quick": "SpriteWorld 32x32, E = 4 --controlled, 600 clips x 12 frames, one frozen 8x8x8 conv autoencoder "
+                 "tokenizer; FLAM (K=E+2, local slot attention sigma 1, beta 0.03, free bits 1.6: chosen by dev "
+                 "checks) vs lam (params matched; beta and free-bits floor {0, 6.4} chosen on dev by half-length "
+                 "runs) + flam-one-latent (one latent from all slots to every FDM: the factorisation's ablation), "
+                 "width 32, 800 steps x batch 32 (4-step unrolled from step 400), best-of-2 starts, 3 seeds, two "
+                 "worker processes; correspondence with slots matched to sprites per clip by their masks, against "
+                 "the visible-move ceiling; pseudo-label BC at 1% labels; intervals over test clips nested in seeds "
+                 "(about 9-10 CPU-min, 5-6 min wall on 2 CPUs)",
+        "long": "quick plus what does not fit it, CPU, run once and committed (results/long.json): E = 1 beside "
+                "E = 4 (the gap), the token-level lam-token (its dev grid on seed + 100) beside lam, "
+                "flam-no-temporal, identifiable data (E = 4, every action visible; its own BC environment), "
+                "10% labels, FLAM at twice the steps (flam-x2) (estimated 45-60 CPU-min, not yet run)",
         "full": "the same recipe scaled up on a CUDA device: E in {1, 2, 4, 6}, 2000 clips x 16 frames, "
                 "3000 steps x batch 32 (4-step unrolled loss from step 1500), width 64, lam-vq beside lam, 5 seeds, "
                 "an 8x8x16 conv autoencoder "
@@ -51,5 +52,5 @@ DESCRIPTOR = MethodDescriptor(
     },
     # 0.9.1: 11.1 CPU-min in two worker processes, 6.2 min wall (2 cores, mostly quiet);
     # 0.9.2: 11.4 CPU-min, 6.2 min wall (quiet rerun; 10.0 min on cores shared with a CI run)
-    quick_minutes=7.0,
+    quick_minutes=6.0,
 )
