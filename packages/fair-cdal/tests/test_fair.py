@@ -132,8 +132,8 @@ def test_fair_spectral_embedding_is_orthogonal_to_the_groups(small):
 def test_vfc_fairness_term_raises_balance(small):
     views, y, g = small
     b0 = metrics.balance(vfc(views, g, 3, 0, lam=0.0), g)
-    b1 = max(metrics.balance(vfc(views, g, 3, 0, lam=lam), g) for lam in (1.0, 3.0, 6.0))
-    assert b1 > b0
+    b1 = [metrics.balance(vfc(views, g, 3, 0, lam=lam), g) for lam in (2.0, 6.0)]
+    assert b0 == 0.0 and min(b1) >= 0.4  # a real fair point at every λ > 0 (issue 55 §6)
 
 
 def _fake_runs(fair_balance):

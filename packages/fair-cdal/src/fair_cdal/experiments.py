@@ -31,11 +31,13 @@ from .registry import CLAIMS, DESCRIPTOR
 CFG = {
     "smoke": dict(syn=SyntheticConfig(n=200, k=3, dims=(6, 8)), seeds=2, max_iter=3,
                   a=(0.3, 3.0), rho=(0.0, 0.8), lam=(0.0, 3.0), nn=(10,), anchors=(2,),
-                  timing_n=(300, 600), timing_repeats=1, fit_n=(300,), fit_max_iter=3),
+                  timing_n=(300, 600), timing_repeats=1, fit_n=(300,), fit_max_iter=3,
+                  real=("nutrimouse",)),
     "quick": dict(syn=SyntheticConfig(), seeds=QuickConfig.seeds, max_iter=30,
-                  a=(0.1, 1.0, 10.0), rho=(0.0, 0.6, 0.8, 0.9), lam=(0.0, 1.0, 3.0, 6.0),
+                  a=(0.1, 1.0, 10.0), rho=(0.0, 0.6, 0.8, 0.9), lam=(0.0, 2.0, 3.0, 6.0, 10.0),
                   nn=(10, 20), anchors=(1, 2, 3), timing_n=(10_000, 30_000, 100_000),
-                  timing_repeats=3, fit_n=(10_000,), fit_max_iter=50),
+                  timing_repeats=3, fit_n=(10_000,), fit_max_iter=50,
+                  real=("nutrimouse", "penguins", "arrests"), real_seeds={"arrests": 1}),
 }
 KEYS = ("acc", "nmi", "balance_ratio", "mnce")
 UNCONSTRAINED = ("concat_kmeans", "anchor_mvc")
@@ -63,9 +65,9 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
         warnings.simplefilter("ignore", category=UserWarning)
         chosen = _dev(res, cfg, seed)
         mean = _test(res, cfg, seed, chosen, traces)
-        _real(res, cfg, seed, chosen)
+        real = _real(res, cfg, seed, chosen)
         _timing(res, cfg, seed, scale)
-    res.figures += _front_files({"synthetic": mean}, out_dir, traces)
+    res.figures += _front_files({"synthetic": mean, **real}, out_dir, traces)
     res.notes += [
         "Objective and update order follow the notes' reading of the authors' CDAL.m [S]; the Z_u "
         "block solver (FISTA on the exact block to a Frank–Wolfe gap), the scale-free weights, the "
@@ -88,7 +90,15 @@ def _cdal_fit(views, g, k, seed, cfg, **kw):
         return est.fit(list(views), sensitive_features=g)
 
 
-def _cdal_points(est, y, g, label, rhos) -> dict:
+def _evaluate(y, lab, g, X=None) -> dict:
+    """metrics.evaluate, plus the k-means cost on the standardised views when ``X`` is given."""
+    out = metrics.evaluate(y, lab, g)
+    if X is not None:
+        out["kmeans_cost"] = metrics.kmeans_cost(X, lab)
+    return out
+
+
+def _cdal_points(est, y, g, label, rhos, X=None) -> dict:
     """Metrics of one CDAL fit under both final steps: {(label, setting): metrics}."""
     out = {}
     extra = {"hsic_zu": est.hsic_, "anchor_balance": est.anchor_balance_,
@@ -96,7 +106,7 @@ def _cdal_points(est, y, g, label, rhos) -> dict:
              "worst_gap": max((max(b["zs_gap"], b["zu_gap"]) for b in est.block_gaps_), default=0.0)}
     for rho in rhos:
         lab = est.relabel("fair", rho) if rho > 0 else est.kmeans_labels_
-        out[f"rho={rho:g}"] = {**metrics.evaluate(y, lab, g), **extra,
+        out[f"rho={rho:g}"] = {**_evaluate(y, lab, g, X), **extra,
                                "share_ok": _share_ok(lab, g, rho)}
     return out
 
@@ -116,8 +126,8 @@ def _share_ok(labels, g, rho) -> float:
     return float(ok[T.sum(1) > 0].all())
 
 
-def _run(name, views, y, g, k, seed, **kw) -> dict:
-    return metrics.evaluate(y, BASELINES[name](views, g, k, seed, **kw), g)
+def _run(name, views, y, g, k, seed, X=None, **kw) -> dict:
+    return _evaluate(y, BASELINES[name](views, g, k, seed, **kw), g, X)
 
 
 def _pick(points: dict, ref_acc: float):
@@ -165,35 +175,42 @@ def _dev(res: Results, cfg: dict, seed: int) -> dict:
     return chosen
 
 
-def _sweep(cfg, views, y, g, k, seed, chosen, traces=None) -> dict:
-    """Every method on one draw: {(method, setting): metrics}."""
+def _sweep(cfg, views, y, g, k, seed, chosen, traces=None, cost=False) -> dict:
+    """Every method on one draw: {(method, setting): metrics} (+ the k-means cost if ``cost``)."""
+    from .baselines import standardize
+
     a, rho, beta = chosen["a"], chosen["rho"], chosen["beta"]
-    out = {("truth", "default"): metrics.evaluate(y, y, g),
-           ("random", "default"): metrics.evaluate(
-               y, np.random.default_rng(seed).integers(0, k, len(y)), g),
-           ("concat_kmeans", "default"): _run("concat_kmeans", views, y, g, k, seed),
-           ("anchor_mvc", "default"): _run("anchor_mvc", views, y, g, k, seed,
+    X = np.hstack(standardize(views)) if cost else None
+    out = {("truth", "default"): _evaluate(y, y, g, X),
+           ("random", "default"): _evaluate(
+               y, np.random.default_rng(seed).integers(0, k, len(y)), g, X),
+           ("concat_kmeans", "default"): _run("concat_kmeans", views, y, g, k, seed, X),
+           ("anchor_mvc", "default"): _run("anchor_mvc", views, y, g, k, seed, X,
                                            n_anchors=chosen["anchor_mvc_anchors"]),
-           ("fair_spectral", "default"): _run("fair_spectral", views, y, g, k, seed,
+           ("fair_spectral", "default"): _run("fair_spectral", views, y, g, k, seed, X,
                                               n_neighbors=chosen["fair_spectral_nn"])}
     for r in cfg["rho"]:
         if r > 0:
-            out[("fair_kmeans", f"rho={r:g}")] = _run("fair_kmeans", views, y, g, k, seed, rho=r)
+            out[("fair_kmeans", f"rho={r:g}")] = _run("fair_kmeans", views, y, g, k, seed, X, rho=r)
     for lam in cfg["lam"]:
-        out[("vfc", f"lam={lam:g}")] = _run("vfc", views, y, g, k, seed, lam=lam)
+        out[("vfc", f"lam={lam:g}")] = _run("vfc", views, y, g, k, seed, X, lam=lam)
     for a_ in cfg["a"]:
         est = _cdal_fit(views, g, k, seed, cfg, alpha=a_, beta=beta)
-        for s, m in _cdal_points(est, y, g, "cdal", cfg["rho"]).items():
+        for s, m in _cdal_points(est, y, g, "cdal", cfg["rho"], X).items():
             out[("cdal", f"a={a_:g},{s}")] = m
         if a_ == a and traces is not None:
             traces.setdefault("cdal", []).append(est.objective_.tolist())
     variants = {"cdal_all0": dict(alpha=0.0, beta=0.0, gamma=0.0),
                 "cdal_prox_only": dict(alpha=a, beta=beta, prox_only=True),
                 "cdal_gamma0": dict(alpha=a, beta=beta, gamma=0.0),
+                # γ's effect shows where α alone leaves HSIC(Z_u) up (issue 55 §3, dev study in
+                # docs/experiments.md): γ = 0 at a = 1 (else the grid's smallest a), beside "cdal"
+                "cdal_gamma0_weak_alpha": dict(alpha=1.0 if 1.0 in cfg["a"] else min(cfg["a"]),
+                                               beta=beta, gamma=0.0),
                 "cdal_beta0" if beta else "cdal_beta1": dict(alpha=a, beta=1.0 - beta)}
     for name, kw in variants.items():
         est = _cdal_fit(views, g, k, seed, cfg, **kw)
-        for s, m in _cdal_points(est, y, g, name, (0.0, rho)).items():
+        for s, m in _cdal_points(est, y, g, name, (0.0, rho), X).items():
             out[(name, s)] = m
     return out
 
@@ -206,7 +223,8 @@ def _record(res, exp, runs, seeds, chosen) -> dict:
     table = {}
     cd_default = f"a={chosen['a']:g},rho={chosen['rho']:g}"
     for key in runs[0]:
-        extra = [mt for mt in ("hsic_zu", "anchor_balance", "converged", "worst_gap", "share_ok")
+        extra = [mt for mt in ("kmeans_cost", "hsic_zu", "anchor_balance", "converged", "worst_gap",
+                               "share_ok")
                  if mt in runs[0][key]]
         for metric in (*KEYS, *extra):
             vals = [r[key][metric] for r in runs]
@@ -304,17 +322,26 @@ def _test(res: Results, cfg: dict, seed: int, chosen: dict, traces: dict) -> dic
     return _claims(res, exp, runs, table, chosen, seeds, "synthetic")
 
 
-def _real(res: Results, cfg: dict, seed: int, chosen: dict) -> None:
-    from .io import load_nutrimouse
+def _real(res: Results, cfg: dict, seed: int, chosen: dict) -> dict:
+    """The offline real data sets of ``cfg["real"]`` (io.REAL_DATA), every method at the settings
+    the synthetic dev draw chose: nothing is chosen on them. Seeds vary the methods' inits."""
+    from .io import REAL_DATA
 
-    try:
-        views, y, g = load_nutrimouse()
-    except UserError as exc:
-        res.notes.append(f"real data not run: {exc}")
-        return
-    seeds = [seed + i for i in range(cfg["seeds"])]
-    runs = [_sweep(cfg, views, y, g, 5, sd, chosen) for sd in seeds]
-    _record(res, "nutrimouse", runs, seeds, chosen)
+    means = {}
+    for name in cfg["real"]:
+        seeds = [seed + i for i in range(cfg.get("real_seeds", {}).get(name, cfg["seeds"]))]
+        loader, k, sensitive = REAL_DATA[name]
+        try:
+            views, y, g = loader()
+        except UserError as exc:
+            res.notes.append(f"{name} not run: {exc}")
+            continue
+        runs = [_sweep(cfg, views, y, g, k, sd, chosen, cost=True) for sd in seeds]
+        _record(res, name, runs, seeds, chosen)
+        res.notes.append(f"{name}: n = {len(y)}, k = {k}, sensitive = {sensitive}")
+        means[name] = {key: {mt: float(np.mean([r[key][mt] for r in runs]))
+                             for mt in (*KEYS, "kmeans_cost")} for key in runs[0]}
+    return means
 
 
 def _cpu(fn, repeats: int) -> list[float]:
@@ -384,10 +411,11 @@ def _front_files(fronts: dict, out_dir: Path, traces: dict) -> list[str]:
     path = out_dir / "front.csv"
     with path.open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["data", "method", "setting", "acc", "nmi", "balance_ratio", "mnce"])
+        w.writerow(["data", "method", "setting", *KEYS, "kmeans_cost"])
         for data, mean in fronts.items():
             for (meth, setting), m in mean.items():
-                w.writerow([data, meth, setting, *(f"{m[k]:.4f}" for k in KEYS)])
+                w.writerow([data, meth, setting, *(f"{m[k]:.4f}" for k in KEYS),
+                            f"{m['kmeans_cost']:.4f}" if "kmeans_cost" in m else ""])
     write_json(out_dir / "objective_traces.json", traces)
     from .plots import pareto_plot
 

