@@ -56,6 +56,10 @@ class Aggregator:
     def parameters(self) -> list[torch.nn.Parameter]:
         return []
 
+    def to(self, device) -> Aggregator:
+        """Move learned weights to ``device`` (UW's log-variances); the rest follows its inputs."""
+        return self
+
     def end_epoch(self, mean_losses: np.ndarray) -> None:
         pass
 
@@ -227,6 +231,10 @@ class UW(Aggregator):
     def parameters(self):
         return [self.log_var]
 
+    def to(self, device):
+        self.log_var.data = self.log_var.data.to(device)
+        return self
+
     def combine(self, losses):
         return (torch.exp(-self.log_var) * losses + self.log_var).sum()
 
@@ -266,7 +274,7 @@ class FAMO(Aggregator):
         self.prev: torch.Tensor | None = None
 
     def observe(self, losses):
-        cur = losses.detach().clamp_min(1e-8)
+        cur = losses.detach().float().cpu().clamp_min(1e-8)
         if self.prev is not None:
             delta = self.prev.log() - cur.log()
             self.opt.zero_grad()

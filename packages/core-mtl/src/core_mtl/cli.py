@@ -71,8 +71,15 @@ def _cmd_train(args) -> int:
     refuse_existing(args.out)
     if args.method not in METHODS:
         raise UserError(f"unknown method {args.method!r} (choose from {', '.join(METHODS)})")
+    device = _device(args.device)
+    encoder, enc_spec = None, None
+    if args.encoder:
+        from . import encoders
+
+        _, enc_spec = encoders.resolve(args.encoder)
+        encoder = encoders.build(enc_spec)
     tasks = _select_tasks(load_tasks(args.data), args.tasks)
-    images, targets, _ = read_split(args.data, "train", tasks)
+    images, targets, _ = read_split(args.data, "train", tasks, image_scale=args.image_scale)
     n_dev = int(round(args.dev_frac * len(images)))
     if len(images) - n_dev < args.batch_size:
         raise UserError(f"{len(images) - n_dev} training images is fewer than --batch-size {args.batch_size}")
@@ -91,28 +98,44 @@ def _cmd_train(args) -> int:
 
         main_process = PartialState().is_main_process  # initialises torch.distributed
     say = (lambda e, n: print(f"\repoch {e}/{n}", end="", file=sys.stderr, flush=True))
-    if args.method == "single":
-        models, history = {}, {}
-        for t in tasks:
-            r = train(cfg, (t,), _one_task(tr, t.name), _one_task(dev, t.name), progress=say)
-            models[t.name], history[t.name] = r.model, r.history
-    else:
-        r = train(cfg, tasks, tr, dev, progress=say)
-        models, history = {"*": r.model}, r.history
+    try:
+        if args.method == "single":
+            models, history = {}, {}
+            for t in tasks:
+                r = train(cfg, (t,), _one_task(tr, t.name), _one_task(dev, t.name), progress=say,
+                          encoder=encoder, device=device)
+                models[t.name], history[t.name] = r.model, r.history
+        else:
+            r = train(cfg, tasks, tr, dev, progress=say, encoder=encoder, device=device)
+            models, history = {"*": r.model}, r.history
+    except ValueError as exc:  # the encoder's output, say
+        raise UserError(str(exc)) from None
     print(file=sys.stderr)
     if not main_process:
         return 0
-    save_run(args.out, asdict(cfg), tasks, models, history)
+    save_run(args.out, asdict(cfg), tasks, {k: m.cpu() for k, m in models.items()}, history,
+             encoder=enc_spec, image_scale=args.image_scale)
     print(f"trained {args.method} on {len(tr)} images ({n_dev} held out as dev), tasks "
           f"{','.join(t.name for t in tasks)} -> {args.out}")
     return 0
 
 
+def _device(spec: str):
+    from .train import resolve_device
+
+    try:
+        return resolve_device(spec)
+    except ValueError as exc:
+        raise UserError(f"--device: {exc}") from None
+
+
 def _load(args, split: str):
     from .io import load_run, read_split
 
-    cfg, tasks, models = load_run(args.run)
-    images, targets, extra = read_split(args.data, split, tasks)
+    device = _device(args.device)
+    meta: dict = {}
+    cfg, tasks, models = load_run(args.run, device=device, meta_out=meta)
+    images, targets, extra = read_split(args.data, split, tasks, image_scale=meta["image_scale"])
     return cfg, tasks, models, images, targets, extra
 
 
@@ -124,9 +147,10 @@ def _cmd_eval(args) -> int:
     cfg, tasks, models, images, targets, _ = _load(args, "test" if args.split == "id" else "test_ood")
     m = evaluate(tasks, predict(models, torch.from_numpy(images)), targets)
     if args.reference is not None:
+        from .io import load_run
         from .metrics import delta_m_percent
 
-        _, rtasks, rmodels = __import__("core_mtl.io", fromlist=["load_run"]).load_run(args.reference)
+        _, rtasks, rmodels = load_run(args.reference, device=_device(args.device))
         ref = evaluate(rtasks, predict(rmodels, torch.from_numpy(images)), targets)
         m["delta_m_percent"] = delta_m_percent(m, ref)
     if args.json:
@@ -188,6 +212,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--no-cka", action="store_true", help="ablation: no CKA independence penalty")
     t.add_argument("--no-cfa", action="store_true", help="ablation: no counterfactual swaps")
     t.add_argument("--heads-read-shared", action="store_true", help="heads also read proj(F), as the code does")
+    t.add_argument("--encoder", default=None, metavar="MODULE:FACTORY",
+                   help="your backbone: a zero-argument factory returning a module [B,3,H,W] -> [B,C,h,w] "
+                        "(MODULE dotted or a .py file); recorded in the run for eval/diagnose")
+    t.add_argument("--device", default="auto", help="auto (CUDA if there is one), cpu, cuda or cuda:N")
+    t.add_argument("--image-scale", type=float_in(0, 1e6, low_open=True), default=1.0,
+                   help="divide stored images by this (255 for 0-255 files); they must end in [0, 1]")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--out", type=Path, required=True, help="run folder (must not exist)")
     t.set_defaults(fn=_cmd_train)
@@ -197,12 +227,14 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--data", type=Path, required=True)
     e.add_argument("--split", choices=("id", "ood"), default="id")
     e.add_argument("--reference", type=Path, default=None, help="a --method single run, for Delta_m%%")
+    e.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     e.add_argument("--json", action="store_true")
     e.set_defaults(fn=_cmd_eval)
 
     d = sub.add_parser("diagnose", help="CKA(z_s, z_p), task-gradient conflict and the hue probe")
     d.add_argument("run", type=Path)
     d.add_argument("--data", type=Path, required=True)
+    d.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     d.add_argument("--json", action="store_true")
     d.set_defaults(fn=_cmd_diagnose)
 

@@ -82,6 +82,8 @@ class TrainConfig:
     cka: bool = True  # CKA independence penalty [C]; --no-cka ablation
     cfa: bool = True  # counterfactual swaps of z_p [C]; --no-cfa ablation
     conflict_every: int = 8  # measure task-gradient cosines every N steps [R]
+    patience: int | None = None  # stop after this many epochs without a dev improvement (None:
+    #                              run every epoch); the best-dev epoch is kept either way [R]
     seed: int = 0
     model: ModelConfig = field(default_factory=ModelConfig)
     weights: LossWeights = field(default_factory=LossWeights)
@@ -93,6 +95,8 @@ class TrainConfig:
             raise ValueError(f"batch size must be >= 2 (CKA and swaps need a batch), got {self.batch_size}")
         if not (self.lr > 0 and self.lr < 1):
             raise ValueError(f"lr must be in (0, 1), got {self.lr}")
+        if self.patience is not None and self.patience < 1:
+            raise ValueError(f"patience must be >= 1 or None, got {self.patience}")
         if self.core_clip is not None and not self.core_clip > 0:
             raise ValueError(f"core_clip must be > 0 or None, got {self.core_clip}")
         for name in ("stage0_frac", "cfa_start_frac", "cfa_prob", "warmup_frac", "ind_warmup_frac"):

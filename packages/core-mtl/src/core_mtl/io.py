@@ -78,9 +78,12 @@ def _stack(folder: Path, files: list[Path], what: str) -> np.ndarray:
     return out
 
 
-def read_split(root: Path, split: str, tasks: tuple[TaskSpec, ...], limit: int | None = None):
+def read_split(root: Path, split: str, tasks: tuple[TaskSpec, ...], limit: int | None = None,
+               image_scale: float = 1.0):
     """Images ``[N, 3, H, W]`` and targets (seg ``[N, H, W]`` int64, depth ``[N, H, W]``, normal
-    ``[N, 3, H, W]``, attributes ``[N, K]``) as NumPy arrays, checked; plus ``hue`` if stored."""
+    ``[N, 3, H, W]``, attributes ``[N, K]``) as NumPy arrays, checked; plus ``hue`` if stored.
+    Images are divided by ``image_scale`` (255 for 0-255 files) and must then lie in [0, 1]
+    (the appearance decoders end in a sigmoid)."""
     base = split_dir(root, split)
     img_dir = base / "image"
     if not img_dir.is_dir():
@@ -92,6 +95,13 @@ def read_split(root: Path, split: str, tasks: tuple[TaskSpec, ...], limit: int |
     images = _stack(img_dir, files, "image")
     if images.ndim != 4 or images.shape[-1] != 3:
         raise UserError(f"{img_dir}: images must be HxWx3, got {images.shape[1:]}")
+    if image_scale != 1.0:
+        images /= np.float32(image_scale)
+    lo, hi = float(images.min()), float(images.max())
+    if lo < -1e-6 or hi > 1 + 1e-6:
+        raise UserError(f"images in {img_dir} range over [{lo:g}, {hi:g}]"
+                        + (f" after dividing by {image_scale:g}" if image_scale != 1.0 else "")
+                        + ", not [0, 1]" + ("; pass --image-scale 255" if hi > 1.5 and image_scale == 1.0 else ""))
     N, H, W = images.shape[:3]
     targets = {}
     for t in tasks:
@@ -154,13 +164,16 @@ def write_dataset(out: Path, splits: dict[str, dict], tasks: dict) -> Path:
     return out
 
 
-def save_run(out: Path, config: dict, tasks: tuple[TaskSpec, ...], models: dict, history: dict) -> Path:
-    """``models`` maps ``"*"`` (one multi-task network) or a task name (single-task) to a module."""
+def save_run(out: Path, config: dict, tasks: tuple[TaskSpec, ...], models: dict, history: dict,
+             *, encoder: str | None = None, image_scale: float = 1.0) -> Path:
+    """``models`` maps ``"*"`` (one multi-task network) or a task name (single-task) to a module;
+    ``encoder`` is the ``MODULE:FACTORY`` spec of a user backbone (rebuilt by ``load_run``)."""
     import torch
 
     out = refuse_existing(out)
     with atomic_dir(out, exists_error=_EXISTS) as tmp:
-        meta = {"config": config, "tasks": [asdict(t) for t in tasks], "models": list(models)}
+        meta = {"config": config, "tasks": [asdict(t) for t in tasks], "models": list(models),
+                "encoder": encoder, "image_scale": image_scale}
         write_json(tmp / "config.json", meta, indent=2)
         write_json(tmp / "history.json", history, indent=None)
         for key, m in models.items():
@@ -168,8 +181,10 @@ def save_run(out: Path, config: dict, tasks: tuple[TaskSpec, ...], models: dict,
     return out
 
 
-def load_run(run: Path):
-    """(config dict, tasks, {key: model}) of a run folder written by ``save_run``."""
+def load_run(run: Path, device=None, meta_out: dict | None = None):
+    """(config dict, tasks, {key: model}) of a run folder written by ``save_run``, on ``device``
+    (default CPU); a user encoder is rebuilt from its recorded ``MODULE:FACTORY``. The run's other
+    metadata (``encoder``, ``image_scale``) go into ``meta_out`` when given."""
     import torch
 
     from .model import build_model
@@ -185,15 +200,25 @@ def load_run(run: Path):
         mcfg = ModelConfig(**cfg["model"])
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         raise UserError(f"{path} is corrupt ({exc})") from None
+    if meta_out is not None:
+        meta_out.update(encoder=meta.get("encoder"), image_scale=float(meta.get("image_scale", 1.0)))
     models = {}
     for key in meta["models"]:
         ts = tasks if key == "*" else tuple(t for t in tasks if t.name == key)
-        m = build_model(cfg["method"], ts, mcfg)
+        enc = None
+        if meta.get("encoder"):
+            from . import encoders
+
+            enc = encoders.build(meta["encoder"])
+        try:
+            m = build_model(cfg["method"], ts, mcfg, enc)
+        except ValueError as exc:
+            raise UserError(f"{run}: cannot rebuild the network ({exc})") from None
         f = run / ("model.pt" if key == "*" else f"model_{key}.pt")
         try:
             m.load_state_dict(torch.load(f, map_location="cpu", weights_only=True))
         except (OSError, RuntimeError, EOFError) as exc:
             raise UserError(f"cannot load {f}: {str(exc).splitlines()[0]}") from None
         m.eval()
-        models[key] = m
+        models[key] = m.to(device) if device is not None else m
     return cfg, tasks, models

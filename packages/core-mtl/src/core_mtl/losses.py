@@ -9,7 +9,7 @@ import torch.nn.functional as Fn
 from .config import LossWeights, TaskSpec
 from .core import linear_cka as _cka
 
-__all__ = ["linear_cka", "task_loss", "task_losses", "perceptual", "physics_priors", "edge_consistency"]
+__all__ = ["linear_cka", "task_loss", "task_losses", "task_weight_vector", "perceptual", "physics_priors", "edge_consistency"]
 
 
 def linear_cka(X, Y):
@@ -36,9 +36,19 @@ def task_losses(tasks: dict[str, TaskSpec], outputs: dict, targets: dict) -> dic
     return {n: task_loss(tasks[n], outputs[n], targets[n]) for n in outputs}
 
 
+def task_weight(spec: TaskSpec, w: LossWeights) -> float:
+    """The weight of one task's loss by its kind (NYUv2: seg 20, depth 10, normal 10) [C]."""
+    return {"segmentation": w.seg, "depth": w.depth, "normal": w.normal, "attributes": w.attributes}[spec.kind]
+
+
+def task_weight_vector(tasks, w: LossWeights) -> torch.Tensor:
+    """``[T]``: the one task-weight vector every arm applies to its task losses before any
+    aggregation (CORE's 20:10:10 on NYUv2 [C]; the same for every baseline [R, issue 49])."""
+    return torch.tensor([task_weight(t, w) for t in tasks], dtype=torch.float32)
+
+
 def weighted_task_sum(tasks: dict[str, TaskSpec], losses: dict, w: LossWeights) -> torch.Tensor:
-    kind_w = {"segmentation": w.seg, "depth": w.depth, "normal": w.normal, "attributes": w.attributes}
-    return sum(kind_w[tasks[n].kind] * v for n, v in losses.items())
+    return sum(task_weight(tasks[n], w) * v for n, v in losses.items())
 
 
 def ssim(pred: torch.Tensor, target: torch.Tensor, window: int = 7, sigma: float = 1.5) -> torch.Tensor:

@@ -22,15 +22,16 @@ def predict(models: dict, images: torch.Tensor, batch_size: int = 64) -> dict:
     feats = {"z_s": [], "z_p": []}
     for key, model in models.items():
         model.eval()
+        dev = next(model.parameters()).device
         for i in range(0, images.shape[0], batch_size):
-            out = model(images[i:i + batch_size])
+            out = model(images[i:i + batch_size].to(dev))
             for n, v in out["tasks"].items():
                 if key in ("*", n):
-                    preds.setdefault(n, []).append(v.numpy())
+                    preds.setdefault(n, []).append(v.cpu().numpy())
             if key in ("*", next(iter(models))):
-                feats["z_s"].append(out["z_s"].mean((2, 3)).numpy())
+                feats["z_s"].append(out["z_s"].mean((2, 3)).cpu().numpy())
                 if out["z_p"] is not None:
-                    feats["z_p"].append(out["z_p"].numpy())
+                    feats["z_p"].append(out["z_p"].cpu().numpy())
     res = {n: np.concatenate(v) for n, v in preds.items()}
     res["_z_s"] = np.concatenate(feats["z_s"])
     res["_z_p"] = np.concatenate(feats["z_p"]) if feats["z_p"] else None
@@ -101,13 +102,14 @@ def conflict_on(model, tasks: tuple[TaskSpec, ...], images, targets, batch_size:
 
     model.eval()
     shared = model.shared_parameters()
+    dev = shared[0].device
     cs, ns = [], []
     for i in range(min(n_batches, max(1, images.shape[0] // batch_size))):
         sl = slice(i * batch_size, (i + 1) * batch_size)
-        out = model(images[sl])
-        L = task_losses(model.tasks, out["tasks"], {k: v[sl] for k, v in targets.items()})
+        out = model(images[sl].to(dev))
+        L = task_losses(model.tasks, out["tasks"], {k: v[sl].to(dev) for k, v in targets.items()})
         G = task_gradients([L[t.name] for t in tasks], shared)
-        c, n = gradient_conflict(G.detach().double().numpy())
+        c, n = gradient_conflict(G.detach().double().cpu().numpy())
         cs.append(c)
         ns.append(n)
     model.zero_grad(set_to_none=True)

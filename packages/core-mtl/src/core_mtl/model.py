@@ -53,6 +53,41 @@ class Head(nn.Module):
         return Fn.interpolate(y, size=size, mode="bilinear", align_corners=False)
 
 
+def encoder_channels(encoder: nn.Module) -> int:
+    """C of a user encoder's F ``[B, C, h, w]``: its ``out_channels`` attribute, else one dry
+    forward of two 64x64 images without gradients (train/eval flags and buffers restored)."""
+    c = getattr(encoder, "out_channels", None)
+    if isinstance(c, int) and c > 0:
+        return c
+    modes = [(m, m.training) for m in encoder.modules()]
+    buffers = [b.clone() for b in encoder.buffers()]
+    p = next(encoder.parameters(), None)
+    x = torch.zeros(2, 3, 64, 64, device=p.device if p is not None else None)
+    encoder.eval()
+    try:
+        with torch.no_grad():
+            f = encoder(x)
+    except Exception as exc:  # noqa: BLE001 (the user's module; one clear line)
+        raise ValueError(f"the encoder failed on a [2, 3, 64, 64] input: {type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
+    finally:
+        for m, mode in modes:
+            m.train(mode)
+        for b, old in zip(encoder.buffers(), buffers):
+            b.copy_(old)
+    if not (isinstance(f, torch.Tensor) and f.ndim == 4):
+        raise ValueError("the encoder must map [B, 3, H, W] to a feature map [B, C, h, w], got "
+                         + (f"shape {tuple(f.shape)}" if isinstance(f, torch.Tensor) else type(f).__name__))
+    return int(f.shape[1])
+
+
+def make_encoder(cfg: ModelConfig, encoder: nn.Module | None) -> tuple[nn.Module, int]:
+    enc = Encoder(cfg.width) if encoder is None else encoder
+    if not isinstance(enc, nn.Module):
+        raise ValueError(f"encoder must be a torch.nn.Module, got {type(enc).__name__}")
+    return enc, encoder_channels(enc)
+
+
 def out_channels(spec: TaskSpec) -> int:
     return {"segmentation": spec.classes, "depth": 1, "normal": 3, "attributes": spec.classes}[spec.kind]
 
@@ -85,13 +120,17 @@ class FiLMDecoder(nn.Module):
 
 
 class CoreMTL(nn.Module):
-    def __init__(self, tasks: tuple[TaskSpec, ...], cfg: ModelConfig | None = None):
+    """The two streams on an encoder: the package's small CNN, or ``encoder=`` any module mapping
+    ``[B, 3, H, W]`` to F ``[B, C, h, w]`` (C from its ``out_channels`` or one dry forward); the
+    heads upsample to the input size."""
+
+    def __init__(self, tasks: tuple[TaskSpec, ...], cfg: ModelConfig | None = None,
+                 encoder: nn.Module | None = None):
         super().__init__()
         cfg = cfg or ModelConfig()
         self.tasks = {t.name: t for t in tasks}
         self.cfg = cfg
-        self.encoder = Encoder(cfg.width)
-        cf = self.encoder.out_channels
+        self.encoder, cf = make_encoder(cfg, encoder)
         self.to_s = nn.Conv2d(cf, cfg.dim_s, 1)
         self.to_p = nn.Conv2d(cf, cfg.dim_p, 1)
         cin = cfg.dim_s
@@ -148,13 +187,13 @@ class MTAN(nn.Module):
     """Multi-task attention network (Liu et al., 2019), scaled down [R]: a shared encoder and one
     soft attention mask per task over the shared features, then the task head."""
 
-    def __init__(self, tasks: tuple[TaskSpec, ...], cfg: ModelConfig | None = None):
+    def __init__(self, tasks: tuple[TaskSpec, ...], cfg: ModelConfig | None = None,
+                 encoder: nn.Module | None = None):
         super().__init__()
         cfg = cfg or ModelConfig()
         self.tasks = {t.name: t for t in tasks}
         self.cfg = cfg
-        self.encoder = Encoder(cfg.width)
-        cf = self.encoder.out_channels
+        self.encoder, cf = make_encoder(cfg, encoder)
         self.to_s = nn.Conv2d(cf, cfg.dim_s, 1)
         self.att = nn.ModuleDict({t.name: nn.Sequential(nn.Conv2d(cf, cfg.dim_s, 1), nn.Sigmoid())
                                   for t in tasks})
@@ -178,5 +217,7 @@ class MTAN(nn.Module):
         return {"f": f, "z_s": z_s, "z_p": None, "tasks": tasks}
 
 
-def build_model(method: str, tasks: tuple[TaskSpec, ...], cfg: ModelConfig) -> nn.Module:
-    return MTAN(tasks, cfg) if method == "mtan" else CoreMTL(tasks, cfg)
+def build_model(method: str, tasks: tuple[TaskSpec, ...], cfg: ModelConfig,
+                encoder: nn.Module | None = None) -> nn.Module:
+    """CORE's network (every baseline but MTAN trains it too) or MTAN, on ``encoder`` if given."""
+    return MTAN(tasks, cfg, encoder) if method == "mtan" else CoreMTL(tasks, cfg, encoder)

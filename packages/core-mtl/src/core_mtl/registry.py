@@ -18,6 +18,11 @@ CLAIMS = (
           source="issue target; the code minimises linear CKA (lambda 1.0)"),
     Claim("hue_probe", "hue probe on z_s within 10 points of chance, EW's well above", "hue_probe_acc",
           "lower", paper_value=None, source="issue target (nuisance leakage) [R]"),
+    Claim("ood_delta_m_light", "light-shift OOD Delta_m%: CORE >= the best gradient-balancing arm + 5 points",
+          "dm_ood_light_points", "higher", paper_value=None,
+          source="issue 49 (a nuisance a global z_p can carry); paper: better OOD results"),
+    Claim("ood_drop_light", "light-shift OOD mIoU drop of CORE <= 0.5 x EW's", "miou_drop_light", "lower",
+          paper_value=None, source="issue 49; paper: tighter OOD bound [P]"),
 )
 
 DESCRIPTOR = MethodDescriptor(
@@ -31,10 +36,14 @@ DESCRIPTOR = MethodDescriptor(
             "swaps, against gradient balancing (EW, MGDA, PCGrad, Nash-MTL, ...) on ShadedShapes.",
     scales={
         "smoke": "ShadedShapes 16x16, 32 train + 8 dev images, 1 epoch, 1 seed, every arm (seconds)",
-        "quick": "ShadedShapes 32x32 colour shift, 480 train + 120 dev images, 200 test / test_ood, 4 epochs, 3 seeds: CORE, "
-                 "its 3 ablations, single-task x3, EW, MGDA, PCGrad, Nash-MTL (2-core CPU)",
+        "quick": "ShadedShapes 32x32, 480 train + 120 dev images, 200 test / colour-shift / light-shift "
+                 "test_ood, 8 epochs, 3 seeds, one task-weight vector (20:10:10) for every arm: CORE, its 3 "
+                 "ablations, single-task x3, EW (and EW 1:1:1), MGDA, PCGrad, Nash-MTL (one CPU thread)",
         "full": "GPU recipe: needs a CUDA device and CORE_MTL_DATA (LibMTL-layout NYUv2/Cityscapes); "
-                "not implemented in 0.1.0 (refuses with what it needs)",
+                "refuses with what it needs; not implemented as a reproduction (train arms with "
+                "`core-mtl train --encoder ... --device cuda`)",
     },
-    quick_minutes=30.0,  # measured: 29.6 min wall on the shared 2-core machine (load ~10)
+    # ~10 CPU-min estimated from per-epoch CPU times (1.4-2.5 s per network-epoch, 13 networks x
+    # 3 seeds x 8 epochs); wall time on a shared machine is longer; not from a recorded run
+    quick_minutes=12.0,
 )

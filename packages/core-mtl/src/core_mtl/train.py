@@ -20,6 +20,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from icml26_shared.train import EarlyStopping
+
 from . import baselines
 from .config import TaskSpec, TrainConfig
 from .core import gradient_conflict
@@ -29,6 +31,7 @@ from .losses import (
     physics_priors,
     pooled_cka,
     task_losses,
+    task_weight_vector,
     weighted_task_sum,
 )
 from .model import build_model
@@ -42,6 +45,9 @@ class Batch:
     def index(self, idx) -> Batch:
         return Batch(self.image[idx], {k: v[idx] for k, v in self.targets.items()})
 
+    def to(self, device) -> Batch:
+        return Batch(self.image.to(device), {k: v.to(device) for k, v in self.targets.items()})
+
     def __len__(self) -> int:
         return self.image.shape[0]
 
@@ -50,6 +56,43 @@ class Batch:
 class TrainResult:
     model: nn.Module
     history: dict = field(default_factory=dict)
+
+
+def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
+    """``auto`` (CUDA when there is one, else CPU), ``cpu``, ``cuda`` or ``cuda:N``; a CUDA device
+    that is not there is a ``ValueError``."""
+    if isinstance(spec, torch.device):
+        spec = str(spec)
+    spec = (spec or "auto").strip().lower()
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if spec == "cpu":
+        return torch.device("cpu")
+    head, _, idx = spec.partition(":")
+    if head != "cuda" or (idx and not idx.isdigit()):
+        raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {spec!r}")
+    if not torch.cuda.is_available():
+        raise ValueError(f"device {spec!r}: CUDA is not available on this machine (use --device cpu)")
+    if idx and int(idx) >= torch.cuda.device_count():
+        raise ValueError(f"device {spec!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return torch.device(spec)
+
+
+def fresh_encoder(encoder) -> nn.Module | None:
+    """A new encoder for one network: a module is deep-copied (every arm starts from the same
+    weights and the caller's module is left untouched); a zero-argument factory is called."""
+    import copy
+
+    if encoder is None:
+        return None
+    if isinstance(encoder, nn.Module):
+        return copy.deepcopy(encoder)
+    if callable(encoder):
+        m = encoder()
+        if not isinstance(m, nn.Module):
+            raise ValueError(f"the encoder factory returned {type(m).__name__}, not a torch.nn.Module")
+        return m
+    raise ValueError(f"encoder must be a torch.nn.Module or a factory, got {type(encoder).__name__}")
 
 
 def _dist():
@@ -168,7 +211,7 @@ def core_loss(model, batch: Batch, out: dict, cfg: TrainConfig, step: int, total
     if cfg.cka:
         loss = loss + independence_weight(cfg, step, total) * pooled_cka(out["z_s"], out["z_p"])
     if cfg.cfa and step >= round(cfg.cfa_start_frac * total) and torch.rand(1, generator=gen) < cfg.cfa_prob:
-        perm = torch.randperm(len(batch), generator=gen)
+        perm = torch.randperm(len(batch), generator=gen).to(batch.image.device)
         loss = loss + counterfactual_loss(model, batch, out["z_s"], out["z_p"], perm, cfg)
     return loss
 
@@ -182,9 +225,14 @@ def _depth_target(model, batch: Batch) -> torch.Tensor:
 
 
 def train(cfg: TrainConfig, tasks: tuple[TaskSpec, ...], data: Batch, dev: Batch | None = None,
-          progress=None) -> TrainResult:
+          progress=None, *, encoder=None, device: str | torch.device | None = "cpu") -> TrainResult:
     """Train ``cfg.method`` on ``data``; with ``dev``, keep the epoch with the lowest mean dev
-    task-loss ratio to epoch 1 (each arm's own selection rule, on dev) [R]."""
+    task-loss ratio to epoch 1 (each arm's own selection rule, on dev) [R].
+
+    ``encoder``: a module mapping ``[B, 3, H, W]`` to F ``[B, C, h, w]`` (deep-copied) or a
+    zero-argument factory, for CORE and every baseline alike; None = the small CNN. ``device``:
+    ``auto``, ``cpu``, ``cuda[:N]``; the data stay where they are and move batch by batch."""
+    device = resolve_device(device)
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     method = cfg.method
@@ -192,9 +240,12 @@ def train(cfg: TrainConfig, tasks: tuple[TaskSpec, ...], data: Batch, dev: Batch
         raise ValueError(f"unknown method {method!r}")
     if method == "single" and len(tasks) != 1:
         raise ValueError("single-task training takes exactly one task")
-    model = build_model(method, tasks, cfg.model)
+    model = build_model(method, tasks, cfg.model, fresh_encoder(encoder)).to(device)
     is_core = method == "core"
+    tw = task_weight_vector(tasks, cfg.weights)  # CORE's core_loss applies the same weights
     agg = baselines.make(method, len(tasks)) if method in baselines.METHODS else None
+    if agg is not None:
+        agg.to(device)
     params = list(model.parameters()) + (agg.parameters() if agg else [])
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     d = _dist()
@@ -205,8 +256,9 @@ def train(cfg: TrainConfig, tasks: tuple[TaskSpec, ...], data: Batch, dev: Batch
     warm = max(1, round(cfg.warmup_frac * total))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (
         1 + math.cos(math.pi * min(1.0, max(0, s - warm) / max(1, total - warm)))))
-    hist = {"conflict_cos": [], "conflict_neg": [], "dev_score": [], "train_loss": []}
-    best, best_score, ref = None, math.inf, None
+    hist = {"conflict_cos": [], "conflict_neg": [], "dev_score": [], "train_loss": [], "dev_loss": []}
+    best, ref = None, None
+    stop = EarlyStopping(patience=cfg.patience or cfg.epochs + 1, mode="min")
     step = 0
     for epoch in range(cfg.epochs):
         model.train()
@@ -214,14 +266,16 @@ def train(cfg: TrainConfig, tasks: tuple[TaskSpec, ...], data: Batch, dev: Batch
         ep_losses = []
         for b in range(steps_per_epoch):
             idx = order[b * cfg.batch_size:(b + 1) * cfg.batch_size]
-            batch = data.index(idx[rank::world])
+            batch = data.index(idx[rank::world]).to(device)
             frozen = is_core and step < round(cfg.stage0_frac * total)
             for p in model.head_parameters():
                 p.requires_grad_(not frozen)
             opt.zero_grad(set_to_none=True)
             out = model(batch.image, decode=is_core, physics=is_core and cfg.physics)
             L = task_losses(model.tasks, out["tasks"], batch.targets)
-            Ls = [L[t.name] for t in tasks]
+            raw = torch.stack([L[t.name] for t in tasks])
+            Lw = tw.to(raw) * raw  # one task-weight vector for every arm, before any aggregation
+            Ls = list(Lw.unbind())
             G = None
             if agg is not None and agg.kind == "grad" and method != "ew":
                 G = aggregated_backward(model, Ls, agg)
@@ -231,10 +285,10 @@ def train(cfg: TrainConfig, tasks: tuple[TaskSpec, ...], data: Batch, dev: Batch
                 if is_core:
                     loss = core_loss(model, batch, out, cfg, step, total, gen)
                 elif agg is not None and agg.kind == "loss":
-                    agg.observe(torch.stack(Ls))
-                    loss = agg.combine(torch.stack(Ls))
-                else:  # ew, single, mtan: the plain sum (EW without per-task backward passes)
-                    loss = torch.stack(Ls).sum()
+                    agg.observe(Lw.detach())
+                    loss = agg.combine(Lw)
+                else:  # ew, single, mtan: the weighted sum (EW without per-task backward passes)
+                    loss = Lw.sum()
                 loss.backward()
                 if d is not None:
                     for p in params:
@@ -243,27 +297,33 @@ def train(cfg: TrainConfig, tasks: tuple[TaskSpec, ...], data: Batch, dev: Batch
                 if is_core and cfg.core_clip is not None:
                     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.core_clip)
             if G is not None and step % cfg.conflict_every == 0 and len(Ls) > 1:
-                cos, neg = gradient_conflict(G.detach().double().numpy())
+                cos, neg = gradient_conflict(G.detach().double().cpu().numpy())
                 hist["conflict_cos"].append(cos)
                 hist["conflict_neg"].append(neg)
             opt.step()
             sched.step()
-            ep_losses.append([x.item() for x in Ls])
+            ep_losses.append(raw.detach().cpu().tolist())  # unweighted, for curves and DWA
             step += 1
         mean_l = np.mean(ep_losses, 0)
         hist["train_loss"].append(mean_l.tolist())
         if agg is not None:
             agg.end_epoch(mean_l)
+        halt = False
         if dev is not None:
             dl = dev_losses(model, tasks, dev, cfg.batch_size)
             ref = dl if ref is None else ref
             score = float(np.mean(dl / np.maximum(ref, 1e-12)))
             hist["dev_score"].append(score)
-            if score <= best_score:
-                best_score, best = score, {k: v.detach().clone() for k, v in model.state_dict().items()}
+            hist["dev_loss"].append(dl.tolist())
+            halt = stop.step(score, at=epoch + 1)
+            if stop.improved:
+                best = {k: v.detach().clone() for k, v in model.state_dict().items()}
                 hist["best_epoch"] = epoch + 1
         if progress:
             progress(epoch + 1, cfg.epochs)
+        if halt:  # no dev improvement for cfg.patience epochs
+            hist["stopped_at"] = epoch + 1
+            break
     if best is not None:
         model.load_state_dict(best)
     for p in model.parameters():
@@ -277,7 +337,7 @@ def dev_losses(model, tasks, dev: Batch, batch_size: int) -> np.ndarray:
     model.eval()
     tot = np.zeros(len(tasks))
     for i in range(0, len(dev), batch_size):
-        b = dev.index(slice(i, i + batch_size))
+        b = dev.index(slice(i, i + batch_size)).to(next(model.parameters()).device)
         L = task_losses(model.tasks, model(b.image)["tasks"], b.targets)
         tot += np.array([L[t.name].item() for t in tasks]) * len(b)
     model.train()
