@@ -34,7 +34,9 @@ def test_distill_then_evaluate(tmp_path, capsys):
     assert main(["evaluate", str(out), "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
     assert got["memory_stage1"] == 4 * 9 and got["memory_stage2"] == 8 + 1 and got["memory"] == 45
-    assert set(got) == {"test_mse", "alignment", "memory_stage1", "memory_stage2", "memory"}
+    assert set(got) == {"test_mse", "alignment", "memory_stage1", "memory_stage2", "memory", "reference_test_mse",
+                        "predict_0_test_mse", "reference_memory"}
+    assert 1.5 < got["predict_0_test_mse"] < 2.5 and 0 < got["reference_test_mse"] < got["predict_0_test_mse"]
     assert 0 <= got["alignment"] <= 1 and got["test_mse"] > 0
     before = out.read_bytes()
     assert main(["distill", "--d", "8", "--r", "1", "--L", "8", "--m1", "4", "--teacher-seed", "1",

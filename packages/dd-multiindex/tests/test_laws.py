@@ -146,3 +146,16 @@ def main_exit(argv):
         return main(argv)
     except SystemExit as exc:
         return exc.code
+
+
+def test_a_diverged_floor_power_fit_is_a_value_error_not_an_overflow(monkeypatch):
+    """An optimiser that runs off (log a = 800) raises ValueError, which the bootstrap skips and
+    law_fits reports as an absent fit; it used to crash the quick run with OverflowError."""
+    import numpy as np
+    from dd_multiindex import laws
+
+    obs = laws.Observations(np.array([1.0, 2.0, 4.0]), np.array([64.0] * 3), np.array([30.0, 34.0, 46.0]),
+                            np.zeros(3, bool))
+    monkeypatch.setattr(laws, "_mle", lambda mean, starts, o: (np.array([800.0, 0.0, 2.0]), -1.0))
+    with pytest.raises(ValueError, match="diverged"):
+        laws.fit_floor_power(obs, n_resamples=0)

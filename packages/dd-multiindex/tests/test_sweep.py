@@ -12,9 +12,9 @@ from dd_multiindex.sweep import run_cell
 
 from icml26_shared import UserError
 
-TINY = SweepSpec(cells=((8, 1, 8, "12"), (8, 2, 8, "2")), seeds=2, tune_lr=False,
+TINY = SweepSpec(cells=((8, 1, 32, "12"), (8, 2, 32, "2")), seeds=2, tune_lr=False,
                  distill=DistillConfig(steps=30, lr=0.1, n_inits=1),
-                 search=SearchConfig(m1_max=16, n_val=128, n_test=128, real_max_factor=4))
+                 search=SearchConfig(m1_max=16, n_val=128, n_test=128, real_max_factor=16))
 
 
 def _key(rows):
@@ -42,6 +42,10 @@ def test_rows_have_the_pinned_columns(uninterrupted):
     for r in done:
         assert r["memory"] == r["m1_star"] * (r["d"] + 1) + r["m2_star"] + 1
         assert r["baseline_points"] == r["memory"] // (r["d"] + 1)
+        assert r["test_mse_owninit"] is not None and 0 <= r["alignment_owninit"] <= 1  # the own-init ablation
+        for name in ("random", "herding", "kcenter"):  # tuned with a ridge that reaches the constant predictor
+            assert r[f"{name}_test_mse"] <= 1.25 * r["zero_test_mse"], (name, r)
+        assert r["target_mse"] > 0 and r["n_real_ceiling"] == 16 * r["d"] ** 2
 
 
 def test_a_killed_sweep_resumes_to_the_same_rows(uninterrupted, tmp_path):
@@ -64,7 +68,7 @@ def test_two_workers_equal_one(uninterrupted, tmp_path):
 
 def test_a_cell_seed_does_not_depend_on_what_ran_before(uninterrupted):
     _, rows = uninterrupted
-    alone = run_cell(TINY, 8, 2, 8, "2", 1, 0.1)
+    alone = run_cell(TINY, 8, 2, 32, "2", 1, 0.1)
     assert json.dumps(alone, sort_keys=True) in _key(rows)
 
 

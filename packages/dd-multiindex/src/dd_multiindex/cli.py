@@ -133,7 +133,7 @@ def _print_law_fits(args: argparse.Namespace, rows: list[dict]) -> int:
 
 
 def _cmd_distill(args: argparse.Namespace) -> int:
-    from .config import DistillConfig, default_eta1
+    from .config import DistillConfig
     from .core import DistilledSet, MultiIndexTeacher, TwoStageLearner
     from .distill import DISTILLERS, distill_labels
     from .io import check_new_file, save_distilled
@@ -141,11 +141,23 @@ def _cmd_distill(args: argparse.Namespace) -> int:
     check_new_file(args.out, args.force)
     try:
         teacher = MultiIndexTeacher(args.d, args.r, args.link, seed=args.teacher_seed)
-        learner = TwoStageLearner(args.L, default_eta1(args.d), 1e-2, seed=args.teacher_seed + 1)
         cfg = DistillConfig(steps=args.steps, lr=args.lr)
+        eta1, ridge = args.eta1, args.ridge
+        if eta1 is None or ridge is None:  # η₁, λ tuned on a dev teacher (its own U), never this one
+            from .config import SweepSpec
+            from .sweep import tune_learner
+
+            t_eta1, t_ridge = tune_learner(SweepSpec(cells=((args.d, args.r, args.L, "12"),), link=args.link,
+                                                     seed=args.teacher_seed), args.d, args.r, args.L)
+            eta1 = t_eta1 if eta1 is None else eta1
+            ridge = t_ridge if ridge is None else ridge
+        learner = TwoStageLearner(args.L, eta1, ridge, seed=args.teacher_seed + 1)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     m2 = args.m2 if args.m2 is not None else args.L
+    if args.m1 > 4 * args.d**2:
+        raise UserError(f"--m1 {args.m1} is more than the {4 * args.d**2} real stage-1 points (4 d²) it is "
+                        f"distilled from: choose --m1 <= {4 * args.d**2}")
     X1, y1 = teacher.sample(4 * args.d**2, seed=args.teacher_seed + 2)
     X2, y2 = teacher.sample(4 * args.L, seed=args.teacher_seed + 3)
     xs, ys = DISTILLERS[args.distiller](learner, X1, y1, args.m1, cfg, args.teacher_seed + 4)
@@ -184,8 +196,14 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         X2, y2 = teacher.sample(4 * learner.L, seed=t["seed"] + 3)
     model = learner.fit_stage2(W1, X2, y2)
     Xt, yt = teacher.sample(8192, seed=t["seed"] + 99_991)
+    # the reference: the same learner on the real data that `distill` drew (4d² stage-1, 4L stage-2 points)
+    X1r, y1r = teacher.sample(4 * teacher.d**2, seed=t["seed"] + 2)
+    X2r, y2r = teacher.sample(4 * learner.L, seed=t["seed"] + 3)
+    ref = learner.fit_stage2(learner.first_step(X1r, y1r), X2r, y2r)
     out = {"test_mse": mse(model, Xt, yt), "alignment": alignment(W1, teacher.U),
-           "memory_stage1": ds.memory_stage1, "memory_stage2": ds.memory_stage2, "memory": ds.memory}
+           "reference_test_mse": mse(ref, Xt, yt), "predict_0_test_mse": float((yt**2).mean()),
+           "memory_stage1": ds.memory_stage1, "memory_stage2": ds.memory_stage2, "memory": ds.memory,
+           "reference_memory": (len(y1r) + len(y2r)) * (teacher.d + 1)}
     if not all(math.isfinite(v) for v in out.values()):
         raise UserError(f"{args.file}: the distilled set gives non-finite results (NaN or inf values stored)")
     if args.json:
@@ -214,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     pos = _int_at_least(1)
 
     s = sub.add_parser("sweep", help="measure m1*, m2*, n_real* per (d, r, L) cell and seed; resumable")
-    s.add_argument("--grid", default="smoke", help="smoke, quick, full or 'd=16,32;r=1,2;L=64' (default: %(default)s)")
+    s.add_argument("--grid", default="smoke", help="smoke, quick, extended (d 16-128 x r 1-8), full or 'd=16,32;r=1,2;L=64' (default: %(default)s)")
     s.add_argument("--distiller", choices=("gm", "pm"), default="gm")
     s.add_argument("--link", choices=("he2", "he2+cross"), default="he2")
     s.add_argument("--seeds", type=pos, default=3, help="seeds per cell (default: %(default)s)")
@@ -246,8 +264,11 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--distiller", choices=("gm", "pm"), default="gm")
     d.add_argument("--link", choices=("he2", "he2+cross"), default="he2")
     d.add_argument("--teacher-seed", type=_int_at_least(0), required=True)
-    d.add_argument("--steps", type=_int_at_least(0), default=150)
+    d.add_argument("--steps", type=_int_at_least(0), default=400, help="cap on the distiller steps (it stops at its plateau)")
     d.add_argument("--lr", type=float, default=0.1)
+    d.add_argument("--eta1", type=float, default=None,
+                   help="the learner's step (default: tuned with --ridge on a dev teacher of the same d, r, L)")
+    d.add_argument("--ridge", type=float, default=None, help="the learner's ridge λ (default: tuned on a dev teacher)")
     d.add_argument("--out", type=Path, required=True, metavar="FILE.safetensors")
     d.add_argument("--force", action="store_true", help="replace --out if it exists")
     d.set_defaults(fn=_cmd_distill)

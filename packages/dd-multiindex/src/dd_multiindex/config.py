@@ -60,20 +60,28 @@ def default_eta1(d: int) -> float:
 
 ETA1_GRID = (0.5, 1.0, 1.5, 2.5)  # [R] × √d, chosen on the dev teacher
 RIDGE_GRID = (1e-3, 1e-2, 1e-1)  # [R] chosen on the dev teacher
+#: [R] the baselines' ridge grid, wide enough to reach the constant predictor (λ = 1e3: predictions ≈ 0)
+BASELINE_RIDGE_GRID = (1e-3, 1e-2, 1e-1, 1.0, 10.0, 1e3)
 GM_LR_GRID = (0.01, 0.03, 0.1)  # [R] chosen on the dev teacher at the reference cell
 
 
 @dataclass(frozen=True)
 class DistillConfig:
-    steps: int = 150  # [R] Adam steps of the distiller
+    steps: int = 400  # [R] cap on the distiller's Adam steps (a run that reaches it is counted)
     lr: float = 0.1  # [R] Adam learning rate (the sweep re-chooses it on dev; quick chose 0.1)
+    #: [R] plateau rule (gm): stop once the matching loss has not fallen by more than
+    #: ``plateau_tol`` × its first value for ``plateau_patience`` consecutive steps; 0 = off
+    plateau_patience: int = 25
+    plateau_tol: float = 1e-3
     n_inits: int = 4  # [R] random initialisations matched per step (DC, Zhao et al. 2021)
     pm_batch: int = 1024  # [R] real points per performance-matching step
     cos_weight: float = 1.0  # [R] squared + cosine distance (DC uses the cosine per output node)
 
     def __post_init__(self) -> None:
-        if self.steps < 0 or self.n_inits < 1 or self.pm_batch < 1:
-            raise ValueError("steps must be >= 0, n_inits and pm_batch >= 1")
+        if self.steps < 0 or self.n_inits < 1 or self.pm_batch < 1 or self.plateau_patience < 0:
+            raise ValueError("steps and plateau_patience must be >= 0, n_inits and pm_batch >= 1")
+        if not (math.isfinite(self.plateau_tol) and self.plateau_tol >= 0):
+            raise ValueError(f"plateau_tol must be finite and >= 0, got {self.plateau_tol}")
         if not (math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"lr must be finite and > 0, got {self.lr}")
 

@@ -57,7 +57,11 @@ def gm_loss(G_s: torch.Tensor, G_d: torch.Tensor, cos_weight: float = 1.0) -> to
 
 
 def init_from_real(X: torch.Tensor, y: torch.Tensor, m: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """m real points drawn without replacement: the distillers' starting point (0-step ablation)."""
+    """m real points drawn without replacement: the distillers' starting point (0-step ablation).
+    Raises ``ValueError`` when m exceeds the real points (a distilled set of m₁ > n real points
+    would silently come back smaller)."""
+    if not 1 <= m <= len(y):
+        raise ValueError(f"m1={m} distilled points need 1 <= m1 <= {len(y)}, the real stage-1 points available")
     idx = torch.randperm(len(y), generator=_gen(seed), device="cpu")[:m].to(X.device)
     return X[idx].clone(), y[idx].clone()
 
@@ -66,21 +70,43 @@ def init_from_real(X: torch.Tensor, y: torch.Tensor, m: int, seed: int) -> tuple
 def gradient_matching(learner: TwoStageLearner, X: torch.Tensor, y: torch.Tensor, m1: int,
                       cfg: DistillConfig, seed: int, *, G_real: torch.Tensor | None = None,
                       inits: tuple[torch.Tensor, torch.Tensor] | None = None,
-                      start: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Distil m₁ points by gradient matching against the real stage-1 data (X, y)."""
+                      start: tuple[torch.Tensor, torch.Tensor] | None = None,
+                      log: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Distil m₁ points by gradient matching against the real stage-1 data (X, y).
+
+    Adam on (x̃, ỹ) until the matching loss plateaus (``plateau_reached``: no fall larger than
+    ``cfg.plateau_tol`` × the first loss in ``cfg.plateau_patience`` steps), at most ``cfg.steps``
+    steps. With ``start`` given, its points are the set (m₁ = their number). ``log``, if given,
+    receives ``loss`` (the loss before each step), ``steps`` and ``stopped`` ("plateau" or "cap")."""
     d = X.shape[1]
     W0s, a = inits if inits is not None else matching_inits(learner, d, cfg.n_inits, seed)
     G_d = real_gradients(learner, W0s, a, X, y) if G_real is None else G_real
     xs, ys = start if start is not None else init_from_real(X, y, m1, seed)
     xs, ys = xs.clone().requires_grad_(True), ys.clone().requires_grad_(True)
     opt = torch.optim.Adam([xs, ys], lr=cfg.lr)
-    for _ in range(cfg.steps):
+    losses: list[float] = []
+    stopped = "cap"
+    for _step in range(cfg.steps):
         opt.zero_grad(set_to_none=True)
-        G_s = learner.grad_sum(W0s, a, xs, ys) / m1  # closed form = autograd's (tested)
+        G_s = learner.grad_sum(W0s, a, xs, ys) / len(xs)  # the mean over the set; closed form = autograd's
         loss = gm_loss(G_s, G_d, cfg.cos_weight)
+        losses.append(loss.item())
+        if plateau_reached(losses, cfg.plateau_patience, cfg.plateau_tol):
+            stopped = "plateau"
+            break
         loss.backward()
         opt.step()
+    if log is not None:
+        log.update(loss=losses, steps=len(losses), stopped=stopped if cfg.steps else "cap")
     return xs.detach(), ys.detach()
+
+
+def plateau_reached(losses: list[float], patience: int, tol: float) -> bool:
+    """The plateau rule: the best loss of the last ``patience`` steps is no lower than the best before
+    them minus ``tol`` × the first loss (``patience`` = 0 switches the rule off)."""
+    if patience <= 0 or len(losses) <= patience:
+        return False
+    return min(losses[-patience:]) > min(losses[:-patience]) - tol * abs(losses[0])
 
 
 @register_distiller("pm")

@@ -24,6 +24,7 @@ import numpy as np
 
 CEILING_FLAG = "m1:ceiling"
 _LOG_SIGMA_MIN, _LOG_SIGMA_MAX = math.log(1e-3), math.log(10.0)
+_LOG_PARAM_MAX = 300.0  # |log a|, |log b| beyond this: the optimiser ran off (a bootstrap resample is skipped)
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,8 @@ def fit_floor_power(obs: Observations, *, n_resamples: int = 200, seed: int = 0)
         lo = float(np.log(o.value.min()))
         starts = found if warm else [[lo - 1.0, lo - 1.0, p0] for p0 in (0.5, 1.0, 2.0, 3.0)] + [[lo + 0.5, lo - 3.0, 2.0]]
         th, ll = _mle(_floor_power_mean, starts, o)
+        if not (np.all(np.isfinite(th)) and np.all(np.abs(th[:2]) < _LOG_PARAM_MAX)):
+            raise ValueError("the floor-power fit diverged (a or b beyond e^±300)")  # a resample: skipped
         return dict(a=float(math.exp(th[0])), b=float(math.exp(th[1])), p=float(th[2]), _ll=ll, _th=list(th))
 
     point = once(obs)

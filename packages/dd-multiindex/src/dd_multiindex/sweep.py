@@ -10,6 +10,7 @@ MSE is on a separate test draw.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 
@@ -17,7 +18,7 @@ import numpy as np
 import torch
 
 from .baselines import select
-from .config import ETA1_GRID, GM_LR_GRID, RIDGE_GRID, DistillConfig, SweepSpec
+from .config import BASELINE_RIDGE_GRID, ETA1_GRID, GM_LR_GRID, RIDGE_GRID, DistillConfig, SweepSpec
 from .core import (
     MultiIndexTeacher,
     TwoStageLearner,
@@ -31,6 +32,7 @@ from .core import (
 from .distill import DISTILLERS, distill_labels, init_from_real, matching_inits, real_gradients
 
 DEV = 10**6
+REAL = 10**6 + 1  # the seed-stream tag of the real search's fresh draws
 
 
 def cell_seeds(S: int, d: int, r: int, L: int, k: int, n: int = 10) -> list[int]:
@@ -64,10 +66,17 @@ def make_data(spec: SweepSpec, d: int, r: int, L: int, seeds: list[int]) -> Data
     return Data(t, X1, y1, X2, y2, Xv, yv, Xt, yt, seeds[1], block)
 
 
+@functools.lru_cache(maxsize=4)
+def _dev_data(spec: SweepSpec, d: int, r: int, L: int) -> Data:
+    return make_data(spec, d, r, L, cell_seeds(spec.seed, d, r, L, DEV))
+
+
+@functools.cache
 def tune_learner(spec: SweepSpec, d: int, r: int, L: int) -> tuple[float, float]:
-    """η₁ and λ minimising the real-data learner's validation MSE on the dev teacher."""
+    """η₁ and λ minimising the real-data learner's validation MSE on the dev teacher (cached per
+    cell and process: every seed of a cell shares it)."""
     ds = cell_seeds(spec.seed, d, r, L, DEV)
-    data = make_data(spec, d, r, L, ds)
+    data = _dev_data(spec, d, r, L)
     best = (math.inf, 0.0, 0.0)
     base = TwoStageLearner(L, 1.0, seed=ds[5])
     W0, a = base.init(d)
@@ -143,76 +152,162 @@ def run_cell(spec: SweepSpec, d: int, r: int, L: int, stages: str, k: int, lr: f
         torch.set_num_threads(threads)
 
 
+def target_d(spec: SweepSpec, r: int, L: int) -> int:
+    """The d at which the absolute target of (r, L) is set: the smallest stage-1 d with that (r, L)."""
+    ds = [c[0] for c in spec.cells if (c[1], c[2]) == (r, L) and "1" in c[3]]
+    return min(ds or [c[0] for c in spec.cells if (c[1], c[2]) == (r, L)])
+
+
+@functools.cache
+def absolute_target(spec: SweepSpec, r: int, L: int) -> tuple[float, float, int]:
+    """(τ, alignment threshold, d_ref), fixed per (r, L) for every d: the real learner on the dev
+    teacher at d_ref = ``target_d`` with n₁ = 4 d_ref² points (the data a distiller sees), η₁ and λ
+    tuned there; τ = mse_factor × its validation MSE, alignment threshold = min(min_alignment,
+    0.97 × its alignment), each the median over three learner inits. Nothing of the cell's own
+    teacher enters."""
+    d = target_d(spec, r, L)
+    ds = cell_seeds(spec.seed, d, r, L, DEV)
+    data = _dev_data(spec, d, r, L)
+    eta1, lam = tune_learner(spec, d, r, L)
+    errs, aligns = [], []
+    for s in ds[5:8]:  # the median over three learner inits: one lucky or unlucky init does not set it
+        lrn = TwoStageLearner(L, eta1, lam, seed=s)
+        W1 = lrn.first_step(data.X1, data.y1)
+        errs.append(mse(lrn.fit_stage2(W1, data.X2, data.y2), data.Xv, data.yv))
+        aligns.append(alignment(W1, data.teacher.U))
+    sc = spec.search
+    return (sc.mse_factor * float(np.median(errs)), min(sc.min_alignment, 0.97 * float(np.median(aligns))), d)
+
+
+def fresh_seeds(spec: SweepSpec, d: int, r: int, L: int, k: int, n: int) -> list[int]:
+    """Seeds of the real-search blocks: their own stream, disjoint from the reference's n₁ points."""
+    return [int(v) for v in np.random.SeedSequence([spec.seed, d, r, L, k, REAL]).generate_state(n) % (2**31)]
+
+
 def _run_cell(spec: SweepSpec, d: int, r: int, L: int, stages: str, k: int, lr: float) -> dict:
     seeds = cell_seeds(spec.seed, d, r, L, k)
     eta1, lam = tune_learner(spec, d, r, L)
     data = make_data(spec, d, r, L, seeds)
     lrn = TwoStageLearner(L, eta1, lam, seed=seeds[5])
-    sc, cfg = spec.search, replace(spec.distill, lr=lr)
+    sc = spec.search
     W0, a = lrn.init(d)
     W1_ref = lrn.first_step(data.X1, data.y1, W0)
     ref = lrn.fit_stage2(W1_ref, data.X2, data.y2)
     ref_val, ref_align = mse(ref, data.Xv, data.yv), alignment(W1_ref, data.teacher.U)
-    thr = min(sc.min_alignment, 0.97 * ref_align)
     row: dict = dict(d=d, r=r, L=L, seed=k, stages=stages, eta1=eta1, ridge=lam, distiller=spec.distiller,
                      distill_lr=lr, ref_test_mse=mse(ref, data.Xt, data.yt), ref_alignment=ref_align,
-                     alignment_threshold=thr, flags=[], m1_star=None, m2_star=None, memory=None,
-                     memory_stage1=None, memory_stage2=None, test_mse=None, alignment=None,
-                     test_mse_0step=None, alignment_0step=None, n_real_star=None, compression=None,
-                     angle_max_deg=None, angle_max_deg_0step=None, baseline_points=None,
+                     zero_test_mse=float((data.yt**2).mean()), flags=[], m1_star=None, m2_star=None,
+                     memory=None, memory_stage1=None, memory_stage2=None, test_mse=None, alignment=None,
+                     test_mse_0step=None, alignment_0step=None, test_mse_owninit=None, alignment_owninit=None,
+                     n_real_star=None, compression=None,
+                     angle_max_deg=None, angle_max_deg_0step=None, angle_max_deg_owninit=None, baseline_points=None,
                      **{f"{name}_test_mse": None for name in spec.baselines})
+    m2 = _m2_search(row, spec, lrn, W1_ref, data, seeds[7], ref_val)
+    if "1" not in stages:
+        return row
+    tau, thr, d_ref = absolute_target(spec, r, L)
+    row.update(target_mse=tau, alignment_threshold=thr, target_d=d_ref, ref_val_mse=ref_val,
+               ref_meets_target=bool(ref_val <= tau and ref_align >= thr))
 
-    def passes(W1, model) -> bool:
-        return (mse(model, data.Xv, data.yv) <= sc.mse_factor * ref_val
-                and alignment(W1, data.teacher.U) >= thr)
+    def passes(W1, model) -> bool:  # the absolute target: the same for the distilled sets and real data
+        return mse(model, data.Xv, data.yv) <= tau and alignment(W1, data.teacher.U) >= thr
 
-    # stage 2 alone (stage 1 = the real step): the smallest m₂ of distilled labels
-    seed2 = seeds[7]
+    distilled = _Distilled(spec, lrn, data, seeds[6], lr)
+    m1 = _m1_search(row, spec, lrn, W0, data, distilled, passes)
+    _real_search(row, spec, lrn, W0, a, data, passes,
+                 fresh_seeds(spec, d, r, L, k, sc.real_max_factor * d * d // data.block))
+    if m1 is None or m2 is None:
+        return row
+    _final_set(row, lrn, W0, data, distilled, m1, m2, seeds)
+    _baselines(row, spec, lrn, W0, data, seeds[8])
+    return row
 
-    def label_model(W1, m2):
-        lab = distill_labels(lrn, W1, data.X2, data.y2, m2, seed2)
-        return lrn.fit_stage2(W1, stage2_inputs(seed2, m2, d), lab), lab
 
-    m2, flag2 = search(lambda m: mse(label_model(W1_ref, m)[0], data.Xv, data.yv) <= sc.mse_factor * ref_val,
-                       1, sc.m2_max_factor * L)
+class _Distilled:
+    """The cell's distilled sets by m₁ (one distiller run per m₁, same inits and matched gradient),
+    with each run's loss curve and stop reason."""
+
+    def __init__(self, spec: SweepSpec, lrn: TwoStageLearner, data: Data, seed: int, lr: float):
+        self.spec, self.lrn, self.data, self.seed = spec, lrn, data, seed
+        self.cfg = replace(spec.distill, lr=lr)
+        self.inits = matching_inits(lrn, data.X1.shape[1], self.cfg.n_inits, seed)
+        self.G_real = (real_gradients(lrn, *self.inits, data.X1, data.y1) if spec.distiller == "gm"
+                       else None)
+        self.made: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.logs: dict[int, dict] = {}
+
+    def __call__(self, m: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if m not in self.made:
+            log: dict = {}
+            kw = dict(G_real=self.G_real, inits=self.inits, log=log) if self.spec.distiller == "gm" else {}
+            self.made[m] = DISTILLERS[self.spec.distiller](self.lrn, self.data.X1, self.data.y1, m, self.cfg,
+                                                           self.seed + m, **kw)
+            self.logs[m] = log
+        return self.made[m]
+
+
+def _m2_search(row: dict, spec: SweepSpec, lrn: TwoStageLearner, W1_ref, data: Data, seed2: int,
+               ref_val: float) -> int | None:
+    """Stage 2 alone (stage 1 = the real step): the smallest m₂ of distilled labels whose ridge fit
+    is within mse_factor of the real stage-2 fit (an identity check: the labels are exact once m₂ ≥ L)."""
+    sc = spec.search
+    d = data.X1.shape[1]
+
+    def ok(m):
+        lab = distill_labels(lrn, W1_ref, data.X2, data.y2, m, seed2)
+        return mse(lrn.fit_stage2(W1_ref, stage2_inputs(seed2, m, d), lab), data.Xv, data.yv) <= sc.mse_factor * ref_val
+
+    m2, flag2 = search(ok, 1, sc.m2_max_factor * row["L"])
     row["m2_star"] = m2
     if flag2:
         row["flags"].append(f"m2:{flag2}")
     if m2 is not None:
         row["memory_stage2"] = m2 + memory_of(seed2)
-    if "1" not in stages:
-        if m2 is not None:
-            row["test_mse"] = mse(label_model(W1_ref, m2)[0], data.Xt, data.yt)
-        return row
+        if "1" not in row["stages"]:
+            lab = distill_labels(lrn, W1_ref, data.X2, data.y2, m2, seed2)
+            row["test_mse"] = mse(lrn.fit_stage2(W1_ref, stage2_inputs(seed2, m2, d), lab), data.Xt, data.yt)
+    return m2
 
-    # stage 1: the smallest m₁ of distilled points (stage 2 on the real 4L points)
-    inits = matching_inits(lrn, d, cfg.n_inits, seeds[6])
-    G_real = real_gradients(lrn, *inits, data.X1, data.y1) if spec.distiller == "gm" else None
-    made: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def distilled(m: int):
-        if m not in made:
-            made[m] = DISTILLERS[spec.distiller](lrn, data.X1, data.y1, m, cfg, seeds[6] + m,
-                                                 G_real=G_real, inits=inits)
-        return made[m]
+def _m1_search(row: dict, spec: SweepSpec, lrn: TwoStageLearner, W0, data: Data, distilled: _Distilled,
+               passes) -> int | None:
+    """The smallest m₁ of distilled points (stage 2 on the real 4L points) that meets the target."""
 
-    def ok1(m: int) -> bool:
+    def ok(m: int) -> bool:
         W1 = lrn.first_step(*distilled(m), W0)
         return passes(W1, lrn.fit_stage2(W1, data.X2, data.y2))
 
-    m1, flag1 = search(ok1, 1, sc.m1_max)
-    row["m1_star"], row["m1_ceiling"] = m1, sc.m1_max  # a ceiling row is censored at m1_ceiling
+    m1, flag1 = search(ok, 1, spec.search.m1_max)
+    row["m1_star"], row["m1_ceiling"] = m1, spec.search.m1_max  # a ceiling row is censored at m1_ceiling
     if flag1:
         row["flags"].append(f"m1:{flag1}")
-    _real_search(row, spec, lrn, W0, a, data, passes)
-    if m1 is None or m2 is None:
-        return row
+    logs = list(distilled.logs.values())
+    row["distill_runs"] = len(logs)
+    row["distill_capped"] = sum(1 for g in logs if g.get("stopped") == "cap")
+    at = distilled.logs.get(m1 if m1 is not None else max(distilled.logs, default=-1), {})
+    loss = at.get("loss", [])
+    row["distill_curve"] = loss[:: max(1, len(loss) // 100)] + loss[-1:] if loss else []
+    row["distill_curve_step"] = max(1, len(loss) // 100)
+    row["distill_steps"], row["distill_stopped"] = at.get("steps"), at.get("stopped")
+    return m1
 
-    # the whole distilled set: S₁ at m₁*, then m₂* labels for the step that S₁ gives
-    U = data.teacher.U
-    for tag, (xs, ys) in (("", distilled(m1)), ("_0step", init_from_real(data.X1, data.y1, m1, seeds[6] + m1))):
+
+def _final_set(row: dict, lrn: TwoStageLearner, W0, data: Data, distilled: _Distilled, m1: int, m2: int,
+               seeds: list[int]) -> None:
+    """The whole distilled set: S₁ at m₁*, then m₂* labels for the step that S₁ gives; its 0-step
+    ablation (the same m₁ real starting points, no distiller step) and, for gm, the own-init
+    ablation (the same start matched at the learner's own init W₀ instead of K other inits)."""
+    U, d, r = data.teacher.U, data.X1.shape[1], row["r"]
+    seed2 = seeds[7]
+    sets = [("", distilled(m1)), ("_0step", init_from_real(data.X1, data.y1, m1, seeds[6] + m1))]
+    if distilled.spec.distiller == "gm":  # ablation: matching at the learner's own init W0 only
+        own = (W0[None], lrn.init(d)[1])
+        sets.append(("_owninit", DISTILLERS["gm"](lrn, data.X1, data.y1, m1, distilled.cfg, seeds[6] + m1,
+                                                   G_real=real_gradients(lrn, *own, data.X1, data.y1), inits=own)))
+    for tag, (xs, ys) in sets:
         W1 = lrn.first_step(xs, ys, W0)
-        model, _ = label_model(W1, m2)
+        lab = distill_labels(lrn, W1, data.X2, data.y2, m2, seed2)
+        model = lrn.fit_stage2(W1, stage2_inputs(seed2, m2, d), lab)
         row["test_mse" + tag] = mse(model, data.Xt, data.yt)
         row["alignment" + tag] = alignment(W1, U)
         ang = principal_angles(U, distilled_directions(xs, ys, r))
@@ -221,40 +316,69 @@ def _run_cell(spec: SweepSpec, d: int, r: int, L: int, stages: str, k: int, lr: 
     row["memory"] = row["memory_stage1"] + row["memory_stage2"]
     if row["n_real_star"] is not None:
         row["compression"] = (row["n_real_star"] + len(data.y2)) * (d + 1) / row["memory"]
+
+
+@functools.cache
+def tune_baseline(spec: SweepSpec, d: int, r: int, L: int, name: str, n: int) -> tuple[float, float]:
+    """η₁ and λ for the baseline ``name`` at its own size n, on the dev teacher: the same rule picks n
+    dev points, and the pair with the lowest dev validation MSE wins (λ up to 1e3, where the fit is
+    the constant predictor 0, so a tuned baseline is never much worse than predicting 0)."""
+    ds = cell_seeds(spec.seed, d, r, L, DEV)
+    data = _dev_data(spec, d, r, L)
+    idx = select(name, data.X1[:4096], data.y1[:4096], n, ds[8])
+    Xb, yb = data.X1[:4096][idx], data.y1[:4096][idx]
+    W0 = TwoStageLearner(L, 1.0, seed=ds[5]).init(d)[0]
+    best = (math.inf, 0.0, 0.0)
+    for c in ETA1_GRID:
+        for lam in BASELINE_RIDGE_GRID:
+            lr = TwoStageLearner(L, c * math.sqrt(d), lam, seed=ds[5])
+            err = mse(lr.fit_stage2(lr.first_step(Xb, yb, W0), Xb, yb), data.Xv, data.yv)
+            if err < best[0]:
+                best = (err, lr.eta1, lam)
+    return best[1], best[2]
+
+
+def _baselines(row: dict, spec: SweepSpec, lrn: TwoStageLearner, W0, data: Data, seed: int) -> None:
+    """Equal-memory real subsets (floor(memory/(d+1)) points, both stages), each with η₁ and λ tuned
+    on the dev teacher for its own rule and size (``tune_baseline``)."""
+    d, r, L = data.X1.shape[1], row["r"], row["L"]
     n_b = max(1, row["memory"] // (d + 1))
     pool_X, pool_y = data.X1[:4096], data.y1[:4096]
     for name in spec.baselines:
-        idx = select(name, pool_X, pool_y, n_b, seeds[8])
+        idx = select(name, pool_X, pool_y, n_b, seed)
         Xb, yb = pool_X[idx], pool_y[idx]
-        model = lrn.fit_stage2(lrn.first_step(Xb, yb, W0), Xb, yb)
+        eta1, lam = tune_baseline(spec, d, r, L, name, n_b)
+        lb = TwoStageLearner(L, eta1, lam, seed=lrn.seed)
+        model = lb.fit_stage2(lb.first_step(Xb, yb, W0), Xb, yb)
         row[f"{name}_test_mse"] = mse(model, data.Xt, data.yt)
+        row[f"{name}_eta1"], row[f"{name}_ridge"] = eta1, lam
     row["baseline_points"] = n_b
-    return row
 
 
-def _real_search(row: dict, spec: SweepSpec, lrn: TwoStageLearner, W0, a, data: Data, passes) -> None:
-    """The smallest real stage-1 n (in blocks of the same stream that holds the n₁ = 4d² points)."""
-    d, B = data.X1.shape[1], data.block
-    n1_blocks = len(data.y1) // B
-    max_blocks = spec.search.real_max_factor * d * d // B
-    sums: list[torch.Tensor] = [lrn.grad_sum(W0, a, data.X1[i * B:(i + 1) * B], data.y1[i * B:(i + 1) * B])
-                                for i in range(n1_blocks)]
+def _real_search(row: dict, spec: SweepSpec, lrn: TwoStageLearner, W0, a, data: Data, passes,
+                 seeds: list[int]) -> None:
+    """The smallest real stage-1 n that meets the target, in blocks of ``data.block`` fresh points
+    (block i drawn from ``seeds[i]``: never the reference's n₁ points), up to real_max_factor·d²."""
+    B = data.block
+    sums: list[torch.Tensor] = []
 
     def ok(nb: int) -> bool:
         while len(sums) < nb:
-            Xb, yb = data.teacher.sample(B, seed=data.real_seed + len(sums))
+            Xb, yb = data.teacher.sample(B, seed=seeds[len(sums)])
             sums.append(lrn.grad_sum(W0, a, Xb, yb))
         W1 = lrn.step(W0, torch.stack(sums[:nb]).sum(0) / (nb * B))
         return passes(W1, lrn.fit_stage2(W1, data.X2, data.y2))
 
-    nb, flag = search(ok, 1, max_blocks, ratio=1.0)
+    nb, flag = search(ok, 1, len(seeds), ratio=1.0)
     if flag:
         row["flags"].append(f"n_real:{flag}")
     row["n_real_star"] = None if nb is None else nb * B
+    row["n_real_ceiling"] = len(seeds) * B  # a ceiling row is censored there
 
 
 def pm_at(spec: SweepSpec, row: dict) -> dict:
-    """gm and pm at the row's m₁* (same seeds, same data, same steps; stage 2 on the real 4L)."""
+    """gm and pm at the row's m₁* (same seeds, same data; stage 2 on the real 4L): gm to its plateau,
+    pm (no plateau rule: its loss is a fresh minibatch each step) for min(150, cap) steps."""
     d, r, L, k, m = row["d"], row["r"], row["L"], row["seed"], row["m1_star"]
     seeds = cell_seeds(spec.seed, d, r, L, k)
     data = make_data(spec, d, r, L, seeds)
@@ -263,7 +387,7 @@ def pm_at(spec: SweepSpec, row: dict) -> dict:
     out = {"seed": k}
     for name in ("gm", "pm"):
         cfg = replace(spec.distill, lr=row["distill_lr"], n_inits=2 if name == "pm" else spec.distill.n_inits,
-                      pm_batch=512)
+                      pm_batch=512, steps=min(150, spec.distill.steps) if name == "pm" else spec.distill.steps)
         xs, ys = DISTILLERS[name](lrn, data.X1, data.y1, m, cfg, seeds[6] + m)
         W1 = lrn.first_step(xs, ys, W0)
         out[name] = mse(lrn.fit_stage2(W1, data.X2, data.y2), data.Xt, data.yt)
