@@ -51,30 +51,44 @@ def _skdim(cls_name: str, x: np.ndarray, **kw) -> float:
     return float(est.dimension_)
 
 
+#: hyperparameter candidates per classical estimator, chosen on the dev simulations (never on the
+#: reported grid or manifolds; ``figuro.experiments.dev_baseline_choice``). The first entry is
+#: skdim's default. TwoNN has no k: its discarded fraction of largest ratios is the knob; MLE's
+#: neighbourhood size K; lPCA's eigenvalue threshold rule; DANCo stays at k = 10 (its cost) [R].
+CANDIDATES: dict[str, tuple[dict, ...]] = {
+    "twonn": ({"discard_fraction": 0.1}, {"discard_fraction": 0.05}, {"discard_fraction": 0.2}),
+    "mle": ({"K": 5}, {"K": 10}, {"K": 20}),
+    "lpca": ({"ver": "FO"}, {"ver": "ratio"}, {"ver": "maxgap"}, {"ver": "Kaiser"},
+             {"ver": "broken_stick"}),
+    "danco": ({"k": 10},),
+}
+
+
 @register("twonn")
-def twonn(x, seed=0):
-    return _skdim("TwoNN", _sub(x, "twonn", seed))
+def twonn(x, seed=0, **kw):
+    return _skdim("TwoNN", _sub(x, "twonn", seed), **kw)
 
 
 @register("mle")
-def mle(x, seed=0):
-    return _skdim("MLE", _sub(x, "mle", seed))
+def mle(x, seed=0, **kw):
+    return _skdim("MLE", _sub(x, "mle", seed), **kw)
 
 
 @register("danco")
-def danco(x, seed=0):
-    return _skdim("DANCo", _sub(x, "danco", seed), random_state=seed)
+def danco(x, seed=0, **kw):
+    return _skdim("DANCo", _sub(x, "danco", seed), random_state=seed, **kw)
 
 
 @register("lpca")
-def lpca(x, seed=0):
-    return _skdim("lPCA", _sub(x, "lpca", seed))
+def lpca(x, seed=0, **kw):
+    return _skdim("lPCA", _sub(x, "lpca", seed), **kw)
 
 
-def unimodal(name: str, x: np.ndarray, seed: int = 0) -> float:
+def unimodal(name: str, x: np.ndarray, seed: int = 0, params: dict | None = None) -> float:
+    """One classical estimate; ``params`` are skdim keyword arguments (e.g. a dev choice)."""
     if name not in _UNI:
         raise KeyError(f"unknown estimator {name!r} (choose from {', '.join(names())})")
-    return _UNI[name](np.asarray(x, dtype=np.float64), seed)
+    return _UNI[name](np.asarray(x, dtype=np.float64), seed, **(params or {}))
 
 
 def _standardise(x: np.ndarray) -> np.ndarray:
@@ -82,18 +96,18 @@ def _standardise(x: np.ndarray) -> np.ndarray:
     return (x - x.mean(0)) / (x.std(0) + 1e-12)
 
 
-def estimate(name: str, views: list[np.ndarray], seed: int = 0) -> dict:
+def estimate(name: str, views: list[np.ndarray], seed: int = 0, params: dict | None = None) -> dict:
     """One estimator on one view (``{"dimension"}``) or on paired views (``{"shared",
     "private"}``; inclusion–exclusion for the classical estimators)."""
     if name == "ajive":
         return ajive(views)
     if len(views) == 1:
-        return {"dimension": unimodal(name, views[0], seed)}
+        return {"dimension": unimodal(name, views[0], seed, params)}
     if len(views) != 2:
         raise ValueError("inclusion–exclusion is defined for two views")
     x1, x2 = (_standardise(v) for v in views)
-    id1, id2 = unimodal(name, x1, seed), unimodal(name, x2, seed)
-    id12 = unimodal(name, np.concatenate([x1, x2], 1), seed)
+    id1, id2 = unimodal(name, x1, seed, params), unimodal(name, x2, seed, params)
+    id12 = unimodal(name, np.concatenate([x1, x2], 1), seed, params)
     out = inclusion_exclusion(id1, id2, id12)
     out["ids"] = [id1, id2, id12]
     return out
