@@ -53,7 +53,6 @@ DESCRIPTOR = MethodDescriptor(
         "full": "GPU recipe: ColBERTv2 / PyLate checkpoint on MS MARCO or BEIR (user-supplied), "
                 "see README; needs a CUDA device and those local files, refused at once without them",
     },
-    # measured (0.5.0): 14.4 CPU-minutes (30.1 min wall on the shared 2-core machine); two worker
-    # processes: about 8.6 min wall on 2 quiet cores, estimated from the CPU split (README)
-    quick_minutes=6.7,
+    # measured (0.6.0): 16.2 CPU-minutes with two threads, 8.8 min wall on an idle 2-core machine
+    quick_minutes=9,
 )
