@@ -36,6 +36,20 @@ def test_train_tiny_saves_a_loadable_folder_with_its_curve(tmp_path):
     assert teacher_forced_em(model, tok, dev) == pytest.approx(curve["dev_em"][-1])
 
 
+def test_step_rule_stops_a_run_whose_dev_em_stalls_and_the_cap_binds_otherwise(tmp_path):
+    """lr = 0: dev EM never moves, so the rule (patience 2) fires at the third evaluation, far
+    before the cap; with the rule off the same run trains every step of the cap."""
+    kw = dict(eval_every=1, arch=TOY, lr=0.0, dev_per_task=4, tasks=("add", "next"))
+    stalled = train_tiny(tmp_path / "a", steps=50, **kw)
+    assert stalled["stopped_at"] == 3 == stalled["steps"] and stalled["dev_steps"] == [1, 2, 3]
+    assert set(stalled["dev_em_by_task"]) == {"add", "next"}
+    assert all(len(v) == 3 for v in stalled["dev_em_by_task"].values())
+    fixed = train_tiny(tmp_path / "b", steps=5, rule=False, **kw)
+    assert fixed["stopped_at"] is None and fixed["steps"] == 5 and fixed["dev_steps"] == [1, 2, 3, 4, 5]
+    saved = json.loads((tmp_path / "a" / "train_curve.json").read_text())
+    assert saved["stopped_at"] == 3 and saved["recipe"]["lr"] == 0.0
+
+
 def test_teacher_forced_em_is_one_on_a_model_that_emits_the_target():
     """An oracle: logits that put all mass on the true next token give EM 1; shifted, EM 0."""
     import torch
@@ -66,13 +80,26 @@ def test_cli_train_tiny_refuses_an_existing_folder(tmp_path, capsys):
     assert (out / "keep.txt").read_text() == "mine"
 
 
+def test_cli_train_tiny_fixed_steps_and_recipe_flags(tmp_path, capsys):
+    out = tmp_path / "m"
+    assert main(["train-tiny", "--out", str(out), "--steps", "2", "--fixed-steps", "--lr", "1e-3",
+                 "--warmup", "0", "--clip", "0.5", "--eval-every", "1", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["steps"] == 2 and printed["stopped_by_rule"] is False
+    recipe = json.loads((out / "train_curve.json").read_text())["recipe"]
+    assert (recipe["lr"], recipe["warmup"], recipe["clip"]) == (1e-3, 0, 0.5)
+    assert main(["train-tiny", "--out", str(tmp_path / "n"), "--lr", "-1"]) == 2
+    assert not (tmp_path / "n").exists()
+
+
 def test_quick_path_runs_end_to_end_on_a_toy_budget(tmp_path):
     from decodeshare.experiments import _quick_tiny
 
     res = _quick_tiny(tmp_path, 0, cfg=dict(calib=6, evals=3, trials=5, min_clean_em=0.0, layers=(0, 1), main=1, tau_k=0.1),
-                      train_kw=dict(steps=2, eval_every=1, arch=TOY))
+                      train_kw=dict(steps=2, eval_every=1, arch=TOY, lr=2e-3, warmup=0, clip=None))
     assert (tmp_path / "model" / "config.json").exists()
-    assert [c.metric for c in res.curves] == ["dev_em_teacher_forced", "train_loss"]
+    assert [c.metric for c in res.curves] == ["dev_em_teacher_forced"] * 6 + ["train_loss"]
+    assert {c.method for c in res.curves} == {"char_llama", *(f"char_llama:{t}" for t in GEN_GENERATORS)}
     ids = {c.claim_id for c in res.claims}
     assert {"h1_nulls", "h2_vs_matched", "h2_vs_prefill", "steer_rank"} <= ids
     h2 = [c for c in res.claims if c.claim_id == "h2_vs_matched"]

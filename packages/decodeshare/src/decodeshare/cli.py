@@ -26,7 +26,7 @@ def _fraction(text: str) -> float:
     return v
 
 
-def _positive_float(text: str) -> float:
+def positive_float(text: str) -> float:
     v = finite_float(text)
     if v <= 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {text}")
@@ -280,13 +280,18 @@ def _cmd_report(args) -> int:
 
 
 def _cmd_train_tiny(args) -> int:
+    from . import train
     from .io import refuse_existing
-    from .train import STEPS, train_tiny
 
     refuse_existing(args.out)
-    curve = train_tiny(args.out, steps=args.steps or STEPS, seed=args.seed, eval_every=args.eval_every,
-                       log=None if args.json else print)
-    _print({"model": curve["path"], "steps": curve["steps"], "dev_em_teacher_forced": curve["dev_em"][-1],
+    curve = train.train_tiny(args.out, steps=args.steps or train.MAX_STEPS, seed=args.seed,
+                             eval_every=args.eval_every, rule=not args.fixed_steps,
+                             lr=train.LR if args.lr is None else args.lr,
+                             warmup=train.WARMUP if args.warmup is None else args.warmup,
+                             clip=train.CLIP if args.clip is None else args.clip,
+                             log=None if args.json else print)
+    _print({"model": curve["path"], "steps": curve["steps"], "stopped_by_rule": curve["stopped_at"] is not None,
+            "dev_em_teacher_forced": curve["dev_em"][-1],
             "curve": str(Path(curve["path"]) / "train_curve.json")}, args.json)
     return 0
 
@@ -329,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--var", type=_fraction, default=0.95)
     tau = p.add_mutually_exclusive_group()
     tau.add_argument("--tau", type=_fraction, default=1e-3, help="usage threshold (the paper's 1e-3)")
-    tau.add_argument("--tau-k", type=_positive_float, default=None,
+    tau.add_argument("--tau-k", type=positive_float, default=None,
                      help="threshold on the stringency scale: tau = TAU_K / k (the paper's 1e-3 at k = "
                           "2,600-3,000 is 2.6-3.0; give 2.8 to match it at a small model's k)")
     p.add_argument("--m", type=_m, default="all")
@@ -365,8 +370,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train-tiny", help="train the char-level Llama on the five generation tasks "
                                           "and save it as a model folder")
     p.add_argument("--out", type=Path, required=True, help="new model folder (refused if it exists)")
-    p.add_argument("--steps", type=positive_int, default=None, help="default: the fixed STEPS (2000)")
+    p.add_argument("--steps", type=positive_int, default=None,
+                   help="the cap: at most this many steps (default train.MAX_STEPS); training stops "
+                        "earlier when the dev step rule fires")
+    p.add_argument("--fixed-steps", action="store_true", help="no step rule: train exactly --steps steps")
     p.add_argument("--eval-every", type=positive_int, default=250, help="dev-curve interval in steps")
+    p.add_argument("--lr", type=positive_float, default=None, help="AdamW learning rate (default train.LR)")
+    p.add_argument("--warmup", type=nonneg_int, default=None, help="linear warmup steps (default train.WARMUP)")
+    p.add_argument("--clip", type=positive_float, default=None, help="gradient-norm clip (default train.CLIP)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=_cmd_train_tiny)

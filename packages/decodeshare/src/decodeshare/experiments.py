@@ -21,7 +21,8 @@ CFG = {
     "smoke": dict(model="tiny-llama", per_task=6, calib=3, new_tokens=4, layers=(0, 1), main=1,
                   trials=20, tasks=("parity", "larger", "truefalse"), steer_val=2, vectors=3,
                   tau_k=None, chance_filter=False),  # smoke proves the code path: literal tau, all tasks
-    # the tiny char-level Llama trained here (train.STEPS steps, one training seed) on the five
+    # the tiny char-level Llama trained here to the dev step rule (train.STEP_RULE, cap
+    # train.MAX_STEPS; one training seed) on the five
     # generation tasks; 112 calibration prompts per task give add (3-4 answer digits) >= 300 decode
     # states; two protocol seeds draw disjoint calibration/evaluation items and the random control
     "quick": dict(model="train-tiny", calib=112, evals=48, new_tokens=10, layers=(1, 2, 3), main=2,
@@ -85,7 +86,7 @@ def _quick_tiny(out_dir: Path, seed: int = 0, cfg: dict | None = None, train_kw:
     from .protocol import Protocol
     from .readout import chat_body
     from .tasks import by_task, make_gen_tasks, split_items
-    from .train import STEP_RULE, STEPS, train_tiny
+    from .train import MAX_STEPS, STEP_RULE, train_tiny
 
     cfg = dict(CFG["quick"], **(cfg or {}))
     train_kw = dict(train_kw or {})
@@ -94,14 +95,21 @@ def _quick_tiny(out_dir: Path, seed: int = 0, cfg: dict | None = None, train_kw:
     torch.set_num_threads(1)  # 2 shared cores: one thread is by far the fastest here
     try:
         t0 = time.perf_counter()
+        train_kw.setdefault("steps", cfg.get("train_cap", MAX_STEPS))
         curve = train_tiny(Path(out_dir) / "model", seed=seed, **train_kw)
-        steps = curve["steps"]
+        steps, cap, stopped = curve["steps"], curve["cap"], curve["stopped_at"]
         res.add_curve("train_tiny", "char_llama", "dev_em_teacher_forced", curve["dev_steps"],
-                      curve["dev_em"], split="dev", seed=seed, budget=steps)
+                      curve["dev_em"], split="dev", seed=seed, budget=cap, stopped_at=stopped)
+        for t, v in curve["dev_em_by_task"].items():
+            res.add_curve("train_tiny", f"char_llama:{t}", "dev_em_teacher_forced", curve["dev_steps"], v,
+                          split="dev", seed=seed, budget=cap, stopped_at=stopped)
         res.add_curve("train_tiny", "char_llama", "train_loss", curve["dev_steps"], curve["train_loss"],
-                      split="train", seed=seed, direction="lower", budget=steps)
+                      split="train", seed=seed, direction="lower", budget=cap, stopped_at=stopped)
         res.add("train_tiny", "char_llama", "dev_em_teacher_forced", curve["dev_em"][-1], unit="fraction",
-                seeds=[seed], steps=steps)
+                seeds=[seed], steps=steps, cap=cap, rule_bound=stopped is not None,
+                recipe={k: v for k, v in curve["recipe"].items() if k != "arch"})
+        for t, v in curve["dev_em_by_task"].items():
+            res.add("train_tiny", t, "dev_em_teacher_forced", v[-1], unit="fraction", seeds=[seed], steps=steps)
         model, tok = io.load_model(str(Path(out_dir) / "model"))
         t_train = time.perf_counter() - t0
         main, tau_k = cfg["main"], cfg.get("tau_k", TAU_K)
@@ -163,8 +171,10 @@ def _quick_tiny(out_dir: Path, seed: int = 0, cfg: dict | None = None, train_kw:
     res.add("mechanism", "all_interventions", "prefill_passes_modified",
             float(sum(c["prefill"] for c in calls)), seeds=pseeds)
     res.notes += [
-        f"Model: the char-level Llama ({cfg['model']}: 4 layers, d = 128) trained here for {steps} "
-        f"steps, one training seed ({seed}); step rule: {STEP_RULE if steps == STEPS else 'test override'}. "
+        f"Model: the char-level Llama ({cfg['model']}: 4 layers, d = 128) trained here, one training "
+        f"seed ({seed}): {steps} steps, "
+        + (f"stopped by the step rule ({STEP_RULE}; cap {cap}). " if stopped is not None else
+           f"the cap ({cap}) bound before the step rule fired ({STEP_RULE}). ") +
         f"Tasks: {', '.join(by_task(make_gen_tasks(1, seed)))} (generation, exact match); per protocol "
         f"seed {cfg['calib']} calibration and {cfg['evals']} evaluation prompts per task from the "
         f"held-out hash split (training and dev prompts never among them).",

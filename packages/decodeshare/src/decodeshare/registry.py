@@ -49,8 +49,8 @@ DESCRIPTOR = MethodDescriptor(
             "patchback and a steering audit.",
     scales={
         "smoke": "a random-init 2-layer Llama built in-process, 3 tasks x 6 prompts (seconds, no files)",
-        "quick": "trains the char-level Llama here (4 layers, d = 128, 2,000 steps, one training "
-                 "seed) on five generation tasks (reverse, sort, rotate, next, add), then per protocol "
+        "quick": "trains the char-level Llama here (4 layers, d = 128, one training seed) until "
+                 "its dev exact match stalls (the step rule; cap 3,000 steps) on five generation tasks (reverse, sort, rotate, next, add), then per protocol "
                  "seed (2) 112 calibration + 48 evaluation prompts per task, layers {1, 2, 3}; S at "
                  "tau*k = 2.8; both nulls (B = 200); tasks below clean EM 0.5 excluded; LOTO H2 at "
                  "layer 2 against alpha/k/energy-matched random and prefill controls, pooled over "
@@ -59,8 +59,5 @@ DESCRIPTOR = MethodDescriptor(
                 "Llama-3.1-8B folder) and DECODESHARE_TASKS (the 13-task pool as JSONL); refuses at "
                 "once naming what is missing",
     },
-    # NOT measured for 0.3.1 (the recorded run was stopped: CPU-starved on the shared machine):
-    # training measured at 0.24 CPU-s per step on a 60-step run (2,000 steps ~ 8 CPU-min) plus
-    # the protocol (~1-2 CPU-min on this tiny model); 0.3.0's SmolLM2 quick was 1.7 CPU-min.
-    quick_minutes=6.0,  # 5.9 CPU-min, one thread (0.3.1 quick, recorded)
+    quick_minutes=5.2,  # 0.3.2 quick, recorded: 308 s user + 2 s system, one thread (rule at 1,500 steps)
 )

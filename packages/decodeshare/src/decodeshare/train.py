@@ -3,9 +3,10 @@ generation tasks (issue 51: a model that solves its tasks well above chance, so 
 decode-time subspace has a decision to break). Saved with ``save_pretrained`` (model and the
 package's character tokenizer), so every verb loads it as a model folder.
 
-The step count is FIXED (``STEPS``), chosen on the ``dev`` hash split by a stated rule (see
-``STEP_RULE``); the dev curve is evaluated every ``EVAL_EVERY`` steps and saved beside the model,
-never used to stop or pick a checkpoint of the run itself."""
+Training stops by a stated rule read on the ``dev`` hash split only (``STEP_RULE``: teacher-forced
+dev exact match stalls, ``icml26_shared.train.EarlyStopping``) or at the cap ``MAX_STEPS``; the
+recipe (lr 5e-3, 200 warmup steps, clipping at 1.0) was chosen on dev prompts (docs/experiments.md).
+The dev curve, per task, is saved beside the model; no checkpoint is picked (the last one is kept)."""
 
 from __future__ import annotations
 
@@ -16,15 +17,19 @@ from pathlib import Path
 
 from icml26_shared import UserError
 
-#: the architecture (4 layers, d = 128) and the recipe of the dev probe (docs/experiments.md)
+#: the architecture (4 layers, d = 128) of the dev probe (docs/experiments.md)
 ARCH = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4,
             num_key_value_heads=4, max_position_embeddings=64)
-LR, WEIGHT_DECAY, BATCH = 2e-3, 0.01, 64
-STEPS, EVAL_EVERY, DEV_PER_TASK = 2000, 250, 40
-STEP_RULE = ("the smallest multiple of 250 steps after which teacher-forced dev exact match gains "
-             "< 1 point over the last 20% of the steps, capped at 2,000 by the quick budget; on the "
-             "one-seed dev run (2026-12-06) dev EM went 0.87 (1,500) -> 0.91 (1,750) -> 0.93 (2,000): "
-             "the cap bound, so the model may still be improving at 2,000 steps")
+#: the recipe (lr, warmup and clipping chosen on dev prompts, docs/experiments.md)
+LR, WARMUP, CLIP, WEIGHT_DECAY, BATCH = 5e-3, 200, 1.0, 0.01, 64
+#: the step rule (written before the dev runs): teacher-forced dev exact match over
+#: DEV_PER_TASK dev prompts per task, every EVAL_EVERY steps; stop when it has not risen by more
+#: than MIN_DELTA for PATIENCE evaluations in a row (``icml26_shared.train.EarlyStopping``), or at
+#: the cap MAX_STEPS; the model is the last one trained (no checkpoint is picked)
+MAX_STEPS, EVAL_EVERY, DEV_PER_TASK, PATIENCE, MIN_DELTA = 3000, 250, 100, 2, 0.01
+STEP_RULE = (f"stop when teacher-forced dev exact match ({DEV_PER_TASK} dev prompts per task, every "
+             f"{EVAL_EVERY} steps) has not risen by more than {MIN_DELTA:g} for {PATIENCE} evaluations "
+             f"in a row, or at the cap")
 
 
 def _encode(tok, items: list[tuple[str, str]]):
@@ -58,25 +63,36 @@ def _train_batch(rng: random.Random, tasks: tuple[str, ...], n: int) -> list[tup
     return out
 
 
-def teacher_forced_em(model, tok, items: list[tuple[str, str]]) -> float:
-    """Fraction of items whose every target token (and EOS) is the argmax given the true prefix."""
+def teacher_forced_hits(model, tok, items: list[tuple[str, str]]):
+    """Per item: is every target token (and EOS) the argmax given the true prefix? (bool tensor)"""
     import torch
 
     ids, att, m = _encode(tok, items)
     with torch.no_grad():
         pred = model(input_ids=ids, attention_mask=att).logits[:, :-1].argmax(-1)
-    ok = ((pred == ids[:, 1:]) | ~m[:, 1:]).all(1)
-    return float(ok.float().mean())
+    return ((pred == ids[:, 1:]) | ~m[:, 1:]).all(1)
 
 
-def train_tiny(out: str | Path, steps: int = STEPS, seed: int = 0, tasks: tuple[str, ...] | None = None,
+def teacher_forced_em(model, tok, items: list[tuple[str, str]]) -> float:
+    """Fraction of items whose every target token (and EOS) is the argmax given the true prefix."""
+    return float(teacher_forced_hits(model, tok, items).float().mean())
+
+
+def train_tiny(out: str | Path, steps: int = MAX_STEPS, seed: int = 0, tasks: tuple[str, ...] | None = None,
                eval_every: int = EVAL_EVERY, batch: int = BATCH, arch: dict | None = None,
+               lr: float = LR, warmup: int = WARMUP, clip: float | None = CLIP, rule: bool = True,
+               patience: int = PATIENCE, min_delta: float = MIN_DELTA, dev_per_task: int = DEV_PER_TASK,
                log=None) -> dict:
-    """Train the char-level Llama for exactly ``steps`` steps and save it to ``out`` (refused if it
-    exists). Returns ``{"steps", "dev_steps", "dev_em", "train_loss", "seconds", "path"}``; the same
-    curve is written to ``out/train_curve.json``."""
+    """Train the char-level Llama until the step rule fires (``rule=True``, see ``STEP_RULE``) or
+    for ``steps`` steps (the cap), and save it to ``out`` (refused if it exists). Returns ``{"steps"
+    (trained), "cap", "stopped_at" (None when the cap bound), "dev_steps", "dev_em", "dev_em_by_task",
+    "train_loss", "seconds", "recipe", "path"}``; the same curve is written to
+    ``out/train_curve.json``. The dev prompts are the ``dev`` hash split: never trained on, never
+    a calibration or evaluation item."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
+
+    from icml26_shared.train import EarlyStopping
 
     from .io import char_tokenizer, refuse_existing
     from .tasks import GEN_GENERATORS, make_gen_tasks
@@ -94,10 +110,18 @@ def train_tiny(out: str | Path, steps: int = STEPS, seed: int = 0, tasks: tuple[
     cfg = LlamaConfig(vocab_size=len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
                       bos_token_id=tok.eos_token_id, **(arch or ARCH))
     model = LlamaForCausalLM(cfg)
-    dev = [(it["prompt"], it["target"]) for it in make_gen_tasks(DEV_PER_TASK, seed, tasks, split="dev")]
-    opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
+    dev_items = make_gen_tasks(dev_per_task, seed, tasks, split="dev")
+    dev = [(it["prompt"], it["target"]) for it in dev_items]
+    dev_task = [it["task"] for it in dev_items]
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=WEIGHT_DECAY)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0)
+    es = EarlyStopping(patience=patience, min_delta=min_delta, mode="max") if rule else None
     rng = random.Random(seed + 1)
-    curve = {"steps": steps, "dev_steps": [], "dev_em": [], "train_loss": []}
+    recipe = dict(lr=lr, warmup=warmup, clip=clip, batch=batch, weight_decay=WEIGHT_DECAY,
+                  arch=dict(arch or ARCH), rule=STEP_RULE if rule else "none (fixed steps)",
+                  patience=patience, min_delta=min_delta, dev_per_task=dev_per_task)
+    curve = {"steps": 0, "cap": steps, "stopped_at": None, "dev_steps": [], "dev_em": [],
+             "dev_em_by_task": {t: [] for t in tasks}, "train_loss": [], "recipe": recipe}
     t0, running = time.perf_counter(), []
     model.train()
     for step in range(1, steps + 1):
@@ -106,19 +130,31 @@ def train_tiny(out: str | Path, steps: int = STEPS, seed: int = 0, tasks: tuple[
         loss = torch.nn.functional.cross_entropy(logits[m[:, 1:]], ids[:, 1:][m[:, 1:]])
         opt.zero_grad()
         loss.backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()
+        sched.step()
         running.append(loss.item())
+        curve["steps"] = step
         if step % eval_every == 0 or step == steps:
             model.eval()
-            em = teacher_forced_em(model, tok, dev)
+            hits = teacher_forced_hits(model, tok, dev)
             model.train()
+            em = float(hits.float().mean())
             curve["dev_steps"].append(step)
             curve["dev_em"].append(em)
+            for t in tasks:
+                sel = [i for i, tt in enumerate(dev_task) if tt == t]
+                curve["dev_em_by_task"][t].append(float(hits[sel].float().mean()))
             curve["train_loss"].append(sum(running) / len(running))
             running = []
             if log:
+                per = ", ".join(f"{t} {v[-1]:.2f}" for t, v in curve["dev_em_by_task"].items())
                 log(f"step {step}: train loss {curve['train_loss'][-1]:.3f}, dev EM (teacher-forced) "
-                    f"{em:.3f}, {time.perf_counter() - t0:.0f} s")
+                    f"{em:.3f} ({per}), {time.perf_counter() - t0:.0f} s")
+            if es is not None and es.step(em, at=step):
+                curve["stopped_at"] = step
+                break
     model.eval()
     curve["seconds"] = time.perf_counter() - t0
     from icml26_shared.io import atomic_dir
