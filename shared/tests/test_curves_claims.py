@@ -76,6 +76,18 @@ def test_check_never_enters_the_held_count():
     assert md.index("codes take 4 bytes") > md.index("Checks")
 
 
+def test_a_claim_with_several_rows_holds_only_when_every_row_holds():
+    res = Results("p", "0.1.0", "quick", 0)
+    res.add("e", "m", "acc", 0.9)
+    res.claims += [ClaimCheck.compare(CLAIM, 0.9, 0.5, "random"),
+                   ClaimCheck.compare(CLAIM, 0.5, 0.6, "matched")]
+    assert claim_counts(res) == (0, 1, 0)
+    res.claims[1] = ClaimCheck.compare(CLAIM, 0.7, 0.6, "matched")
+    assert claim_counts(res) == (1, 0, 0)
+    res.claims[1].mark_not_evaluated("too few units")
+    assert claim_counts(res) == (0, 0, 1)
+
+
 def test_not_evaluated_withdraws_the_verdict_and_nan_intervals_give_none():
     ck = ClaimCheck.compare(CLAIM, 0.9, 0.5, "base")
     assert ck.status == "held"

@@ -39,18 +39,30 @@ def ours_cell(c: ClaimCheck) -> str:
     return s
 
 
+def statuses_by_id(rows: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """One status per claim id from its verdict rows ``(id, status)``: a claim checked against
+    several baselines or conditions is ``held`` only when every row holds, ``not held`` when any
+    row does not, ``not evaluated`` otherwise."""
+    by_id: dict[str, list[str]] = {}
+    for cid, st in rows:
+        by_id.setdefault(cid, []).append(st)
+    return {cid: "held" if all(s == "held" for s in sts)
+            else "not held" if any(s == "not held" for s in sts) else "not evaluated"
+            for cid, sts in by_id.items()}
+
+
 def _counts(res: Results, kind: str) -> tuple[int, int, int]:
-    items = [c for c in res.claims if c.kind == kind]
+    st = statuses_by_id([(c.claim_id, c.status) for c in res.claims if c.kind == kind])
     if res.status != "ok":
-        return 0, 0, len(items)
-    held = sum(c.status == "held" for c in items)
-    not_held = sum(c.status == "not held" for c in items)
-    return held, not_held, len(items) - held - not_held
+        return 0, 0, len(st)
+    held = sum(s == "held" for s in st.values())
+    not_held = sum(s == "not held" for s in st.values())
+    return held, not_held, len(st) - held - not_held
 
 
 def claim_counts(res: Results) -> tuple[int, int, int]:
-    """(held, not held, not evaluated or not run) over the package's claims, checks excluded; a
-    run that did not finish counts every declared claim as not run."""
+    """(held, not held, not evaluated or not run) over the package's claims (one per claim id, see
+    ``statuses_by_id``), checks excluded; a run that did not finish counts every claim as not run."""
     return _counts(res, "claim")
 
 
