@@ -42,11 +42,92 @@ SCALES = {
                   probe=dict(n_probes=32, proj_dim=32, rep_dim=128), epochs=300, patience=40,
                   lr_grid=LR_GRID, recipe_epochs=500, statnn=dict(), thm3_trials=3000),
 }
+
+# --- a harder mini jungle, chosen on the baselines' val accuracy only (issue 58 item 6) ----------
+# Each candidate changes one or two knobs of quick's zoo generator (ZooConfig) or the layer read.
+HARD_CANDIDATES = {
+    "fc1": dict(zoo=dict(), layer="fc1"),  # the same zoo, the layer farthest from the head
+    "short": dict(zoo=dict(steps=(5, 20)), layer="fc2"),  # a quarter of the fine-tuning steps
+    "shorter": dict(zoo=dict(steps=(3, 10)), layer="fc2"),  # an eighth
+    "short_fc1": dict(zoo=dict(steps=(5, 20)), layer="fc1"),
+    "start_noise": dict(zoo=dict(weight_noise=0.25), layer="fc2"),  # each child starts 0.25σ off
+}
+# The rule, written before any candidate was screened: a candidate is admissible when ProbeX's val
+# per-label accuracy lies in [0.70, 0.90] (below the 90 % ceiling rule, well above the 0.5 prior)
+# and StatNN's is <= 0.80; among the admissible ones the pick is the one whose ProbeX val accuracy
+# is closest to the paper's ProbeX on Model-J (0.8161), ties to the earlier candidate above.
+# Screened: ProbeX at its published lr 1e-3, flat logistic regression at lr 1e-3 (cap 300,
+# patience 40, seed 0), StatNN with its tree grid on val. Test models are never read.
+HARD_RULE = dict(probex_band=(0.70, 0.90), statnn_max=0.80, target=0.8161)
+SCREEN_ARMS = ("flat", "statnn", "probex")
+
+
+def screen_candidate(zoo, layer: str, probe: ProbeConfig, train: TrainConfig, statnn_kw: dict | None = None
+                     ) -> dict[str, float]:
+    """The baselines' best val per-label accuracy on one candidate zoo: reads the train and val
+    models only (never ``zoo.split["test"]``)."""
+    data = {p: (zoo.layer(layer, p), torch.tensor(zoo.part_labels(p))) for p in ("train", "val")}
+    out = {}
+    for arm in SCREEN_ARMS:
+        _, info = _fit_one(arm, data, probe, replace(train, lr=1e-3), statnn_kw or {})
+        out[arm] = float(info["best_val_accuracy"])
+        if "best_epoch" in info:
+            out[f"{arm}_kept_epoch"] = int(info["best_epoch"])
+    return out
+
+
+def choose_benchmark(screened: dict[str, dict[str, float]], rule: dict = HARD_RULE) -> str | None:
+    """Apply ``HARD_RULE`` to the screened val accuracies (candidate order breaks ties); None when
+    no candidate is admissible."""
+    lo, hi = rule["probex_band"]
+    ok = [(abs(v["probex"] - rule["target"]), i, name) for i, (name, v) in enumerate(screened.items())
+          if lo <= v["probex"] <= hi and v["statnn"] <= rule["statnn_max"]]
+    return min(ok)[2] if ok else None
+
+
+def screen(seed: int = 0, candidates: dict = HARD_CANDIDATES, base_zoo: dict | None = None,
+           probe: ProbeConfig | None = None, train: TrainConfig | None = None,
+           statnn_kw: dict | None = None, progress=print) -> tuple[str | None, dict]:
+    """Build each candidate's zoo (seed ``seed``), screen the baselines on val, pick by the rule."""
+    from .zoo import make_model_zoo
+
+    base_zoo = dict(SCALES["quick"]["zoo"]) if base_zoo is None else base_zoo
+    probe = probe or ProbeConfig(**SCALES["quick"]["probe"])
+    train = train or TrainConfig(epochs=SCALES["quick"]["epochs"], patience=SCALES["quick"]["patience"])
+    zoos: dict = {}
+    screened = {}
+    for name, c in candidates.items():
+        key = tuple(sorted(c["zoo"].items()))
+        if key not in zoos:
+            zoos[key] = make_model_zoo(ZooConfig(seed=seed, **{**base_zoo, **c["zoo"]}))
+        screened[name] = screen_candidate(zoos[key], c["layer"], probe, train, statnn_kw)
+        if progress is not None:
+            progress(name, screened[name])
+    return choose_benchmark(screened), screened
+
+
+HARD_PICK = "shorter"  # from the screen in docs/experiments.md (val only), before any test figure
+HARD_SCREEN = {  # that screen's val per-label accuracies (zoo seed 0), carried into the results
+    "fc1": {"flat": 0.7500, "statnn": 0.6120, "probex": 0.7504},
+    "short": {"flat": 0.8128, "statnn": 0.6732, "probex": 0.8632},
+    "shorter": {"flat": 0.7488, "statnn": 0.6596, "probex": 0.7740},
+    "short_fc1": {"flat": 0.7212, "statnn": 0.5844, "probex": 0.7372},
+    "start_noise": {"flat": 0.8068, "statnn": 0.5196, "probex": 0.9112},
+}
+LONG_ARMS = ("mvprobe", "probex", "probex4", "probex_recipe", "statnn", "flat", "prior")
+if HARD_PICK is not None:
+    SCALES["long"] = dict(SCALES["quick"], zoo={**SCALES["quick"]["zoo"], **HARD_CANDIDATES[HARD_PICK]["zoo"]},
+                          layer=HARD_CANDIDATES[HARD_PICK]["layer"], arms=LONG_ARMS,
+                          experiment=f"hard_jungle_{HARD_PICK}")
+
+
 FULL_ENV = "MVPROBE_MODELJ"  # a folder with train.jsonl / val.jsonl / test.jsonl and layer.txt
 
 
 def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
-    check_scale(scale)
+    check_scale(scale, DESCRIPTOR)
+    if scale == "long" and "long" not in SCALES:
+        raise UserError("mvprobe's long scale needs a harder jungle chosen on val (none is set)")
     if scale == "full":
         return _full(Path(out_dir), seed)
     from threadpoolctl import threadpool_limits
@@ -79,8 +160,10 @@ def _jungle(scale: str, out_dir: Path, seed: int) -> Results:
     probe = ProbeConfig(**cfg["probe"])
     seeds = [seed + i for i in range(cfg["seeds"])]
     train = TrainConfig(epochs=cfg["epochs"], patience=cfg["patience"])
-    arms = run_arms(data, probe, train, seeds, cfg["statnn"], res, experiment=f"jungle_{cfg['layer']}",
-                    lr_grid=cfg["lr_grid"], recipe_epochs=cfg["recipe_epochs"], permuted=permuted)
+    experiment = cfg.get("experiment", f"jungle_{cfg['layer']}")
+    arms = run_arms(data, probe, train, seeds, cfg["statnn"], res, experiment=experiment,
+                    arms=cfg.get("arms", ARMS), lr_grid=cfg["lr_grid"], recipe_epochs=cfg["recipe_epochs"],
+                    permuted=permuted)
     _claims(res, arms, seeds)
     _theory(res, data, probe, seeds[0], cfg["thm3_trials"], arms["mvprobe"]["first"])
     write_json(out_dir / "per_seed.json",
@@ -108,6 +191,17 @@ def _jungle(scale: str, out_dir: Path, seed: int) -> Results:
         "Population std in the per-sample standardisation; the authors' code uses torch.std (n-1). "
         "Ablations build only their active branches (the authors zero-mask).",
     ]
+    if scale == "long":
+        for name, v in HARD_SCREEN.items():
+            for arm, acc in v.items():
+                res.add("hard_jungle_screen", arm, f"val_per_label_accuracy_{name}", acc, seeds=[0],
+                        split="val", knobs=str(HARD_CANDIDATES[name]), picked=name == HARD_PICK)
+        res.notes.append(
+            f"Harder jungle '{HARD_PICK}' ({HARD_CANDIDATES[HARD_PICK]}; otherwise quick's zoo), picked "
+            f"before any MVProbe figure by a rule on the baselines' val accuracy only: ProbeX val in "
+            f"{list(HARD_RULE['probex_band'])}, StatNN val <= {HARD_RULE['statnn_max']}, closest to the "
+            f"paper's ProbeX {HARD_RULE['target']} (screen rows: hard_jungle_screen; docs/experiments.md). "
+            f"Arms here: {', '.join(cfg['arms'])} (no ablations, for the CPU budget).")
     res.elapsed_s = time.perf_counter() - t0
     return res
 
@@ -216,11 +310,15 @@ def _claims(res: Results, arms, seeds) -> None:
         ratio = float((1 - acc["mvprobe"]).mean() / max((1 - acc[base]).mean(), 1e-12))
         _versus(res, c[cid], arms, "mvprobe", base, seeds,
                 extra=f"; error ratio {ratio:.3f} (paper's target ≤ {factor})")
-    val = {m: np.nanmean(arms[m]["metrics"].get("best_val_accuracy", [np.nan])) for m in BASELINES}
-    best = max((m for m in BASELINES if np.isfinite(val[m])), key=lambda m: val[m])
+    val = {m: np.nanmean(arms[m]["metrics"].get("best_val_accuracy", [np.nan])) for m in BASELINES if m in arms}
+    best = max((m for m in val if np.isfinite(val[m])), key=lambda m: val[m])
     _versus(res, c["beats_best_baseline"], arms, "mvprobe", best, seeds,
             extra=f"; strongest baseline on val: {best} ({val[best]:.4f})")
-    _versus(res, c["no_std_below"], arms, "mvprobe", "no_std", seeds)
+    if "no_std" in arms:
+        _versus(res, c["no_std_below"], arms, "mvprobe", "no_std", seeds)
+    else:  # the long scale runs the claim arms and the anchors only
+        res.claims.append(ClaimCheck.compare(c["no_std_below"], None).mark_not_evaluated(
+            "the no-standardisation ablation is not run at this scale"))
     for cid, m, limit in (("probex_below_ceiling", "probex", 0.9), ("statnn_below_ceiling", "statnn", 0.8)):
         res.claims.append(ClaimCheck.compare(
             c[cid], float(acc[m].mean()), threshold=limit,

@@ -48,6 +48,9 @@ DESCRIPTOR = MethodDescriptor(
                  "and anchor at n_probes=proj_dim=32, rep_dim=128; each torch arm's lr from "
                  "{3e-4, 1e-3, 3e-3} on val (seed 0), <=300 epochs with patience 40 on val, 3 seeds; "
                  "ProbeX's published recipe (lr 1e-3, 500 epochs); Theorems 1 and 3 (one CPU thread)",
+        "long": "the harder mini jungle chosen on the baselines' val accuracy (children fine-tuned "
+                "3-10 steps instead of 20-80, fc2): MVProbe, ProbeX, ProbeX x4, ProbeX's recipe and "
+                "the anchors (StatNN, flat, prior) at quick's protocol, 3 seeds (about 12 CPU-min, one thread)",
         "full": "the GPU recipe: needs a CUDA device and $MVPROBE_MODELJ (a folder with "
                 "train/val/test.jsonl of Model-J checkpoints and layer.txt); paper settings, 5 seeds "
                 "on the mini jungle (fc2, fc1) and the Model-J subset",
