@@ -244,3 +244,20 @@ def test_training_options_refused_where_nothing_is_trained(files, tmp_path, caps
         assert "training options" in _err(capsys)
     assert main(["index", str(files / "corpus.jsonl"), "--out", str(tmp_path / "i"), "--lr", "-1"]) == 2
     assert not (tmp_path / "i").exists()
+
+
+def test_batched_cli_search_writes_the_same_run(files, tiny_model, tmp_path):
+    """`crossq search --query-batch N` gives the run `--query-batch 1` gives (issue 59)."""
+    idx = tmp_path / "idx"
+    assert main(["index", str(files / "corpus.jsonl"), "--out", str(idx), "--codec", "crossq",
+                 "--bytes-per-token", "2", "--steps", "2", "--model", str(tiny_model), *TINY]) == 0
+    runs = []
+    for qb, probe in (("1", "0"), ("4", "0"), ("1", "2"), ("10", "2")):
+        out = tmp_path / f"run{qb}-{probe}"
+        assert main(["search", str(idx), str(files / "queries.jsonl"), "--out", str(out), "--quiet",
+                     "--query-batch", qb, "--nprobe", probe]) == 0
+        runs.append([line.split() for line in out.read_text().splitlines()])
+    assert len(runs[0]) == 100
+    for a, b in ((runs[0], runs[1]), (runs[2], runs[3])):  # same ranking; scores to float rounding
+        assert [r[:4] for r in a] == [r[:4] for r in b]
+        np.testing.assert_allclose([float(r[4]) for r in a], [float(r[4]) for r in b], atol=1e-5)

@@ -107,6 +107,60 @@ def test_mismatched_or_corrupt_embeddings_are_refused(corpus, tiny_model, tmp_pa
     assert not (tmp_path / "x").exists()
 
 
+def _codec_model(folder):
+    with np.load(folder / "codec_model.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    return json.loads((folder / "codec.json").read_text()), arrays
+
+
+@pytest.mark.parametrize("with_queries", [False, True])
+def test_train_from_embeddings_equals_a_direct_train(corpus, tiny_model, tmp_path, capsys, with_queries):
+    """Issue 59: `crossq train --embeddings EMB` fits the codec `crossq train` fits from the
+    texts (pseudo-queries, or given queries whose tokens the real encoder still encodes), and
+    indexing with either codec model gives the same codes."""
+    d, ids, texts = corpus
+    emb = tmp_path / "emb"
+    assert main(["embed", str(d / "collection.tsv"), "--out", str(emb), "--model", str(tiny_model),
+                 *TINY]) == 0
+    pairs = []
+    if with_queries:
+        (tmp_path / "queries.tsv").write_text("".join(f"q{i}\t{texts[i]}\n" for i in range(0, 24, 3)))
+        (tmp_path / "qrels").write_text("".join(f"q{i} 0 {ids[i]} 1\n" for i in range(0, 24, 3)))
+        pairs = ["--queries", str(tmp_path / "queries.tsv"), "--qrels", str(tmp_path / "qrels")]
+    common = ["--bytes-per-token", "2", "--steps", "3", "--candidates", "4", *TINY, *pairs]
+    a, b = tmp_path / "direct", tmp_path / "from-emb"
+    assert main(["train", str(d / "collection.tsv"), "--out", str(a), "--model", str(tiny_model),
+                 *common]) == 0
+    assert main(["train", str(d / "collection.tsv"), "--out", str(b), "--embeddings", str(emb),
+                 *common]) == 0
+    (ja, xa), (jb, xb) = _codec_model(a), _codec_model(b)
+    assert ja == jb and xa.keys() == xb.keys()
+    for k in xa:
+        np.testing.assert_array_equal(xa[k], xb[k], err_msg=k)
+    for m in (a, b):
+        assert main(["index", str(d / "collection.tsv"), "--out", str(m / "idx"), "--codec", "crossq",
+                     "--codec-model", str(m), "--embeddings", str(emb), "--quiet"]) == 0
+    assert np.array_equal(np.load(a / "idx" / "codes.npy"), np.load(b / "idx" / "codes.npy"))
+
+
+def test_train_refuses_mismatched_embeddings(corpus, tiny_model, tmp_path, capsys):
+    d, ids, texts = corpus
+    emb = tmp_path / "emb"
+    assert main(["embed", str(d / "c.jsonl"), "--out", str(emb), "--model", str(tiny_model), *TINY]) == 0
+    capsys.readouterr()
+    train = ["train", str(d / "c.jsonl"), "--quiet", "--embeddings", str(emb), "--out", str(tmp_path / "m")]
+    assert main([*train, "--dim", "32"]) == 2
+    assert "16-d token vectors, not --dim 32" in _err(capsys)
+    assert main([*train, "--model", "minilm"]) == 2
+    assert "encoded with model" in _err(capsys)
+    (tmp_path / "other.tsv").write_text("".join(f"{i}\t{t} extra\n" for i, t in zip(ids, texts)))
+    assert main(["train", str(tmp_path / "other.tsv"), *train[2:]]) == 2
+    assert "another corpus" in _err(capsys)
+    assert main([*train[:-3], str(tmp_path), *train[-2:]]) == 2
+    assert "not an embeddings folder" in _err(capsys)
+    assert not (tmp_path / "m").exists()
+
+
 def test_bad_input_is_refused_before_torch_is_imported(tmp_path):
     (tmp_path / "bad.tsv").write_text("1\tok\n2 no tab\n")
     code = ("import sys\nfrom crossq.cli import main\n"

@@ -300,3 +300,32 @@ def test_pq_cells_are_persisted_at_write_and_never_refitted(corpus16, tmp_path, 
     assert "cells" not in " ".join(bare.manifest["files"])
     with pytest.raises(UserError, match="no persisted candidate cells"):
         bare.search(Q, 5, nprobe=2)
+
+
+@pytest.mark.parametrize("codec_name, bpt", [("crossq", 2), ("pq", 4)])
+@pytest.mark.parametrize("nprobe", [0, 1, 3])
+def test_batched_search_equals_one_query_at_a_time(corpus16, tmp_path, codec_name, bpt, nprobe):
+    """Issue 59: ``search_many`` (queries' tokens stacked, the union of their candidates scored,
+    each query keeping its own) gives each query's ``search`` result, for lookup-table (CrossQ)
+    and decoding (PQ, persisted k-means cells) codecs, exhaustive and with candidates."""
+    X, off = corpus16
+    codec = get_codec(codec_name)(16, bpt, **({"steps": 0} if codec_name == "crossq" else {}))
+    codec.fit(X, off, seed=0)
+    write_index(tmp_path / "i", codec.encode(X, off), off, [f"d{i}" for i in range(len(off) - 1)], codec)
+    idx = Index.open(tmp_path / "i")
+    rng = np.random.default_rng(1)
+    Qs = [X[rng.integers(0, len(X), n)] + 0.1 * rng.standard_normal((n, 16)).astype(np.float32)
+          for n in (3, 7, 1, 5, 4)]
+    one = [idx.search(Q, 6, nprobe=nprobe, batch=97) for Q in Qs]
+    for group in (1, 2, 5):
+        many = [r for lo in range(0, len(Qs), group)
+                for r in idx.search_many(Qs[lo:lo + group], 6, nprobe=nprobe, batch=97)]
+        for (d1, s1), (d2, s2) in zip(one, many, strict=True):
+            np.testing.assert_array_equal(d1, d2)
+            np.testing.assert_allclose(s1, s2, rtol=1e-5, atol=1e-5)
+    if nprobe:  # the union is wider than one query's candidates, yet none of it leaks in
+        own = [set(idx.candidates(torch.from_numpy(Q), nprobe).tolist()) for Q in Qs]
+        assert any(a != b for a in own for b in own)
+        for (d, _), c in zip(many, own, strict=True):
+            assert set(d.tolist()) <= c
+    assert idx.search_many([], 5) == []

@@ -109,7 +109,9 @@ def test_streamed_training_data_equals_the_in_memory_one(tiny_model):
     X, off, ts = stream_training_data(enc, texts, qh, positives, n_candidates=5, chunk_docs=7,
                                       fit_docs=10)
     assert max(n for n, q in seen if not q) <= 7
-    full = enc.encode(texts)
+    from crossq.embeddings import as_stored
+
+    full = as_stored(enc.encode(texts))  # token vectors at fp16 precision, as `crossq index` (0.6.1)
     Qs = [torch.from_numpy(q) for q in enc.project(qh)]
     ref = build_training_set(Qs, torch.from_numpy(np.concatenate(full)),
                              torch.from_numpy(offsets_of(full)), 5, positives)

@@ -103,7 +103,7 @@ def _cmd_search(args) -> int:
 
     read_manifest(args.index)  # a clear error before loading the encoder
     run = search_texts(args.index, qids, qtexts, args.k, args.nprobe, progress=not args.quiet,
-                       batch=args.batch, cell_bytes=args.cell_bytes)
+                       batch=args.batch, cell_bytes=args.cell_bytes, query_batch=args.query_batch)
     write_run(args.out, run)
     print(f"run: {args.out} ({len(run)} queries, top {args.k})")
     return 0
@@ -135,10 +135,18 @@ def _cmd_train(args) -> int:
     if args.queries is not None:
         qids, qtexts = read_corpus(args.queries, args.id_field, args.text_field)
         qrels = read_qrels(args.qrels)
+    emb = senc = None
+    if args.embeddings is not None:
+        from .embeddings import StoredEncoder, read_embeddings
+
+        emb = read_embeddings(args.embeddings)
+        emb.check_corpus(ids, texts)
+        senc = StoredEncoder(emb)
+        senc.check(args.model, args.dim)
     from .codecs import get_codec
     from .indexer import save_codec_model, stream_training_data
 
-    get_codec("crossq").check_budget(_dim(args), args.bytes_per_token)
+    get_codec("crossq").check_budget(_dim(args) if senc is None else senc.dim, args.bytes_per_token)
     pairs = None
     if args.queries is not None:
         pos = {i: n for n, i in enumerate(ids)}
@@ -146,16 +154,22 @@ def _cmd_train(args) -> int:
                  for d, g in qrels.get(q, {}).items() if g > 0 and d in pos][: args.max_pairs]
         if not pairs:
             raise UserError("no (query, relevant document) pair matches the corpus ids")
-    enc = _encoder(args)
-    codec = get_codec("crossq")(enc.dim if enc.projection is not None else min(_dim(args), enc.dim),
-                                args.bytes_per_token, **_crossq_params(args))
+    if senc is None:
+        enc = _encoder(args)
+        dim = enc.dim if enc.projection is not None else min(_dim(args), enc.dim)
+    else:  # documents from the folder; the real encoder (with the folder's head) for queries only
+        from .encoder import LateInteractionEncoder
+
+        enc = senc if pairs is None else LateInteractionEncoder.from_info(emb.meta["encoder"], emb.projection)
+        dim = senc.dim
+    codec = get_codec("crossq")(dim, args.bytes_per_token, **_crossq_params(args))
     qh = None if pairs is None else enc.hidden([p[0] for p in pairs], is_query=True)
     # streamed: one chunk of the corpus, the fit sample and the candidates' vectors in memory
     X, off, training = stream_training_data(enc, texts, qh, None if pairs is None else [p[1] for p in pairs],
                                             codec.cfg.candidates, args.chunk_docs, args.fit_docs,
-                                            args.seed)
+                                            args.seed, embeddings=emb)
     codec.fit(X, off, seed=args.seed, training=training)
-    save_codec_model(args.out, codec, enc, overwrite=args.overwrite)
+    save_codec_model(args.out, codec, enc if senc is None else senc, overwrite=args.overwrite)
     print(f"codec model: {args.out} (use: crossq index CORPUS --codec crossq --codec-model {args.out})")
     return 0
 
@@ -270,6 +284,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="code bytes naming a coarse cell (default: 2 from 2^20 tokens, else 1)")
     p.add_argument("--batch", type=positive_int, default=65536,
                    help="token vectors scored at once (memory ~ query tokens x batch x 4 bytes)")
+    p.add_argument("--query-batch", type=positive_int, default=8,
+                   help="queries scored together (each block of codes read once for all of "
+                        "them, blocks of batch / this token vectors; same run as 1)")
     p.add_argument("--out", type=Path, required=True, help="TREC run file")
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("--quiet", action="store_true")
@@ -291,6 +308,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-pairs", type=positive_int, default=5000)
     p.add_argument("--chunk-docs", type=positive_int, default=256,
                    help="documents read at a time (the corpus is streamed)")
+    p.add_argument("--embeddings", type=Path, default=None,
+                   help="a folder from `crossq embed` of this corpus: no re-encoding of documents")
     _encoder_args(p)
     p.set_defaults(fn=_cmd_train)
     p = sub.add_parser("info", help="an index's size and bytes per token")

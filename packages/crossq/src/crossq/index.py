@@ -282,25 +282,7 @@ class Index:
         """MaxSim of query ``Q [Lq, d]`` on the compressed codes, for ``docs`` (default: all),
         scoring at most ``batch`` token vectors at a time (memory ~ ``Lq x batch`` floats; with
         ``docs``, groups of whole candidates of at most ``batch`` tokens)."""
-        score = self.codec.scorer(Q)
-        if docs is None:
-            out = []
-            for lo, hi in self.blocks(batch):
-                a, b = int(self.offsets[lo]), int(self.offsets[hi])
-                S = score(self._codes_t[a:b])
-                out.append(segment_max(S, self._off_t[lo:hi + 1] - a).sum(0))
-            return torch.cat(out) if out else torch.zeros(0)
-        out = []
-        docs = np.asarray(docs, np.int64)
-        ends = np.cumsum(self.offsets[docs + 1] - self.offsets[docs])  # tokens up to each candidate
-        i = 0
-        while i < len(docs):  # groups of candidates with at most `batch` tokens (>= 1 document)
-            j = max(i + 1, int(np.searchsorted(ends, (ends[i - 1] if i else 0) + batch, side="right")))
-            rows, off = gather_docs(self.offsets, docs[i:j])
-            S = score(self._codes_t[torch.from_numpy(rows)])
-            out.append(segment_max(S, torch.from_numpy(off)).sum(0))
-            i = j
-        return torch.cat(out) if out else torch.zeros(0)
+        return self._rows(Q, docs, batch).sum(0)
 
     def cell_bytes(self) -> int:
         """How many leading code bytes name a token's coarse cell: 2 (65,536 cells, the first two
@@ -376,3 +358,57 @@ class Index:
             top = torch.topk(s, min(k, len(s)))
         idx = top.indices.numpy()
         return (idx if docs is None else docs[idx]), top.values.numpy()
+
+    def search_many(self, Qs, k: int = 10, nprobe: int = 0, batch: int = DEFAULT_BATCH,
+                    cell_bytes: int | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+        """``search`` for several queries at once: their tokens are stacked into one ``[sum Lq,
+        d]`` matrix, so each block of codes is read (and, for codecs without lookup tables,
+        decoded) once for all of them. With ``nprobe > 0`` the union of the queries' candidates
+        is scored and each query keeps only its own candidates, so the result is
+        ``[search(Q) for Q in Qs]`` (tested) whatever the grouping. Blocks hold ``batch //
+        len(Qs)`` token vectors (at least one document), so memory stays that of one query
+        (``Lq x batch`` floats) and the score buffers stay cache-sized."""
+        Qs = [torch.as_tensor(np.asarray(Q, np.float32)) if not torch.is_tensor(Q) else Q for Q in Qs]
+        if not Qs:
+            return []
+        bounds = np.concatenate([[0], np.cumsum([len(Q) for Q in Qs])])
+        with torch.no_grad():
+            own = None
+            if nprobe > 0:
+                own = [self.candidates(Q, nprobe, cell_bytes) for Q in Qs]
+                docs = np.unique(np.concatenate(own)) if own else np.zeros(0, np.int64)
+            else:
+                docs = None
+            S = self._rows(torch.cat(Qs), docs, max(1, batch // len(Qs)))  # [sum Lq, n docs scored]
+            out = []
+            for i in range(len(Qs)):
+                s = S[bounds[i]:bounds[i + 1]].sum(0)
+                if own is not None:
+                    pos = np.searchsorted(docs, own[i])
+                    s, d = s[torch.from_numpy(pos)], own[i]
+                else:
+                    d = None
+                top = torch.topk(s, min(k, len(s)))
+                j = top.indices.numpy()
+                out.append(((j if d is None else d[j]), top.values.numpy()))
+        return out
+
+    def _rows(self, Q: torch.Tensor, docs: np.ndarray | None, batch: int) -> torch.Tensor:
+        """Per query token, the max over each document's tokens: ``[Lq, n docs]`` (all
+        documents, or ``docs`` in that order); ``scores`` is its column sum for one query."""
+        score = self.codec.scorer(Q)
+        out = []
+        if docs is None:
+            for lo, hi in self.blocks(batch):
+                a, b = int(self.offsets[lo]), int(self.offsets[hi])
+                out.append(segment_max(score(self._codes_t[a:b]), self._off_t[lo:hi + 1] - a))
+        else:
+            docs = np.asarray(docs, np.int64)
+            ends = np.cumsum(self.offsets[docs + 1] - self.offsets[docs])
+            i = 0
+            while i < len(docs):
+                j = max(i + 1, int(np.searchsorted(ends, (ends[i - 1] if i else 0) + batch, side="right")))
+                rows, off = gather_docs(self.offsets, docs[i:j])
+                out.append(segment_max(score(self._codes_t[torch.from_numpy(rows)]), torch.from_numpy(off)))
+                i = j
+        return torch.cat(out, 1) if out else torch.zeros(len(Q), 0)

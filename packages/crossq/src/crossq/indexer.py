@@ -28,6 +28,29 @@ from .index import write_index
 PARTIAL_VERSION = 1
 
 
+
+def fit_sample(texts, encoder, embeddings, fit_docs: int, chunk_docs: int, seed: int) -> list[np.ndarray]:
+    """The codec's fit sample: the first whole chunks of ``fit_docs`` documents, read from stored
+    embeddings or encoded (fitting the PCA head on them when the encoder has none), as stored."""
+    n_fit = min(len(texts), -(-fit_docs // chunk_docs) * chunk_docs)  # whole chunks
+    if embeddings is not None:
+        return embeddings.vectors(0, n_fit)
+    hidden = [h for lo in range(0, n_fit, chunk_docs)
+              for h in encoder.hidden(texts[lo:lo + chunk_docs], is_query=False)]
+    if encoder.projection is None and encoder.cfg.dim < encoder.dim:
+        encoder.fit_projection_from(hidden, seed)
+    return as_stored(encoder.project(hidden))
+
+
+def chunk_vectors(texts, lo: int, hi: int, sample, encoder, embeddings) -> list[np.ndarray]:
+    """Documents ``lo:hi`` as stored vectors: from the fit sample when it holds them, else from
+    stored embeddings, else encoded."""
+    if hi <= len(sample):
+        return sample[lo:hi]
+    if embeddings is not None:
+        return embeddings.vectors(lo, hi)
+    return as_stored(encoder.encode(texts[lo:hi], is_query=False))
+
 def _atomic_save_npz(path: Path, **arrays: np.ndarray) -> None:
     buf = io.BytesIO()
     np.savez(buf, **arrays)
@@ -145,15 +168,7 @@ def _build_index(ids, texts, out: Path, encoder, codec_name, bytes_per_token, co
         if codec_model is not None:
             codec = load_codec_model(codec_model, encoder)
         else:
-            n_fit = min(len(texts), -(-fit_docs // chunk_docs) * chunk_docs)  # whole chunks
-            if embeddings is not None:
-                sample = embeddings.vectors(0, n_fit)
-            else:
-                hidden = [h for lo in range(0, n_fit, chunk_docs)
-                          for h in encoder.hidden(texts[lo:lo + chunk_docs], is_query=False)]
-                if encoder.projection is None and encoder.cfg.dim < encoder.dim:
-                    encoder.fit_projection_from(hidden, seed)
-                sample = as_stored(encoder.project(hidden))
+            sample = fit_sample(texts, encoder, embeddings, fit_docs, chunk_docs, seed)
             codec = cls(encoder.dim, bytes_per_token, **(codec_params or {}))
             codec.fit(np.concatenate(sample), offsets_of(sample), seed=seed)
         save_codec_model(part / "codec", codec, encoder)
@@ -168,12 +183,7 @@ def _build_index(ids, texts, out: Path, encoder, codec_name, bytes_per_token, co
             if _stop_after_chunks is not None and done_now >= _stop_after_chunks:
                 bar.close()
                 raise KeyboardInterrupt("simulated interruption")
-            if hi <= len(sample):
-                vecs = sample[lo:hi]
-            elif embeddings is not None:
-                vecs = embeddings.vectors(lo, hi)
-            else:
-                vecs = as_stored(encoder.encode(texts[lo:hi], is_query=False))
+            vecs = chunk_vectors(texts, lo, hi, sample, encoder, embeddings)
             X, off = np.concatenate(vecs), offsets_of(vecs)
             _atomic_save_npz(f, codes=codec.encode(X, off), lengths=np.diff(off))
             done_now += 1
@@ -190,10 +200,10 @@ def _build_index(ids, texts, out: Path, encoder, codec_name, bytes_per_token, co
 
 
 def search_texts(index_dir: Path, qids: list[str], qtexts: list[str], k: int = 10, nprobe: int = 0,
-                 progress: bool = False, batch: int = 65536,
-                 cell_bytes: int | None = None) -> dict[str, list[tuple[str, float]]]:
-    """Encode queries with the index's encoder and return the top-``k`` per query."""
-    import torch
+                 progress: bool = False, batch: int = 65536, cell_bytes: int | None = None,
+                 query_batch: int = 1) -> dict[str, list[tuple[str, float]]]:
+    """Encode queries with the index's encoder and return the top-``k`` per query, scoring
+    ``query_batch`` queries at a time (``Index.search_many``: the same run as one at a time)."""
     from tqdm.auto import tqdm
 
     from .index import Index
@@ -204,10 +214,15 @@ def search_texts(index_dir: Path, qids: list[str], qtexts: list[str], k: int = 1
     if encoder.dim != index.codec.dim:
         raise UserError(f"{index_dir}: encoder dim {encoder.dim} != index dim {index.codec.dim}")
     Qs = encoder.encode(qtexts, is_query=True)
+    if query_batch < 1:
+        raise UserError(f"query batch {query_batch}: must be at least 1")
     run = {}
-    for qid, Q in tqdm(list(zip(qids, Qs, strict=True)), desc="searching", disable=not progress):
-        docs, scores = index.search(torch.from_numpy(Q), k, nprobe, batch, cell_bytes)
-        run[qid] = [(index.doc_ids[d], float(s)) for d, s in zip(docs, scores, strict=True)]
+    with tqdm(total=len(qids), desc="searching", disable=not progress, unit="query") as bar:
+        for lo in range(0, len(qids), query_batch):
+            hits = index.search_many(Qs[lo:lo + query_batch], k, nprobe, batch, cell_bytes)
+            for qid, (docs, scores) in zip(qids[lo:lo + query_batch], hits, strict=True):
+                run[qid] = [(index.doc_ids[d], float(s)) for d, s in zip(docs, scores, strict=True)]
+            bar.update(len(hits))
     return run
 
 
@@ -217,8 +232,11 @@ def search_texts(index_dir: Path, qids: list[str], qtexts: list[str], k: int = 1
 def stream_training_data(encoder: LateInteractionEncoder, texts: list[str],
                          query_hidden: list[np.ndarray] | None,
                          positives: list[int] | None, n_candidates: int, chunk_docs: int = 256,
-                         fit_docs: int = 2000, seed: int = 0):
-    """What ``crossq train`` fits on, reading the corpus in chunks of ``chunk_docs`` texts:
+                         fit_docs: int = 2000, seed: int = 0, embeddings=None):
+    """What ``crossq train`` fits on, reading the corpus in chunks of ``chunk_docs`` texts
+    (``embeddings``: a ``StoredEmbeddings`` of the corpus, read instead of encoding it; then
+    ``encoder`` only projects the queries, with the folder's head). Token vectors are used at
+    fp16 precision either way, as ``crossq index`` does, so both give the same codec:
     memory holds one chunk, the fit sample (the first ``fit_docs`` documents, rounded up to whole
     chunks; it also fits a PCA head when the encoder has none) and, with training queries (their
     token states ``query_hidden``, projected once the head is known),
@@ -231,13 +249,7 @@ def stream_training_data(encoder: LateInteractionEncoder, texts: list[str],
     from .core import maxsim_many
     from .train import TrainingSet
 
-    n_fit = min(len(texts), -(-fit_docs // chunk_docs) * chunk_docs)
-    hidden = [h for lo in range(0, n_fit, chunk_docs)
-              for h in encoder.hidden(texts[lo:lo + chunk_docs], is_query=False)]
-    if encoder.projection is None and encoder.cfg.dim < encoder.dim:
-        encoder.fit_projection_from(hidden, seed)
-    sample = encoder.project(hidden)
-    del hidden
+    sample = fit_sample(texts, encoder, embeddings, fit_docs, chunk_docs, seed)
     if not query_hidden:
         return np.concatenate(sample), offsets_of(sample), None
     Qs = [torch.from_numpy(q) for q in encoder.project(query_hidden)]
@@ -249,7 +261,7 @@ def stream_training_data(encoder: LateInteractionEncoder, texts: list[str],
     pos_score = torch.zeros(len(Qs))
     for lo in range(0, len(texts), chunk_docs):
         hi = min(len(texts), lo + chunk_docs)
-        vecs = sample[lo:hi] if hi <= len(sample) else encoder.encode(texts[lo:hi], is_query=False)
+        vecs = chunk_vectors(texts, lo, hi, sample, encoder, embeddings)
         S = maxsim_many(Qs, torch.from_numpy(np.concatenate(vecs)), torch.from_numpy(offsets_of(vecs)))
         ids = torch.arange(lo, hi).expand(len(Qs), -1)
         both_s, both_d = torch.cat([top_s, S], 1), torch.cat([top_d, ids], 1)
