@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import os
 import time
+import warnings
 from functools import partial
 from pathlib import Path
 
@@ -17,20 +18,25 @@ from icml26_shared.registry import package_version
 
 from .config import TinyPolicyConfig, TrainConfig
 
+# Chosen on dev (docs/experiments.md): the task set by the zero-advantage rule of MIX_CANDIDATES,
+# each arm's lr by dev_lr_sweep (LR_GRID, dev seeds 0-1, equal rollouts).
+TASKS, MIX, HARD_TASK = ["copy", "rev", "sort:hard"], [0.35, 0.6, 0.05], "sort:hard"
+DEV_LR = {"grpo": 1e-4, "dapo": 3e-4, "iwu_only": 3e-4, "mtgrpo": 3e-4}
+ARMS = ["grpo", "dapo", "iwu_only", "mtgrpo"]
 SCALES = {
-    "smoke": dict(tasks=["copy", "sort", "sort:hard"], mix=[0.35, 0.6, 0.05], seeds=1, steps=3,
-                  batch=4, group=4, sft_steps=15, eval_prompts=8, n_val=1, eval_every=3,
-                  final_prompts=8, methods=["grpo", "dapo", "mtgrpo", "iwu_only"], threshold=0.5,
-                  n_rs=2, equal=["grpo", "mtgrpo"], seed_offset=100),
-    "quick": dict(tasks=["copy", "sort", "sort:hard"], mix=[0.35, 0.6, 0.05], seeds=5, steps=50,
-                  batch=16, group=8, sft_steps=200, eval_prompts=50, n_val=2, eval_every=10,
-                  final_prompts=200, methods=["grpo", "dapo", "mtgrpo", "iwu_only"], threshold=0.5,
-                  n_rs=10, equal=["grpo", "dapo", "mtgrpo"], seed_offset=100),
+    "smoke": dict(tasks=TASKS, mix=MIX, hard=HARD_TASK, seeds=1, steps=3, batch=4, group=4,
+                  sft_steps=15, eval_prompts=8, n_val=1, eval_every=3, final_prompts=8,
+                  methods=ARMS, threshold=0.5, n_rs=2, equal=ARMS, seed_offset=100),
+    "quick": dict(tasks=TASKS, mix=MIX, hard=HARD_TASK, seeds=5, steps=50, batch=16, group=8,
+                  sft_steps=200, eval_prompts=50, n_val=2, eval_every=10, final_prompts=200,
+                  methods=[], threshold=0.5, n_rs=10, equal=ARMS, seed_offset=100, lr=DEV_LR),
 }
-"""``seed_offset``: the training seeds are ``seed + 100 + i``, never used before 0.2.0 (0.1.x chose
-its task set and warm-start mix on seeds 0-4 and raised the seed count after a miss). ``equal``:
-the equal-rollout experiment — every method generates exactly ``M_os · B`` prompts × G per step
-(GRPO trains on all of them; DAPO / MT-GRPO get one generation round of that size)."""
+SCALES["long"] = dict(SCALES["quick"], methods=ARMS)  # + the same arms at equal global steps
+"""``seed_offset``: the training seeds are ``seed + 100 + i``, never used to choose anything (the
+dev choices use seeds 0-1). ``equal``: the equal-rollout experiment (the headline, see
+``arm_config``); ``methods``: the same arms at equal global steps, each at its authors' N_rs.
+``hard``: the hard task named on dev, whose test prompts are the units of the prompt-level
+paired intervals. ``lr``: per arm, chosen on dev."""
 FULL_RECIPE = """full scale = the paper's Exp-1 on a GPU: reasoning-gym Countdown / Zebra / ARC-1D, a local
 Qwen2.5-1.5B/3B-class model, G=8-16, 32 prompts per step, 300-720 steps:
   for t in countdown zebra_puzzles arc_1d; do
@@ -46,26 +52,164 @@ or one method at a time, multi-GPU:
 
 
 def run_method(method: str, warm_state: dict, tasks, cfg: TrainConfig, build, eval_prompts: int,
-               final_prompts: int, device: str | None = None) -> dict:
-    """Train one method from the shared warm start; held-out (test) curve + final evaluation on
-    test and dev."""
+               final_prompts: int, device: str | None = None, test: bool = True) -> dict:
+    """Train one method from the shared warm start. Every ``eval_every`` steps: accuracy per task
+    on ``eval_prompts`` dev prompts (``dev_curve``, the learning curves) and, with ``test``, on
+    test prompts (``curve``: steps to the threshold); at the end, per-prompt accuracy on
+    ``final_prompts`` test prompts (``final_prompts_acc``, the paired prompt-level units) and dev.
+    ``test=False`` (the dev learning-rate sweep) never evaluates on test."""
     from .trainer import MTGRPOTrainer
 
     policy = build()
     if warm_state is not None:
         policy.model.load_state_dict(copy.deepcopy(warm_state))
     tr = MTGRPOTrainer(policy, tasks, cfg, device=device)
-    curve = [(0, tr.evaluate(n_prompts=eval_prompts, seed=cfg.seed + 1000))]
-    t0 = time.perf_counter()
-    for s in range(1, cfg.steps + 1):
-        tr.step()
-        if s % cfg.eval_every == 0 or s == cfg.steps:
+    has_dev = all(t.dev for t in tasks)
+
+    def at(s: int) -> None:
+        if test:
             curve.append((s, tr.evaluate(n_prompts=eval_prompts, seed=cfg.seed + 1000 + s)))
+        if has_dev:
+            dev_curve.append((s, tr.evaluate("dev", n_prompts=eval_prompts,
+                                              seed=cfg.seed + 3000 + s)))
+
+    curve: list = []
+    dev_curve: list = []
+    at(0)
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():  # unfilled quotas are in each step's record (``unfilled``)
+        warnings.filterwarnings("ignore", message="mtgrpo: task", category=RuntimeWarning)
+        for s in range(1, cfg.steps + 1):
+            tr.step()
+            if s % cfg.eval_every == 0 or s == cfg.steps:
+                at(s)
     train_s = time.perf_counter() - t0
-    final = tr.evaluate(n_prompts=final_prompts, seed=cfg.seed + 99_999)
-    dev = tr.evaluate("dev", n_prompts=final_prompts, seed=cfg.seed + 77_777) \
-        if all(t.dev for t in tasks) else None
-    return {"curve": curve, "final": final, "dev": dev, "history": tr.history, "train_s": train_s}
+    per = tr.evaluate_prompts(n_prompts=final_prompts, seed=cfg.seed + 99_999) if test else None
+    final = {n: float(np.mean(a)) for n, a in per.items()} if per else None
+    dev = tr.evaluate("dev", n_prompts=final_prompts, seed=cfg.seed + 77_777) if has_dev else None
+    return {"curve": curve, "dev_curve": dev_curve, "final": final, "final_prompts_acc": per,
+            "dev": dev, "history": tr.history, "train_s": train_s}
+
+
+def arm_config(method: str, base: TrainConfig, equal: bool) -> TrainConfig:
+    """One arm's configuration. ``equal`` (the equal-rollout experiment): every arm generates
+    exactly ``M_os · B`` prompts × G per step — GRPO trains on all of them, DAPO / IWU-only /
+    MT-GRPO get one generation round of that size and keep B after the filter, so IWU-only and
+    MT-GRPO differ only in how the B groups are picked (uniformly vs per-task quotas)."""
+    if not equal:
+        return base.with_(method=method)
+    if method == "grpo":
+        return base.with_(method=method, batch_prompts=int(round(base.M_os * base.batch_prompts)))
+    return base.with_(method=method, N_rs=1)
+
+
+# --- choices made on dev (seeds 0-1, dev prompts; the claims use seeds 100+ and test prompts) ---
+
+DEV_SEEDS = (0, 1)
+MIX_CANDIDATES: tuple[tuple[tuple[str, ...], tuple[float, ...]], ...] = (
+    (("copy", "sort", "sort:hard"), (0.35, 0.6, 0.05)),  # mtgrpo <= 0.4.0's set
+    (("copy:easy", "sort", "sort:hard"), (0.35, 0.6, 0.05)),
+    (("copy", "rev", "sort:hard"), (0.35, 0.6, 0.05)),
+    (("copy", "sort:hard"), (0.7, 0.3)),
+)
+"""Task sets screened on dev for item 4 of issue 50 (RPS apart from IWU). The rule, fixed before
+any was measured: at the warm start every arm starts from, on dev prompts and dev seeds, a set is
+eligible when it holds a near-solved task (dev accuracy >= 0.6) and a hard task (<= 0.15); among
+the eligible, the one whose zero-advantage rates (strict filter, G = 8) differ most between tasks
+(max - min) is chosen; no eligible set: the largest spread, said so in the notes."""
+NEAR_SOLVED, HARD = 0.6, 0.15
+
+
+def make_tasks(names, seed: int = 0) -> list:
+    """The synthetic tasks of the reproduction: train, dev (the prompts 0.1.x chose on) and a
+    fresh test split."""
+    from .tasks import make_synthetic
+
+    tasks = []
+    for n in names:
+        t = make_synthetic(n, n_train=2000, n_test=200, seed=seed, n_dev=200)
+        # 0.1.x looked at the block make_synthetic calls "test" when it chose the task set and
+        # warm start: those prompts are the dev split now; the claims use a fresh block.
+        t.dev, t.test = t.test, t.dev
+        tasks.append(t)
+    return tasks
+
+
+def dev_task_profile(names, mix, seeds=DEV_SEEDS, n_prompts: int = 64, group: int = 8,
+                     sft_steps: int = 200) -> dict:
+    """Per task, the warm start's dev accuracy and zero-advantage rate (strict filter, ``group``
+    samples per prompt at T = 1), averaged over dev seeds."""
+    import torch
+
+    from .core import zero_gradient_mask
+    from .io import build_tiny, sft_warmstart
+    from .trainer import MTGRPOTrainer
+
+    torch.set_num_threads(1)
+    tasks = make_tasks(names)
+    tiny = TinyPolicyConfig(sft_steps=sft_steps)
+    acc, zero = [], []
+    for sd in seeds:
+        pol = build_tiny(sd, tiny)
+        sft_warmstart(pol, tasks, tiny, seed=sd, mix=list(mix))
+        tr = MTGRPOTrainer(pol, tasks, TrainConfig(group_size=group, seed=sd), device="cpu")
+        items = [(k, ex) for k, t in enumerate(tasks) for ex in t.dev[:n_prompts]]
+        u = torch.rand((len(items), group, tr.cfg.max_new_tokens),
+                       generator=torch.Generator().manual_seed(5000 + sd), dtype=torch.float64)
+        groups = tr._rollout(items, u, group)
+        acc.append([float(np.mean([np.mean(g.rewards >= 1.0) for g in groups if g.task == k]))
+                    for k in range(len(tasks))])
+        zero.append([float(np.mean(zero_gradient_mask(np.stack([g.rewards for g in groups
+                                                                 if g.task == k]), "strict")))
+                     for k in range(len(tasks))])
+    return {"tasks": list(names), "mix": list(mix), "dev_acc": np.mean(acc, 0).tolist(),
+            "zero_adv_rate": np.mean(zero, 0).tolist(), "seeds": list(seeds)}
+
+
+def choose_task_mix(profiles: list[dict]) -> int:
+    """The rule of ``MIX_CANDIDATES``: the index of the chosen profile."""
+    spread = [max(p["zero_adv_rate"]) - min(p["zero_adv_rate"]) for p in profiles]
+    ok = [i for i, p in enumerate(profiles)
+          if max(p["dev_acc"]) >= NEAR_SOLVED and min(p["dev_acc"]) <= HARD]
+    pool = ok or list(range(len(profiles)))
+    return max(pool, key=lambda i: (spread[i], -i))
+
+
+LR_GRID = (1e-4, 3e-4, 1e-3)
+
+
+def dev_lr_sweep(names, mix, arms=("grpo", "dapo", "iwu_only", "mtgrpo"), grid=LR_GRID,
+                 seeds=DEV_SEEDS, steps: int = 50, equal: bool = True, log=None) -> dict:
+    """Each arm's lr, chosen on dev: final dev worst-task accuracy (mean over dev seeds, 200 dev
+    prompts per task) for every lr of ``grid``, in the equal-rollout setting (the headline);
+    the best lr per arm (ties: the smaller lr). Never looks at test."""
+    import torch
+
+    from .io import build_tiny, sft_warmstart
+
+    torch.set_num_threads(1)
+    sc = SCALES["quick"]
+    tasks = make_tasks(names)
+    tiny = TinyPolicyConfig(sft_steps=sc["sft_steps"])
+    table: dict[str, dict[str, list[float]]] = {m: {repr(lr): [] for lr in grid} for m in arms}
+    for sd in seeds:
+        pol = build_tiny(sd, tiny)
+        sft_warmstart(pol, tasks, tiny, seed=sd, mix=list(mix))
+        warm = copy.deepcopy(pol.model.state_dict())
+        base = TrainConfig(steps=steps, batch_prompts=sc["batch"], group_size=sc["group"],
+                           n_val=sc["n_val"], eval_every=steps, seed=sd, max_new_tokens=8,
+                           N_rs=sc["n_rs"])
+        for m in arms:
+            for lr in grid:
+                r = run_method(m, warm, tasks, arm_config(m, base.with_(lr=lr), equal),
+                               partial(build_tiny, sd, tiny), sc["eval_prompts"],
+                               sc["final_prompts"], "cpu", test=False)
+                table[m][repr(lr)].append(min(r["dev"].values()))
+                if log:
+                    log(f"seed {sd} {m} lr {lr:g}: dev worst-task {min(r['dev'].values()):.4f}")
+    best = {m: float(max(grid, key=lambda lr: (np.mean(table[m][repr(lr)]), -lr))) for m in arms}
+    return {"dev_worst_task_acc": table, "lr": best, "seeds": list(seeds), "steps": steps,
+            "equal_rollout": equal}
 
 
 def steps_to(curve, threshold: float, budget: int) -> float:
@@ -138,7 +282,6 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
 
     from .io import build_tiny, sft_warmstart
     from .registry import DESCRIPTOR
-    from .tasks import make_synthetic
 
     if scale not in (*SCALES, "full"):
         raise UserError(f"unknown scale {scale!r}")
@@ -147,18 +290,14 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
     if scale == "full":
         sc, tasks, build = _full_scale()
     else:
-        sc = dict(SCALES[scale], lr=3e-4, max_new=8)
+        sc = dict(SCALES[scale], max_new=8)
         torch.set_num_threads(1)  # tiny matrices: extra threads only add contention on shared cores
         device = "cpu"  # the tiny policy: CPU figures, identical on any machine
-        tasks = []
-        for n in sc["tasks"]:
-            t = make_synthetic(n, n_train=2000, n_test=200, seed=seed, n_dev=200)
-            # 0.1.x looked at the block make_synthetic calls "test" when it chose the task set and
-            # warm start: those prompts are the dev split now; the claims use a fresh block.
-            t.dev, t.test = t.test, t.dev
-            tasks.append(t)
+        tasks = make_tasks(sc["tasks"], seed)
         tiny = TinyPolicyConfig(sft_steps=sc["sft_steps"])
     names = [t.name for t in tasks]
+    lr = sc.get("lr", 3e-4)
+    lrs = lr if isinstance(lr, dict) else {m: lr for m in dict.fromkeys([*sc["methods"], *sc.get("equal", [])])}
     seeds = [seed + sc.get("seed_offset", 0) + i for i in range(sc["seeds"])]
     runs: dict[str, list[dict]] = {m: [] for m in sc["methods"]}
     equal: dict[str, list[dict]] = {m: [] for m in sc.get("equal", [])}
@@ -173,42 +312,52 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
             make = partial(build_tiny, sd, tiny)
         base = TrainConfig(steps=sc["steps"], batch_prompts=sc["batch"], group_size=sc["group"],
                            n_val=sc["n_val"], eval_every=sc["eval_every"], seed=sd,
-                           max_new_tokens=sc["max_new"], lr=sc["lr"], N_rs=sc["n_rs"],
+                           max_new_tokens=sc["max_new"], N_rs=sc["n_rs"],
                            micro_batch=sc.get("micro_batch", 0))
-        for m in sc["methods"]:
-            runs[m].append(run_method(m, warm, tasks, base.with_(method=m), make,
-                                      sc["eval_prompts"], sc["final_prompts"], device))
-        per_step = int(round(base.M_os * base.batch_prompts))  # prompts generated per step
-        for m in equal:
-            cfg = base.with_(method=m, batch_prompts=per_step) if m == "grpo" else \
-                base.with_(method=m, N_rs=1)
-            equal[m].append(run_method(m, warm, tasks, cfg, make, sc["eval_prompts"],
-                                       sc["final_prompts"], device))
-        init_acc.append(runs[sc["methods"][0]][-1]["curve"][0][1])
+        for exp, arms, eq in ((equal, equal, True), (runs, runs, False)):
+            for m in arms:
+                cfg = arm_config(m, base.with_(lr=lrs[m]), eq)
+                exp[m].append(run_method(m, warm, tasks, cfg, make, sc["eval_prompts"],
+                                         sc["final_prompts"], device))
+        first = runs[sc["methods"][0]] if sc["methods"] else equal[sc["equal"][0]]
+        init_acc.append(first[-1]["curve"][0][1])
 
-    from .report import claim_checks, figures, summarise
+    from .report import add_curves, claim_checks, figures, prompt_level, summarise
 
     res = Results(package="mtgrpo", version=package_version("mtgrpo"), scale=scale, seed=seed)
     exp = "3task-" + "-".join(names)
-    summary = summarise(res, exp, runs, names, seeds, sc)
+    summary = summarise(res, exp, runs, names, seeds, sc) if runs else {}
     eq_summary = summarise(res, "equal-rollout", equal, names, seeds, sc) if equal else {}
-    res.claims = claim_checks(DESCRIPTOR, summary, eq_summary, sc)
-    res.figures = figures(runs, names, out_dir)
+    for e, rr in ((exp, runs), ("equal-rollout", equal)):
+        add_curves(res, e, rr, seeds, sc["steps"])
+    hard = sc.get("hard") if sc.get("hard") in names else None
+    paired = prompt_level(res, "equal-rollout", equal, names, seeds, hard) if equal else {}
+    res.claims = claim_checks(DESCRIPTOR, summary, eq_summary, sc, paired)
+    res.figures = figures(runs or equal, names, out_dir)
     ia = {n: float(np.mean([a[n] for a in init_acc])) for n in names}
+    per_step = int(round(3.0 * sc["batch"]))
     res.notes += [
-        f"tasks {names}; warm-start test accuracy (mean over seeds) {ia}",
+        f"tasks {names} (warm-start mix {sc['mix']}), chosen on dev by the zero-advantage rule "
+        f"(experiments.MIX_CANDIDATES); hard task {hard}; warm-start test accuracy (mean over "
+        f"seeds) {ia}" if scale != "full" else
+        f"tasks {names} from MTGRPO_DATA; the model's test accuracy before training {ia}",
+        f"lr per arm, chosen on dev seeds 0-1 from {list(LR_GRID)} (experiments.dev_lr_sweep, "
+        f"equal rollouts): {lrs}" if isinstance(lr, dict) else f"lr {lr} for every arm",
         f"scale {scale}: seeds {seeds}, {sc['steps']} global steps each, B={sc['batch']} prompts x "
         f"G={sc['group']} rollouts; every method starts from the same warm start per seed and draws "
         f"the same test prompts; accuracy = mean over {sc['n_val']} samples at T=1 of "
         f"{sc['final_prompts']} test prompts per task (the paper: avg@8 at T=1).",
-        "Splits: the task set and warm-start mix were chosen in 0.1.x on prompts that are the dev "
-        "split now (dev_* rows); every claim is computed on a fresh test split and on seeds never "
-        "used before; no method hyper-parameter was tuned (λ, β, M_os, N_rs, M_acc are the paper's).",
-        "Budget = global steps, as in the paper; DAPO / MT-GRPO generate more rollouts per step "
-        "(oversampling and resampling, see prompts_generated_per_step). The equal-rollout "
-        f"experiment gives every method exactly {int(round(3.0 * sc['batch']))} prompts x G per step.",
-        "[R] policy, tasks, warm start, SEC constants; [P/C] advantages, clip-higher loss, IWU, RP-Sampler, "
-        "defaults (λ=0.2, β=0.025, M_os=3, N_rs=10 rounds in all, no inflation, zero-initialised "
-        "EMA, strict filter, 4 mini-batches: the authors' Exp-1 settings).",
+        f"Headline = equal rollouts: every arm generates exactly {per_step} prompts x G per step "
+        "(GRPO trains on all; DAPO / IWU-only / MT-GRPO get one round and keep B after the "
+        "filter, so IWU-only and MT-GRPO differ only in how the B groups are picked). Secondary = "
+        "equal global steps at the authors' N_rs, where DAPO / MT-GRPO generate more per step "
+        "(prompts_generated_per_step).",
+        "Intervals: per-seed paired Student-t (worst-task, 5 seeds); prompt-level rows "
+        "(*_paired_prompts) and worst_vs_iwu_only: the hard task's test prompts nested in seeds "
+        "(icml26_shared.eval.paired_interval_clustered). Learning curves (dev worst-task and "
+        "average accuracy per evaluation step, every arm and seed) are in curves.",
+        "[R] policy, tasks, warm start, SEC constants; [P/C] advantages, clip-higher loss, IWU, "
+        "RP-Sampler, defaults (λ=0.2, β=0.025, M_os=3, N_rs=10 rounds in all, no inflation, "
+        "zero-initialised EMA, strict filter, 4 mini-batches: the authors' Exp-1 settings).",
     ]
     return res

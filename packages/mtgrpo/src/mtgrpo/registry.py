@@ -28,7 +28,8 @@ DESCRIPTOR = MethodDescriptor(
               "than DAPO", "steps_ratio_mtgrpo_over_dapo", "lower", 0.5, "",
               "abstract: 50% fewer steps to 50% worst-task accuracy"),
         Claim("worst_vs_iwu_only", "The ratio-preserving sampler adds worst-task accuracy over "
-              "IWU alone (the same weights, the mixture fixed before the filter)",
+              "IWU alone (the same weights and rollouts per step, the mixture fixed before the "
+              "filter)",
               "worst_task_acc", "higher", 64.8, "%",
               "§5.4 no-RPS ablation: ARC accuracy 64.8 with RPS vs 62.4 without"),
         Claim("rps_share", "With RPS each task's realised batch share matches its weight z",
@@ -39,14 +40,19 @@ DESCRIPTOR = MethodDescriptor(
     reproduce="mtgrpo.experiments:reproduce",
     scales={
         "smoke": "1 seed, 3 steps, tiny batches: the pipeline end to end in seconds",
-        "quick": "tiny transformer, 3 synthetic tasks, GRPO / DAPO / MT-GRPO / IWU-only, 5 fresh seeds, "
-                 "same steps, plus an equal-rollout run of GRPO / DAPO / MT-GRPO; claims on a test "
-                 "split, choices on dev; minutes on 2 CPU cores",
+        "quick": "tiny transformer, 3 synthetic tasks chosen on dev for their different "
+                 "zero-advantage rates (copy, rev, sort:hard), GRPO / DAPO / IWU-only / MT-GRPO at "
+                 "equal rollouts per step, each at its lr chosen on dev, 5 fresh seeds; claims on a "
+                 "test split (prompt-level intervals nested in seeds), learning curves on dev; "
+                 "minutes on 2 CPU cores",
+        "long": "quick plus the same four arms at equal global steps with the authors' N_rs = 10 "
+                "(the paper's Tab. 2 comparison: worst_vs_grpo, worst_vs_dapo, steps to the "
+                "threshold); about twice quick's CPU time",
         "full": "GPU recipe: reasoning-gym Countdown / Zebra / ARC-1D (written by `mtgrpo data "
                 "reasoning-gym`, scored by reasoning-gym) with a local Qwen2.5-class model in bf16; "
                 "needs a CUDA device, MTGRPO_MODEL (a local HF model folder) and MTGRPO_DATA "
                 "(<task>.jsonl files), refused at once without them",
     },
-    quick_minutes=11.0,  # measured: the 0.3.0 run took 616 s user + 16 s sys CPU (one thread, so
-    # ~10.5 min on a quiet core); its 41.2 min wall was on a 2-core machine shared at load 8-11
+    quick_minutes=4.0,  # measured: the 0.4.1 run took 217 s user + 4 s sys CPU (one thread;
+    # 17.2 min wall on a 2-core machine shared at load ~10)
 )

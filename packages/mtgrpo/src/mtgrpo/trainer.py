@@ -371,11 +371,19 @@ class MTGRPOTrainer:
         return self.dist.sum(torch.tensor(v, dtype=torch.float64, device=self.device)).cpu().numpy()
 
     # --- evaluation --------------------------------------------------------------------------
-    @torch.no_grad()
     def evaluate(self, split: str = "test", n_prompts: int | None = None, n_val: int | None = None,
                  seed: int | None = None) -> dict[str, float]:
         """Held-out accuracy per task: ``n_val`` samples per prompt at the rollout temperature
         (``n_val=0``: greedy). Uses its own random stream, so evaluating never changes training."""
+        per = self.evaluate_prompts(split, n_prompts, n_val, seed)
+        return {n: float(np.mean(a)) if len(a) else float("nan") for n, a in per.items()}
+
+    @torch.no_grad()
+    def evaluate_prompts(self, split: str = "test", n_prompts: int | None = None,
+                         n_val: int | None = None, seed: int | None = None
+                         ) -> dict[str, np.ndarray]:
+        """Per task, each held-out prompt's accuracy (the fraction of its ``n_val`` samples that
+        are correct), in the split's order: the units of a paired, prompt-level comparison."""
         n_prompts = n_prompts or self.cfg.eval_prompts
         n_val = self.cfg.n_val if n_val is None else n_val
         g = torch.Generator().manual_seed(int(seed if seed is not None else 10_000 + self.cfg.seed))
@@ -390,8 +398,10 @@ class MTGRPOTrainer:
             u = None if n_val == 0 else torch.rand((len(items), n, self.cfg.max_new_tokens),
                                                    generator=g, dtype=torch.float64)
             groups = self._rollout(items, u, n)
-        acc = _per_task(groups, self.K, lambda gr: float(np.mean(gr.rewards >= 1.0)))
-        return {t.name: float(a) for t, a in zip(self.tasks, acc, strict=True)}
+        per: list[list[float]] = [[] for _ in range(self.K)]
+        for gr in groups:  # _rollout returns the groups in the order of ``items``
+            per[gr.task].append(float(np.mean(gr.rewards >= 1.0)))
+        return {t.name: np.asarray(a) for t, a in zip(self.tasks, per, strict=True)}
 
     # --- checkpoints -------------------------------------------------------------------------
     def state_dict(self) -> dict:
