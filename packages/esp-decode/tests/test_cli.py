@@ -287,6 +287,16 @@ def test_tune_choice_rule():
     assert choose([{"accepted": 1.5, "items": 9}, {"accepted": 1.5, "items": 9}]) == 0
 
 
+def test_tune_scores_the_same_at_any_batch_size(tiny_llama):
+    from esp_decode.config import ESPConfig
+    from esp_decode.tune import score
+
+    prompts = [[1, 2, 3, 4, 1, 2, 3], [5, 6, 7, 5, 6, 7, 5, 6], [9, 8, 7, 9, 8]]
+    for name, kw in (("pld", {}), ("esp", {"esp": ESPConfig(attach="top", max_nodes=12)})):
+        one, two = (score(tiny_llama, prompts, name, kw, 8, None, batch=b) for b in (1, 2))
+        assert one["accepted"] == pytest.approx(two["accepted"]) and one["items"] == pytest.approx(two["items"]), name
+
+
 def test_tune_writes_a_config_that_generate_reads(tmp_path, capsys, model_dir):
     pf = tmp_path / "dev.txt"
     pf.write_text("abc abc abc\nthe cat. the cat.\n")
@@ -296,7 +306,10 @@ def test_tune_writes_a_config_that_generate_reads(tmp_path, capsys, model_dir):
     assert rc == 0, err
     doc = json.loads(cfg.read_text())
     assert set(doc) == {"_source", "pld", "lade"} and doc["_source"]["prompt_ids"] == ["0", "1"]
-    assert len(doc["_source"]["scores"]["lade"]) == 4 and "accepted" in doc["_source"]["scores"]["pld"][0]
+    from esp_decode.tune import GRIDS
+
+    assert len(doc["_source"]["scores"]["lade"]) == len(GRIDS["lade"]) and "accepted" in doc["_source"]["scores"]["pld"][0]
+    assert doc["_source"]["prompts"] == ["abc abc abc", "the cat. the cat."]
     _user_error(capsys, ["tune", "--model", str(model_dir), "--prompt-file", str(pf), "--out", str(cfg)], "exists")
     rc, out, err = _run(capsys, ["generate", "--model", str(model_dir), "--prompt-file", str(pf), "--drafter", "lade",
                                  "--max-new-tokens", "4", "--config", str(cfg), "--json"])

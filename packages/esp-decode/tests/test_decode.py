@@ -187,7 +187,7 @@ def test_esp_tree_comes_from_the_mask_tokens(tiny_llama):
     """The second call's level-1 candidates are the top-K of mask 1's distribution computed
     independently (prompt + mask embeddings, plain causal forward)."""
     prompt = PROMPTS[2]
-    cfg = ESPConfig(num_masks=3, topk=(4, 2, 2), max_nodes=20)
+    cfg = ESPConfig(num_masks=3, topk=(4, 2, 2), max_nodes=20, mask_init="prompt_mean")
     dr = make_drafter("esp", esp=cfg)
     seen = []
     orig = dr.draft

@@ -1,7 +1,9 @@
-"""M5 (first half): one set of defaults. ``ESPDecoder``, the CLI (``generate``, ``bench``) and every
-drafter take their settings from the config dataclasses, so a tuned choice written into
-``config.py`` reaches every entry point. (The second half, defaults == ``tune``'s shipped SmolLM2
-choice, waits for the tune run: see docs/experiments.md.)"""
+"""M5: the defaults are ``tune``'s shipped SmolLM2 choice (``tuned_smollm2.json``), and there is one
+set of them: ``ESPDecoder``, the CLI (``generate``, ``bench``) and every drafter take their settings
+from the config dataclasses, so the tuned choice in ``config.py`` reaches every entry point."""
+
+import json
+from importlib.resources import files
 
 import pytest
 from esp_decode.baselines import make_drafter
@@ -11,6 +13,17 @@ from esp_decode.esp import ESPDecoder
 from esp_decode.settings import SECTIONS
 
 TUNED = ("esp", "pld", "lade", "stand")
+
+
+def test_defaults_are_tunes_shipped_smollm2_choice():
+    from esp_decode.settings import as_json
+
+    doc = json.loads((files("esp_decode") / "tuned_smollm2.json").read_text())
+    src = doc["_source"]
+    assert src["command"].startswith("esp-decode tune --model smollm2") and len(src["prompts"]) >= 12
+    assert src["max_new_tokens"] >= 32 and set(src["scores"]) == set(TUNED)
+    for name in TUNED:
+        assert as_json(SECTIONS[name]()) == doc[name], name
 
 
 def test_esp_decoder_defaults_are_espconfigs():
@@ -30,3 +43,15 @@ def test_every_drafter_without_a_config_uses_the_defaults():
         assert make_drafter(name).cfg == SECTIONS[name](), name
     hybrid = make_drafter("esp+pld")
     assert hybrid.esp.cfg == ESPConfig() and hybrid.pld.cfg == SECTIONS["pld"]()
+
+
+def test_tunes_dev_prompts_are_disjoint_from_quicks_test_prompts():
+    from esp_decode.experiments import CFG
+    from esp_decode.smol import TUNE_DEV
+    from esp_decode.tasks import REGIMES, full_split
+
+    src = json.loads((files("esp_decode") / "tuned_smollm2.json").read_text())["_source"]
+    dev = src["prompts"]
+    test = [p for r in REGIMES for p in full_split(r, TUNE_DEV, CFG["quick"]["smol"]["n_test"])[1]]
+    assert all(sum(i.startswith(r) for i in src["prompt_ids"]) >= 4 for r in REGIMES)   # >= 4 per regime
+    assert len(test) >= 30 and not set(dev) & set(test)

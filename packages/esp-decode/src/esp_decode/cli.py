@@ -245,10 +245,11 @@ def _cmd_tune(args) -> int:
     check_out(args.out, args.force)
     model, tok, prompts, ids = _load(args)
     res = tune(model, ids, names, args.max_new_tokens, tok.eos_token_id,
-               log=(lambda s: None) if args.json else (lambda s: print(s, flush=True)))
+               log=(lambda s: None) if args.json else (lambda s: print(s, flush=True)), batch=args.batch_size)
     doc = {"_source": {"command": "esp-decode " + shlex.join(sys.argv[1:]) if sys.argv[1:] else "esp-decode tune",
                        "prompt_file": str(args.prompt_file), "prompt_ids": [p for p, _ in prompts],
-                       "max_new_tokens": args.max_new_tokens, "chat": args.chat,
+                       "prompts": [t for _, t in prompts],
+                       "max_new_tokens": args.max_new_tokens, "chat": args.chat, "batch_size": args.batch_size,
                        "criterion": f"mean accepted length; within {TIE:.0%} of the best: fewer items per call",
                        "scores": {n: [{**as_json(r["config"]), "accepted": r["accepted"], "items": r["items"],
                                        "tokens_per_s": r["tokens_per_s"]} for r in v["rows"]]
@@ -354,6 +355,8 @@ def build_parser() -> argparse.ArgumentParser:
     _common(t)
     t.set_defaults(max_new_tokens=32)
     t.add_argument("--drafters", default="esp,pld,lade,stand", help="which drafters to tune (default: all four)")
+    t.add_argument("--batch-size", type=positive_int, default=1,
+                   help="dev prompts decoded together (same accepted lengths; cheaper on a CPU)")
     t.add_argument("--out", type=Path, required=True, help="the config JSON to write (must not exist)")
     t.add_argument("--force", action="store_true", help="replace --out if it exists")
     t.set_defaults(fn=_cmd_tune)

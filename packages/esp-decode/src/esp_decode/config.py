@@ -1,4 +1,6 @@
-"""Hyperparameters: frozen dataclasses, each field citing the paper or marked [R]."""
+"""Hyperparameters: frozen dataclasses, each field citing the paper or marked [R]. The defaults of
+the ESP, PLD, LADE and STAND sections are ``esp-decode tune``'s choice on SmolLM2-135M-Instruct
+(``tuned_smollm2.json``, shipped beside this file; ``tests/test_defaults.py`` keeps them equal)."""
 
 from __future__ import annotations
 
@@ -11,13 +13,14 @@ MASK_INITS = ("prompt_mean", "context_mean", "vocab_mean", "learned", "pad")
 class ESPConfig:
     #: mask tokens appended per host; mask j predicts the token j + 1 steps ahead [P] (count [R])
     num_masks: int = 4
-    #: top-K kept per mask level [P: "Top-K candidates"]; the values (8, 4, 2, 2) are [R]
-    topk: tuple[int, ...] = (8, 4, 2, 2)
-    #: node budget of the pruned tree [P: "pruning"]; 48 is [R]
+    #: top-K kept per mask level [P: "Top-K candidates"]; the values are tune's SmolLM2 choice [D]
+    topk: tuple[int, ...] = (16, 4, 2, 2)
+    #: node budget of the pruned tree [P: "pruning"]; the value is tune's SmolLM2 choice [D]
     max_nodes: int = 48
-    #: mask embedding [P: prompt-token mean is the default]; the variants are [R]; "pad" (the pad
+    #: mask embedding [P: the prompt-token mean, "prompt_mean", is the paper's default]; the variants
+    #: are [R] and the default here is tune's SmolLM2 choice [D]; "pad" (the pad
     #: token's embedding: same tree and items, no embedding-space probe) is the ``esp-nullmask`` arm
-    mask_init: str = "prompt_mean"
+    mask_init: str = "vocab_mean"
     #: which nodes carry masks: "all" (every node, so any accepted node seeds the next tree),
     #: "top" (the root and the nodes of the tree's best-scoring path: the design note's cheap
     #: "top-L paths" variant with L = 1) or "root" (only the root; the next tree then comes from

@@ -29,11 +29,12 @@ CFG = {
     "smoke": dict(tiny=dict(d=32, layers=2, seconds=5, steps=3, n_test=1, n_dev=1, tokens=6, dev_tokens=6,
                             mask_steps=2, grid=1, threads=1), smol=None),
     # tiny LM: a fixed 160 steps on one thread (180 CPU-s is a reported budget, not a stop); 16 test prompts x 64 tokens per
-    # regime; SmolLM2: 1 dev prompt (12 tokens) + 4 test prompts (48 tokens, one batch) per regime:
-    # the issue's sizes. Two one-thread processes share the work units (jobs.py).
+    # regime; SmolLM2: every drafter at tune's shipped choice (no dev run here), 10 test prompts per regime x 32
+    # tokens from the start of tasks.full_split's pools (tune's dev prompts are their end), batches of 5.
+    # Two one-thread processes share the work units (jobs.py).
     "quick": dict(tiny=dict(d=128, layers=4, seconds=180, steps=160, n_test=16, n_dev=4, tokens=64,
                             dev_tokens=32, mask_steps=60, grid=None, threads=1),
-                  smol=dict(n_dev=1, n_test=4, tokens=48, dev_tokens=12, batch=4)),
+                  smol=dict(n_dev=0, n_test=10, tokens=32, batch=5)),
 }
 ESP_GRID = (ESPConfig(num_masks=4, topk=(8, 4, 2, 2)), ESPConfig(num_masks=3, topk=(4, 2, 2)),
             ESPConfig(num_masks=4, topk=(4, 2, 2, 2), max_nodes=24))
@@ -147,6 +148,9 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
             mgr.shutdown()
         torch.set_num_threads(threads)
     _claims(res, smol or tiny, "smollm2" if smol else "tiny")
+    for data, exp in ((tiny, "tiny"), (smol, "smollm2")):
+        if data:
+            _ratios(res, data, exp)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(out_dir / "per_prompt.json", {"tiny": tiny, "smollm2": smol}, indent=None, default=float)
@@ -194,11 +198,11 @@ def _dev_result(news, job):
 def _tiny_prep(res, c, seed) -> dict:
     """Train the tiny LM, learn the mask ablation's vector, choose ESP's and LADE's knobs on dev and
     compute the test references; the test arms are left as units (``jobs.tiny_units``)."""
-    from .tiny import REGIMES, learn_mask, tiny_prompts, train_tiny
+    from .tiny import REGIMES, last_gain, learn_mask, tiny_prompts, train_tiny
 
     torch.set_num_threads(c["threads"])
     model, tok, info = train_tiny(seed, c["seconds"], c["steps"], d=c["d"], layers=c["layers"],
-                                  eval_every=max(1, c["steps"] // 8))
+                                  eval_every=max(1, c["steps"] // 10))
     torch.set_num_threads(1)
     res.add("tiny", "train", "final_loss", info["final_loss"])
     res.add("tiny", "train", "steps", info["steps"])
@@ -215,7 +219,19 @@ def _tiny_prep(res, c, seed) -> dict:
     dev = {r: [tok.encode(p) for p in tiny_prompts(r, c["n_dev"], seed + 1000)] for r in REGIMES}
     test = {r: [tok.encode(p) for p in tiny_prompts(r, c["n_test"], seed)] for r in REGIMES}
     k = max(g.num_masks for g in ESP_GRID)
-    learned = learn_mask(model, tok, seed, c["mask_steps"], k)
+    minfo: dict = {}
+    learned = learn_mask(model, tok, seed, c["mask_steps"], k, eval_every=max(1, c["mask_steps"] // 10), info=minfo)
+    mv = minfo["curve"]
+    res.add_curve("tiny", "learned mask", "train loss", mv["steps"], mv["train"], "train", seed=seed,
+                  direction="lower", budget=c["mask_steps"])
+    res.add_curve("tiny", "learned mask", "held-out loss", mv["steps"], mv["heldout"], "dev", seed=seed,
+                  direction="lower", budget=c["mask_steps"])
+    gains = {"tiny LM": last_gain(cv), "learned mask": last_gain(mv)}
+    for what, g in gains.items():
+        res.add("tiny", what, "heldout_gain_last_20pct", g)
+    res.notes.append("tiny: held-out loss gain over the last 20 % of the fixed steps (chosen on a dev run: < 1 %): "
+                     + ", ".join(f"{w} {g:.2%}" + ("" if g < 0.01 else " (NOT < 1 %: not converged by the criterion)")
+                                 for w, g in gains.items()) + ".")
     batch = 8
     dev_all = [p for r in REGIMES for p in dev[r]]
     dev_refs = greedy_refs(model, dev_all, c["dev_tokens"])
@@ -265,6 +281,27 @@ def _tiny_collect(res, prep, outs: dict) -> dict:
                 res.add(f"{exp}/all", arm, f"probe_{k}", v)
     return {"esp_cfg": str(prep["_esp"]), "lade_cfg": str(prep["_lade"]), "arms": data, "regimes": list(regimes),
             "lossless_all": all(x for by in data.values() for r in regimes for x in by[r]["lossless"])}
+
+
+def _ratios(res, data, exp) -> None:
+    """ESP ÷ every other arm (and ``esp+pld`` ÷ ``pld@budget``, ``esp`` − ``esp-nullmask``), per
+    regime and overall, with paired 95 % intervals over the prompts (rows ``{exp}/ratios``)."""
+    arms, regimes = dict(data["arms"]), data["regimes"]
+    arms.update(data.get("anchors") or {})
+
+    def vals(arm, regime):
+        return np.array([v for r in (regimes if regime == "all" else [regime]) for v in arms[arm][r]["mal"]])
+
+    pairs = [("esp", a) for a in arms if a != "esp"]
+    pairs += [("esp+pld", "pld@budget")] if "pld@budget" in arms else []
+    for regime in (*regimes, "all"):
+        for ours, theirs in pairs:
+            a, b = vals(ours, regime), vals(theirs, regime)
+            r, lo, hi = ratio_interval(a, b)
+            d = paired_interval(a, b)
+            res.add(f"{exp}/ratios/{regime}", f"{ours} / {theirs}", "ratio_mean_accepted_length", r,
+                    interval=[lo, hi], difference=float(np.mean(a - b)), difference_interval=[d.low, d.high],
+                    prompts=int(a.size))
 
 
 def _strip(out):

@@ -44,12 +44,14 @@ DESCRIPTOR = MethodDescriptor(
     scales={
         "smoke": "a 2-layer d=32 character LM trained for 3 steps; 2 test prompts per regime x 8 tokens; "
                  "every drafter checked lossless (seconds, no SmolLM2)",
-        "quick": "tiny character LM (4 layers, d=128, 160 steps on one thread, stopped at 180 CPU-s) on "
+        "quick": "tiny character LM (4 layers, d=128, a fixed step count chosen on held-out loss) on "
                  "copy/arith/grammar, 16 test prompts per regime x 64 tokens (batch 8), knobs chosen on 4 dev "
-                 "prompts per regime; SmolLM2-135M-Instruct on rewrite/open/code chat prompts: the default tree "
-                 "with masks on its best path, mask init and LADE window chosen on 1 dev prompt per regime, 4 "
-                 "test prompts per regime x 48 tokens (one batch per regime), every drafter timed side by "
-                 "side; two one-thread processes share the work units (jobs.py)",
+                 "prompts per regime, arms incl. esp-nullmask and esp-chain; SmolLM2-135M-Instruct on "
+                 "rewrite/open/code chat prompts at tune's shipped choice (the defaults), 10 test prompts per "
+                 "regime x 32 tokens (batches of 5): ar, pld, 2-D lade, stand, esp, esp-nullmask, esp+pld and pld "
+                 "at the hybrid's node budget timed side by side, plus transformers' greedy generate and prompt "
+                 "lookup as batch-1 anchors (our 1-match pld checked to make their calls); two one-thread "
+                 "processes share the work units (jobs.py)",
         "full": "the GPU recipe (bf16, batch 1 and 8; not run yet): SmolLM2 at 50 reported prompts per regime "
                 "x 128 tokens (knobs chosen on 10 other dev prompts per regime), then Llama-3-8B-Instruct and "
                 "Qwen3-8B on Spec-Bench; lossless by the GPU check's near-tie rule (core.judge). Needs a CUDA "
@@ -59,5 +61,5 @@ DESCRIPTOR = MethodDescriptor(
                 "ESP_DECODE_EAGLE2 names a local EAGLE-1/2 head for Llama-3-8B-Instruct (a bad folder or a "
                 "mismatched head is refused)",
     },
-    quick_minutes=3.6,  # 0.2.7 on 2 quiet cores: 3 min 37 s wall, 7.0 CPU-min in all (0.2.5 at load 7-11: 10.3)
+    quick_minutes=23.0,  # projected for 0.3.2 (not run): 0.2.7 took 3.6 min; now 30 SmolLM2 prompts x 8 arms + anchors, ESP arms at 233 items a call
 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 import time
 
+import numpy as np
 import torch
 
 CHARS = "abcdefghijklmnopqrstuvwxyz0123456789 +=;:.,|\n"
@@ -130,34 +131,66 @@ def train_tiny(seed: int, seconds: float, max_steps: int, d: int = 128, layers: 
                         "seconds": time.perf_counter() - w0, "over_budget": cpu > seconds, "curve": curve}
 
 
+def _mask_batch(tok, rng, batch: int, seq: int, num_masks: int):
+    t = rng.randint(16, seq - num_masks - 2)
+    rows = []
+    for i in range(batch):
+        ids = tok.encode(sample_text(REGIMES[i % 3], rng, seq + 40))
+        s = rng.randint(0, len(ids) - seq - 1)
+        rows.append(ids[s: s + seq])
+    return t, torch.tensor(rows)
+
+
 def learn_mask(model, tok: CharTokenizer, seed: int, steps: int, num_masks: int, seq: int = 96,
-               batch: int = 16) -> torch.Tensor:
+               batch: int = 16, eval_every: int = 0, info: dict | None = None) -> torch.Tensor:
     """Optimise one mask embedding (model frozen) so that mask j after a context predicts the token
-    j + 1 steps ahead: the learned single-mask-vector ablation."""
+    j + 1 steps ahead: the learned single-mask-vector ablation. ``eval_every`` > 0: the loss on 4
+    fixed held-out batches (other text) every that many steps goes to ``info["curve"]``, with the
+    mean training loss since the last point."""
     rng = random.Random(seed + 1)
     emb = model.get_input_embeddings()
     e = emb.weight.detach().mean(0).clone().requires_grad_(True)
     opt = torch.optim.Adam([e], lr=1e-2)
-    for p in model.parameters():
-        p.requires_grad_(False)
-    for _ in range(steps):
-        t = rng.randint(16, seq - num_masks - 2)
-        rows = []
-        for i in range(batch):
-            ids = tok.encode(sample_text(REGIMES[i % 3], rng, seq + 40))
-            s = rng.randint(0, len(ids) - seq - 1)
-            rows.append(ids[s: s + seq])
-        x = torch.tensor(rows)
-        inp = torch.cat([emb(x[:, : t + 1]), e.expand(batch, num_masks, -1)], 1)
+    held = [_mask_batch(tok, random.Random(f"mask-heldout-{seed}-{i}"), batch, seq, num_masks)
+            for i in range(4)] if eval_every else []
+
+    def loss_of(t, x):
+        inp = torch.cat([emb(x[:, : t + 1]), e.expand(x.shape[0], num_masks, -1)], 1)
         logits = model(inputs_embeds=inp).logits[:, t + 1:]
         target = x[:, t + 2: t + 2 + num_masks]
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+
+    curve: dict[str, list[float]] = {"steps": [], "train": [], "heldout": []}
+    recent: list[float] = []
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for step in range(1, steps + 1):
+        loss = loss_of(*_mask_batch(tok, rng, batch, seq, num_masks))
         opt.zero_grad()
         loss.backward()
         opt.step()
+        recent.append(loss.item())
+        if eval_every and (step % eval_every == 0 or step == steps):
+            with torch.no_grad():
+                h = float(np.mean([loss_of(t, x).item() for t, x in held]))
+            curve["steps"].append(step)
+            curve["train"].append(sum(recent) / len(recent))
+            curve["heldout"].append(h)
+            recent = []
     for p in model.parameters():
         p.requires_grad_(True)
+    if info is not None:
+        info["curve"] = curve
     return e.detach()
+
+
+def last_gain(curve: dict, frac: float = 0.2) -> float:
+    """Relative held-out loss gain over the last ``frac`` of the steps: (loss at (1 - frac) x steps
+    - final loss) / loss at (1 - frac) x steps (the curve's point at or before that step)."""
+    steps, h = curve["steps"], curve["heldout"]
+    cut = (1 - frac) * steps[-1]
+    i = max(j for j, s in enumerate(steps) if s <= cut) if steps[0] <= cut else 0
+    return (h[i] - h[-1]) / h[i]
 
 
 def tiny_prompts(regime: str, n: int, seed: int, chars: int = 96) -> list[str]:
