@@ -48,15 +48,15 @@ def spied_cell():
     def spy(row, spec, lrn, W0, a, data, passes, seeds):
         orig = TwoStageLearner.grad_sum
 
-        def record(W, aa, X, y):
+        def record(self, W, aa, X, y):
             seen.append(X.clone())
-            return orig(W, aa, X, y)
+            return orig(self, W, aa, X, y)
 
-        mp.setattr(TwoStageLearner, "grad_sum", staticmethod(record))
+        mp.setattr(TwoStageLearner, "grad_sum", record)
         try:
             real(row, spec, lrn, W0, a, data, passes, seeds)
         finally:
-            mp.setattr(TwoStageLearner, "grad_sum", staticmethod(orig))
+            mp.setattr(TwoStageLearner, "grad_sum", orig)
         box["X1"] = data.X1
 
     mp.setattr(sw, "_real_search", spy)

@@ -45,7 +45,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     distill = default_distill(args.grid)
     if args.steps is not None:
         distill = replace(distill, steps=args.steps)
-    spec = make_spec(args.grid, args.distiller, args.link, args.seeds, args.seed, distill)
+    spec = make_spec(args.grid, args.distiller, args.link, args.seeds, args.seed, distill, args.activation)
 
     def show(row: dict) -> None:
         flags = f" [{', '.join(row['flags'])}]" if row["flags"] else ""
@@ -148,10 +148,11 @@ def _cmd_distill(args: argparse.Namespace) -> int:
             from .sweep import tune_learner
 
             t_eta1, t_ridge = tune_learner(SweepSpec(cells=((args.d, args.r, args.L, "12"),), link=args.link,
-                                                     seed=args.teacher_seed), args.d, args.r, args.L)
+                                                     seed=args.teacher_seed, distiller=args.distiller,
+                                                     activation=args.activation), args.d, args.r, args.L)
             eta1 = t_eta1 if eta1 is None else eta1
             ridge = t_ridge if ridge is None else ridge
-        learner = TwoStageLearner(args.L, eta1, ridge, seed=args.teacher_seed + 1)
+        learner = TwoStageLearner(args.L, eta1, ridge, args.activation, seed=args.teacher_seed + 1)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     m2 = args.m2 if args.m2 is not None else args.L
@@ -166,7 +167,7 @@ def _cmd_distill(args: argparse.Namespace) -> int:
     labels = distill_labels(learner, W1, X2, y2, m2, seed2)
     meta = {"teacher": {"d": args.d, "r": args.r, "link": args.link, "noise": teacher.noise,
                         "seed": args.teacher_seed},
-            "learner": {"L": args.L, "eta1": learner.eta1, "ridge": learner.ridge, "activation": "relu",
+            "learner": {"L": args.L, "eta1": learner.eta1, "ridge": learner.ridge, "activation": learner.activation,
                         "init_scale": learner.config.init_scale, "seed": learner.seed},
             "distiller": args.distiller, "steps": args.steps, "lr": args.lr}
     ds = DistilledSet(xs, ys, labels, seed2, meta)
@@ -225,15 +226,31 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _registered() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The distillers and activations a user may name: the built-in ones plus those that plugins
+    (entry-point group ``dd_multiindex.plugins``) registered. Without plugins no torch import."""
+    from .plugins import load_plugins
+
+    if not load_plugins():
+        return ("gm", "pm"), ("relu", "quadratic")
+    from .core import ACTIVATIONS
+    from .distill import DISTILLERS
+
+    return tuple(DISTILLERS), tuple(ACTIVATIONS)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Dataset distillation on multi-index models: a harness for "
                      "the Θ̃(r²d + L) memory law (Kinoshita et al., ICML 2026; reconstructed).")
     sub = parser.add_subparsers(dest="command", required=True)
     pos = _int_at_least(1)
+    distillers, activations = _registered()
 
     s = sub.add_parser("sweep", help="measure m1*, m2*, n_real* per (d, r, L) cell and seed; resumable")
     s.add_argument("--grid", default="smoke", help="smoke, quick, extended (d 16-128 x r 1-8), full or 'd=16,32;r=1,2;L=64' (default: %(default)s)")
-    s.add_argument("--distiller", choices=("gm", "pm"), default="gm")
+    s.add_argument("--distiller", choices=distillers, default="gm")
+    s.add_argument("--activation", choices=activations, default="relu",
+                   help="the learner's σ: relu, quadratic (kink-free control) or a registered one (default: relu)")
     s.add_argument("--link", choices=("he2", "he2+cross"), default="he2")
     s.add_argument("--seeds", type=pos, default=3, help="seeds per cell (default: %(default)s)")
     s.add_argument("--seed", type=_int_at_least(0), default=0, help="base seed S (default: %(default)s)")
@@ -261,7 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--L", type=pos, required=True)
     d.add_argument("--m1", type=pos, required=True, help="distilled stage-1 points")
     d.add_argument("--m2", type=pos, default=None, help="distilled stage-2 labels (default: L)")
-    d.add_argument("--distiller", choices=("gm", "pm"), default="gm")
+    d.add_argument("--distiller", choices=distillers, default="gm")
+    d.add_argument("--activation", choices=activations, default="relu", help="the learner's σ (default: relu)")
     d.add_argument("--link", choices=("he2", "he2+cross"), default="he2")
     d.add_argument("--teacher-seed", type=_int_at_least(0), required=True)
     d.add_argument("--steps", type=_int_at_least(0), default=400, help="cap on the distiller steps (it stops at its plateau)")

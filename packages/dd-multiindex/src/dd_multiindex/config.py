@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 
 LINKS = ("he2", "he2+cross")
-DISTILLERS = ("gm", "pm")
+DISTILLERS = ("gm", "pm")  # the built-in distillers (``distill.register_distiller`` adds more)
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class LearnerConfig:
     L: int  # [P] width of the two-layer network f(x) = Σ_j a_j σ(w_jᵀx + b_j)
     eta1: float  # [R] the one large first-layer step (Damian et al. 2022; Ba et al. 2022)
     ridge: float = 1e-2  # [R] ridge λ of stage 2 (per sample: (ΦᵀΦ/n + λI) a = Φᵀy/n)
-    activation: str = "relu"  # [P] two-layer ReLU network [R: ReLU]
+    activation: str = "relu"  # [P] two-layer network [R: ReLU; "quadratic" σ(t) = t² is the kink-free control]
     init_scale: float = 1e-3  # [R] small symmetric init: rows ~ init_scale·N(0, I/d), pairs ±a
     seed: int = 0  # [R] the learner's own init seed (W0, a, stage-2 biases)
 
@@ -48,8 +48,9 @@ class LearnerConfig:
             v = getattr(self, name)
             if not (math.isfinite(v) and v > 0):
                 raise ValueError(f"{name} must be finite and > 0, got {v}")
-        if self.activation != "relu":
-            raise ValueError(f"activation {self.activation!r} is not supported (only relu)")
+        from .core import get_activation  # the registry (relu, quadratic and any registered one)
+
+        get_activation(self.activation)
 
 
 def default_eta1(d: int) -> float:
@@ -111,17 +112,32 @@ class SweepSpec:
     distill: DistillConfig = field(default_factory=DistillConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
     baselines: tuple[str, ...] = ("random", "herding", "kcenter")
-    tune_lr: bool = True  # choose the distiller's lr on the dev teacher at the first cell
+    tune_lr: bool = True  # choose the distiller's lr on the dev teacher, per d (at the smallest r of that d)
+    activation: str = "relu"  # the learner's σ: relu, quadratic (the kink-free control) or a registered one
+    #: what a stage-1 cell measures beside m₁*: "real" (n_real*), "owninit" (the own-init ablation),
+    #: "baselines" (the equal-memory subsets); the ablation sweeps of ``reproduce`` leave some out
+    parts: tuple[str, ...] = ("real", "owninit", "baselines")
+    #: the d at which the absolute target of each (r, L) is set on the dev teacher (0: the grid's smallest
+    #: stage-1 d with that (r, L)); an ablation sweep on a few cells keeps the main grid's
+    target_at: int = 0
 
     def __post_init__(self) -> None:
-        if self.distiller not in DISTILLERS:
-            raise ValueError(f"unknown distiller {self.distiller!r} (choose gm or pm)")
+        from .distill import DISTILLERS as registered  # gm, pm and any registered one
+
+        if self.distiller not in registered:
+            raise ValueError(f"unknown distiller {self.distiller!r} (choose one of {', '.join(sorted(registered))})")
         if self.link not in LINKS:
             raise ValueError(f"unknown link {self.link!r} (choose one of {', '.join(LINKS)})")
         if self.seeds < 1:
             raise ValueError(f"--seeds must be >= 1, got {self.seeds}")
         if not self.cells:
             raise ValueError("the grid has no cells")
+        from .core import get_activation
+
+        get_activation(self.activation)
+        bad = set(self.parts) - {"real", "owninit", "baselines"}
+        if bad:
+            raise ValueError(f"unknown parts {sorted(bad)} (choose from real, owninit, baselines)")
         for d, r, L, _ in self.cells:
             TeacherConfig(d, r)
             if L < 1:

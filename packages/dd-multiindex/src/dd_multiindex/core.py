@@ -19,6 +19,7 @@ ridge on a with features relu(W₁x + b).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -79,14 +80,57 @@ def monte_carlo_H(X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return (X.T * y) @ X / len(y) - y.mean() * torch.eye(X.shape[1], dtype=torch.float64)
 
 
+# --- activations (a registry: a user's activation is one ``register_activation`` call) --------
+
+@dataclass(frozen=True)
+class Activation:
+    """σ, its derivative σ' (the closed-form gradient uses it; tested equal to autograd's) and the
+    unit of the stage-1 step: η₁ = c·``eta_unit(d, init_scale)`` for c on the dev grid ``ETA1_GRID``."""
+
+    name: str
+    fn: Callable[[torch.Tensor], torch.Tensor]
+    grad: Callable[[torch.Tensor], torch.Tensor]
+    eta_unit: Callable[[int, float], float]
+
+
+ACTIVATIONS: dict[str, Activation] = {}
+
+
+def register_activation(name: str, fn: Callable[[torch.Tensor], torch.Tensor],
+                        grad: Callable[[torch.Tensor], torch.Tensor],
+                        eta_unit: Callable[[int, float], float] | None = None) -> Activation:
+    """Make ``TwoStageLearner(..., activation=name)`` (and ``sweep --activation name``) use σ = ``fn``
+    with derivative ``grad`` (elementwise, differentiable torch functions). ``eta_unit(d, init_scale)``
+    scales the dev grid of η₁ (default √d, the ReLU's: its first-step gradient rows are ~1/√d)."""
+    act = Activation(name, fn, grad, eta_unit or (lambda d, init_scale: math.sqrt(d)))
+    ACTIVATIONS[name] = act
+    return act
+
+
+register_activation("relu", torch.relu, lambda t: (t > 0).to(t.dtype))
+# [R] the kink-free control (issue 54 item 4): σ(t) = t². From the symmetric init f₀ = 0, so the
+# first-step gradient of row j is −2a_j·Ĥ_S w_j with Ĥ_S = mean ỹ x̃x̃ᵀ: linear in w, no kink; its rows
+# scale with ‖w₀‖ = init_scale, hence the step unit √d / init_scale.
+register_activation("quadratic", torch.square, lambda t: 2 * t,
+                    lambda d, init_scale: math.sqrt(d) / init_scale)
+
+
+def get_activation(name: str) -> Activation:
+    if name not in ACTIVATIONS:
+        raise ValueError(f"unknown activation {name!r} (choose one of {', '.join(sorted(ACTIVATIONS))}, or "
+                         "register one with dd_multiindex.core.register_activation)")
+    return ACTIVATIONS[name]
+
+
 @dataclass
 class FittedModel:
     W: torch.Tensor  # (L, d) first layer after stage 1
     b: torch.Tensor  # (L,) stage-2 biases
     a: torch.Tensor  # (L,) ridge second layer
+    activation: str = "relu"
 
     def features(self, X: torch.Tensor) -> torch.Tensor:
-        return torch.relu(X @ self.W.T + self.b)
+        return get_activation(self.activation).fn(X @ self.W.T + self.b)
 
     def predict(self, X: torch.Tensor) -> torch.Tensor:
         return self.features(X) @ self.a
@@ -99,6 +143,12 @@ class TwoStageLearner:
                  init_scale: float = 1e-3, seed: int = 0):
         self.config = LearnerConfig(L, eta1, ridge, activation, init_scale, seed)
         self.L, self.eta1, self.ridge, self.seed = L, eta1, ridge, seed
+        self.activation = activation
+        self.act = get_activation(activation)
+
+    def eta_unit(self, d: int) -> float:
+        """The unit of η₁ for this activation (η₁ = c × unit, c on the dev grid)."""
+        return self.act.eta_unit(d, self.config.init_scale)
 
     def init(self, d: int, seed: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Symmetric init (W₀ (L, d), a (L,)): neurons 2k and 2k+1 share w and have a = ±1."""
@@ -111,10 +161,9 @@ class TwoStageLearner:
     def biases(self) -> torch.Tensor:
         return _randn(self.L, generator=_gen(self.seed + 7919))
 
-    @staticmethod
-    def loss(W: torch.Tensor, a: torch.Tensor, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def loss(self, W: torch.Tensor, a: torch.Tensor, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """½·mean (f(x) − y)² at b = 0; W may carry leading batch dims (K, L, d) → (K,)."""
-        f = torch.relu(torch.einsum("nd,...ld->...nl", X, W)) @ a
+        f = self.act.fn(torch.einsum("nd,...ld->...nl", X, W)) @ a
         return 0.5 * ((f - y) ** 2).mean(-1)
 
     def grad_autograd(self, W0: torch.Tensor, a: torch.Tensor, X: torch.Tensor, y: torch.Tensor,
@@ -124,13 +173,12 @@ class TwoStageLearner:
         (G,) = torch.autograd.grad(self.loss(W, a, X, y).sum(), W, create_graph=create_graph)
         return G
 
-    @staticmethod
-    def grad_sum(W0: torch.Tensor, a: torch.Tensor, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def grad_sum(self, W0: torch.Tensor, a: torch.Tensor, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """n·∇_W loss in closed form (chunk-additive, differentiable in X and y; W0 may be batched
-        (K, L, d)): Σ_i (f(x_i) − y_i)·a_j·1[w_jᵀx_i > 0]·x_i."""
+        (K, L, d)): Σ_i (f(x_i) − y_i)·a_j·σ'(w_jᵀx_i)·x_i (ReLU: σ' = 1[w_jᵀx_i > 0])."""
         pre = torch.einsum("nd,...ld->...nl", X, W0)
-        R = torch.relu(pre) @ a - y
-        return a[:, None] * torch.einsum("...nl,nd->...ld", (pre > 0).to(X.dtype) * R[..., None], X)
+        R = self.act.fn(pre) @ a - y
+        return a[:, None] * torch.einsum("...nl,nd->...ld", self.act.grad(pre) * R[..., None], X)
 
     def step(self, W0: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
         return W0 - self.eta1 * G
@@ -144,10 +192,10 @@ class TwoStageLearner:
 
     def fit_stage2(self, W1: torch.Tensor, X: torch.Tensor, y: torch.Tensor) -> FittedModel:
         b = self.biases()
-        Phi = torch.relu(X @ W1.T + b).double()
+        Phi = self.act.fn(X @ W1.T + b).double()
         A = Phi.T @ Phi / len(y) + self.ridge * torch.eye(self.L, dtype=torch.float64)
         a = torch.linalg.solve(A, Phi.T @ y.double() / len(y))
-        return FittedModel(W1, b, a.to(DTYPE))
+        return FittedModel(W1, b, a.to(DTYPE), self.activation)
 
     def fit(self, stage1: tuple[torch.Tensor, torch.Tensor], stage2: tuple[torch.Tensor, torch.Tensor]) -> FittedModel:
         return self.fit_stage2(self.first_step(*stage1), *stage2)

@@ -130,9 +130,9 @@ def performance_matching(learner: TwoStageLearner, X: torch.Tensor, y: torch.Ten
         W1 = W0s - learner.eta1 * G_s
         loss = 0.0
         for k in range(len(W1)):
-            Pf = torch.relu(Xf @ W1[k].T + b)
+            Pf = learner.act.fn(Xf @ W1[k].T + b)
             coef = torch.linalg.solve(Pf.T @ Pf / len(yf) + learner.ridge * eye, Pf.T @ yf / len(yf))
-            loss = loss + ((torch.relu(Xe @ W1[k].T + b) @ coef - ye) ** 2).mean()
+            loss = loss + ((learner.act.fn(Xe @ W1[k].T + b) @ coef - ye) ** 2).mean()
         loss.backward()
         opt.step()
     return xs.detach(), ys.detach()
@@ -149,9 +149,9 @@ def distill_labels(learner: TwoStageLearner, W1: torch.Tensor, X2: torch.Tensor,
     target = learner.fit_stage2(W1, X2, y2)
     Xs = stage2_inputs(seed2, m2, d)
     b = learner.biases()
-    P = torch.relu(Xs @ W1.T + b).double()
+    P = learner.act.fn(Xs @ W1.T + b).double()
     A = P.T @ P / m2 + learner.ridge * torch.eye(learner.L, dtype=torch.float64)
     M = torch.linalg.solve(A, P.T / m2)  # (L, m2): a(ỹ) = M ỹ
-    Phi = torch.relu(X2 @ W1.T + b).double()
+    Phi = learner.act.fn(X2 @ W1.T + b).double()
     lhs, rhs = Phi @ M, (Phi @ target.a.double())[:, None]
     return torch.linalg.lstsq(lhs, rhs, driver="gelsd").solution[:, 0].to(X2.dtype)

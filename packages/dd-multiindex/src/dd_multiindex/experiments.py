@@ -4,7 +4,7 @@ factor, the equal-memory baselines, pm at two cells, one ClaimCheck per target, 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +13,7 @@ from icml26_shared import ClaimCheck, Results, UserError
 from icml26_shared.eval import paired_interval
 from icml26_shared.runner import check_scale
 
+from .config import SweepSpec
 from .core import fit_slopes
 from .registry import CLAIMS, DESCRIPTOR
 
@@ -96,13 +97,22 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
     res = Results(package=DESCRIPTOR.name, version=DESCRIPTOR.version, scale=scale, seed=seed)
     out_dir.mkdir(parents=True, exist_ok=True)
     run = out_dir / "run"
-    if run.exists() and scale == "smoke":
+    if scale == "smoke":
         import shutil
 
-        shutil.rmtree(run)
+        for old in [run, *(out_dir / f"run_{name}" for name in ABLATIONS)]:
+            if old.exists():
+                shutil.rmtree(old)
     workers = 1 if scale == "smoke" else 2
-    rows = sweep(spec, run, workers=workers, device="cuda" if scale == "full" else "cpu")
+    device = "cuda" if scale == "full" else "cpu"
+    rows = sweep(spec, run, workers=workers, device=device)
+    from .io import read_spec
+
+    lrs = {int(d): float(v) for d, v in read_spec(run)["distill_lr"].items()}
+    abl = {name: sweep(s, out_dir / f"run_{name}", workers=workers, device=device)
+           for name, s in ablation_specs(spec, lrs).items()}
     _rows(res, rows)
+    _ablations(res, rows, abl, spec.search.m1_max)
     _curves(res, rows, spec.distill.steps)
     table = SMOKE_FITS if scale == "smoke" else FITS
     f = fits(rows, table)
@@ -148,7 +158,7 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
         "were available; the distillers (gm, pm, label distillation), the two-stage learner, the memory "
         "reading and the whole experiment are reconstructed [R].",
         "Splits: eta1 and ridge chosen per cell on a dev teacher (its own U, seed SeedSequence([S,d,r,L,1e6])); "
-        "the distiller's lr on that dev teacher at the first cell; the m1/m2/n searches look at a validation "
+        "the distiller's lr on that dev teacher per d (at the smallest r of that d); the m1/m2/n searches look at a validation "
         "draw of the cell's teacher; every reported MSE is on a separate test draw.",
         "Absolute target, fixed per (r, L) for every d: tau = 1.1 x the validation MSE of the real learner on "
         "the DEV teacher at the grid's smallest d with n1 = 4d² points (median over 3 learner inits), and "
@@ -164,6 +174,12 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
         "both stages, each with eta1 and ridge (ridge up to 1e3, where the fit is the constant 0) chosen "
         "on the dev teacher for its own rule and size (a sanity check, not a claim); 0step rows: the distilled set's own starting point (m1* real points, 0 "
         "distiller steps). predict_0 rows: the MSE of predicting 0 (≈ Var y = 2.01 for he2).",
+        "Ablation sweeps (OUT/run_<name>, same cell seeds, rows paired with the main rows by (d, r, L, seed)), "
+        "each changing ONE thing: 'quadratic:' rows use the learner sigma(t) = t^2 (no ReLU kink; its own "
+        "eta1, ridge, target and distiller lr on its dev teacher; no real search, own-init or baselines); "
+        "'structure_free:' rows use r = d at the smallest d (the main lr at that d; their own per-(r, L) "
+        "target); 'steps150:' rows run the distiller for a fixed 150 Adam steps (plateau rule off, the main "
+        "lr). Principal angles (angle_max_deg) are in every row; for r = d they are 0 by construction.",
     ]
     return res
 
@@ -261,7 +277,7 @@ def _curves(res: Results, rows: list[dict], cap: int) -> None:
                 n_runs=runs, cap=cap)
 
 
-def _rows(res: Results, rows: list[dict]) -> None:
+def _rows(res: Results, rows: list[dict], prefix: str = "") -> None:
     cells = sorted({(r["d"], r["r"], r["L"]) for r in rows})
     metrics = [("distilled", "m1_star"), ("distilled", "m2_star"), ("distilled", "memory"),
                ("distilled", "test_mse"), ("distilled", "alignment"), ("distilled", "angle_max_deg"),
@@ -277,7 +293,8 @@ def _rows(res: Results, rows: list[dict]) -> None:
             got = [(r["seed"], float(r[key])) for r in cr if r.get(key) is not None]
             if not got:
                 continue
-            res.add(f"d{cell[0]}_r{cell[1]}_L{cell[2]}", method, key.removesuffix("_0step").removesuffix("_owninit"),
+            res.add(f"d{cell[0]}_r{cell[1]}_L{cell[2]}", prefix + method,
+                    key.removesuffix("_0step").removesuffix("_owninit"),
                     [v for _, v in got], seeds=[s for s, _ in got], missing_seeds=len(cr) - len(got),
                     flags=sorted({f for r in cr for f in r["flags"]}))
 
@@ -326,3 +343,125 @@ def _pm_rows(res: Results, spec, rows) -> None:
             seeds = [g["seed"] for g in got]
             res.add(f"d{d}_r{r}_L256", "pm@gm_m1", "test_mse", [g["pm"] for g in got], seeds=seeds)
             res.add(f"d{d}_r{r}_L256", "gm@gm_m1", "test_mse", [g["gm"] for g in got], seeds=seeds)
+
+
+# --- the mechanism ablations (issue 54, items 4 and 5), run beside the main sweep ------------------
+
+ABLATIONS = ("quadratic", "structure_free", "steps150")
+
+
+def ablation_specs(spec: SweepSpec, lrs: dict[int, float]) -> dict[str, SweepSpec]:
+    """The ablation sweeps of ``reproduce``, each the main spec with ONE thing changed, on cells of
+    the main grid (same cell seeds, so the rows pair with the main rows by (d, r, L, seed)):
+
+    - ``quadratic``: the learner's σ(t) = t² (no ReLU kink), at every stage-1 d × the two smallest r;
+      its own η₁, λ, target and distiller lr, all on its dev teacher;
+    - ``structure_free``: r = d at the smallest d (the target has no low-dimensional structure), the
+      main run's lr at that d; pairs with the main r = 1 rows;
+    - ``steps150``: the distiller at a fixed 150 Adam steps (plateau rule off), the main run's lr, at
+      the second-smallest d and r = 2 (else the smallest r); pairs with the converged main rows."""
+    cells = [c for c in spec.cells if "1" in c[3]]
+    ds, rs, L = sorted({c[0] for c in cells}), sorted({c[1] for c in cells}), max(c[2] for c in cells)
+    d_mid, r_mid = ds[min(1, len(ds) - 1)], 2 if 2 in rs else rs[0]
+    return {
+        "quadratic": replace(spec, cells=tuple((d, r, L, "12") for d in ds for r in rs[:2]),
+                             activation="quadratic", parts=(), target_at=ds[0]),
+        "structure_free": replace(spec, cells=((ds[0], ds[0], L, "12"),), parts=("real",), tune_lr=False,
+                                  distill=replace(spec.distill, lr=lrs[ds[0]])),
+        "steps150": replace(spec, cells=((d_mid, r_mid, L, "12"),), parts=(), tune_lr=False, target_at=ds[0],
+                            distill=replace(spec.distill, lr=lrs[d_mid], steps=min(150, spec.distill.steps),
+                                            plateau_patience=0)),
+    }
+
+
+def _key(r: dict) -> tuple:
+    return (r["d"], r["r"], r["L"], r["seed"])
+
+
+def _m1_value(r: dict, ceiling: int) -> tuple[float | None, bool]:
+    """(m₁*, censored): a ceiling row counts at its ceiling (a lower bound)."""
+    if r.get("m1_star") is not None:
+        return float(r["m1_star"]), False
+    if "m1:ceiling" in r.get("flags", ()):
+        return float(r.get("m1_ceiling") or ceiling), True
+    return None, False
+
+
+def _paired_log(res: Results, section: str, name: str, metric: str, pairs: list[tuple[float, float]],
+                **extra) -> object | None:
+    """The paired 95% interval of log(a / b) over the pairs (t for 3–19 units), recorded."""
+    pairs = [(a, b) for a, b in pairs if a is not None and b is not None and a > 0 and b > 0]
+    if not pairs:
+        return None
+    ci = paired_interval(np.log([a for a, _ in pairs]), np.log([b for _, b in pairs]))
+    res.add(section, name, metric, ci.mean, ci95_low=ci.low, ci95_high=ci.high, n_pairs=len(pairs), **extra)
+    return ci
+
+
+def _ablations(res: Results, rows: list[dict], abl: dict[str, list[dict]], ceiling: int) -> None:
+    """The mechanism block: m₁* and test MSE of each ablation beside the main rows they pair with,
+    paired intervals of the log ratios, principal angles (in the per-cell rows), the quadratic
+    learner's d-exponent of m₁* beside the ReLU one on the same cells, and the r = d check."""
+    from .laws import LOG_D, LOG_R, fit_loglinear, observations
+
+    main = {_key(r): r for r in rows}
+    quad = abl.get("quadratic", [])
+    if quad:
+        _rows(res, quad, prefix="quadratic:")
+        pairs = [(q, main.get(_key(q))) for q in quad]
+        m1 = [(_m1_value(q, ceiling), _m1_value(m, ceiling)) for q, m in pairs if m is not None]
+        _paired_log(res, "ablation", "quadratic", "log_m1_ratio_to_relu",
+                    [(a[0], b[0]) for a, b in m1 if not (a[1] or b[1])],
+                    n_censored_pairs=sum(1 for a, b in m1 if a[1] or b[1]))
+        _paired_log(res, "ablation", "quadratic", "log_test_mse_ratio_to_relu",
+                    [(q.get("test_mse"), m.get("test_mse")) for q, m in pairs if m is not None])
+        for name, rr in (("quadratic", quad), ("relu_same_cells", [main[_key(q)] for q in quad if _key(q) in main])):
+            try:
+                obs = observations(rr, "m1_star", ceiling=ceiling)
+                feats = {"d": LOG_D, **({"r": LOG_R} if len(np.unique(obs.r)) > 1 else {})}
+                fit = fit_loglinear(obs, feats, "power_d", n_resamples=200)
+            except ValueError:
+                continue
+            lo, hi = fit.ci90.get("d", (None, None))
+            res.add("ablation", name, "m1_exponent_in_d", fit.params["d"], ci90_low=lo, ci90_high=hi,
+                    n_observed=fit.n_observed, n_censored=fit.n_censored)
+    sf = abl.get("structure_free", [])
+    if sf:
+        _rows(res, sf, prefix="structure_free:")
+        pairs = [(_m1_value(r, ceiling), _m1_value(main.get((r["d"], 1, r["L"], r["seed"]), {}), ceiling))
+                 for r in sf]
+        ci = _paired_log(res, "ablation", "structure_free", "log_m1_ratio_to_r1", [(a[0], b[0]) for a, b in pairs],
+                         n_r_d_censored=sum(1 for a, _ in pairs if a[1]))
+        n_cens = sum(1 for a, _ in pairs if a[1])
+        # a reference that learns nothing (target at or above predicting 0) lets any set pass: no verdict
+        blind = [r for r in sf if r.get("target_mse") is not None and r["target_mse"] >= r["zero_test_mse"]]
+        if blind:
+            res.claims.append(ClaimCheck.compare(C["structure_free_jump"], None, note=(
+                f"the r = d real learner learns nothing here (target {blind[0]['target_mse']:.3g} >= predicting 0 "
+                f"{blind[0]['zero_test_mse']:.3g}): any set passes, the control cannot tell")))
+            ci = None
+        note = ("" if ci is None else
+                f"m1*(r=d) / m1*(r=1) at d={sf[0]['d']}: geometric mean {math.exp(ci.mean):.2f}x, 95% interval "
+                f"[{math.exp(ci.low):.2f}, {math.exp(ci.high):.2f}] over {len(pairs)} seeds"
+                + (f" ({n_cens} r=d row(s) censored at m1 = {ceiling}: a lower bound)" if n_cens else ""))
+        if not blind:
+            res.claims.append(ClaimCheck.compare(C["structure_free_jump"], None if ci is None else math.exp(ci.low),
+                                                 threshold=1.0, note=note or "no pair of rows"))
+    st = abl.get("steps150", [])
+    if st:
+        _rows(res, st, prefix="steps150:")
+        pairs = [(r, main.get(_key(r))) for r in st]
+        for r, m in pairs:
+            if m is None:
+                continue
+            cell = f"d{r['d']}_r{r['r']}_L{r['L']}"
+            for metric in ("m1_star", "test_mse", "distill_steps"):
+                for tag, row in (("150", r), ("converged", m)):
+                    if row.get(metric) is not None:
+                        res.add("steps150_vs_converged", f"{cell}_seed{r['seed']}", f"{metric}_{tag}", row[metric])
+        m1 = [(_m1_value(r, ceiling), _m1_value(m, ceiling)) for r, m in pairs if m is not None]
+        _paired_log(res, "ablation", "steps150", "log_m1_ratio_to_converged",
+                    [(a[0], b[0]) for a, b in m1 if not (a[1] or b[1])],
+                    n_censored_pairs=sum(1 for a, b in m1 if a[1] or b[1]))
+        _paired_log(res, "ablation", "steps150", "log_test_mse_ratio_to_converged",
+                    [(r.get("test_mse"), m.get("test_mse")) for r, m in pairs if m is not None])

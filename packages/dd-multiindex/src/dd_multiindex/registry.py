@@ -29,6 +29,11 @@ CLAIMS = (
     Claim("n_real_exponent_d", "harness anchor: n_real* (fresh draws, absolute target) grows as d^q with q's 90% "
           "CI within 2 ± 0.5; a q far from 2 flags the harness, not the paper",
           "worst |CI end − 2| of q", "lower", paper_value=2.0, source=_ONE_STEP, kind="check"),
+    Claim("structure_free_jump", "control: a structure-free teacher (r = d, same d, same lr) needs more distilled "
+          "points than r = 1: m1*(r=d) / m1*(r=1) > 1 (lower end of the paired 95% interval over seeds; a "
+          "censored r = d row counts at the m1 ceiling, a lower bound)",
+          "m1*(r=d) / m1*(r=1), lower end of the paired 95% interval", "higher", paper_value=None,
+          source="r²d: memory grows with r [P]; the control is the issue's [R]", kind="check"),
     Claim("baselines_3x", "sanity check: equal-memory real subsets (random / herding / k-center, eta1 and ridge "
           "tuned on dev for their size) have test MSE >= 3x the distilled set's (d >= 64)",
           "MSE ratio baseline / distilled, lower end of the paired 95% interval", "higher",
@@ -51,12 +56,14 @@ DESCRIPTOR = MethodDescriptor(
         "quick": "gm, he2: stage 1 over d ∈ {32, 64, 128} × r ∈ {1, 2, 3, 4} (L = 256), stage 2 over "
                  "d × L ∈ {64, 256, 1024} (r = 2), 3 seeds, 2 workers; absolute target per (r, L) from a dev "
                  "teacher, n_real* on fresh draws to 16d², gm to its plateau (cap 400), floor-aware and "
-                 "censored law fits, 0-step and own-init ablations, equal-memory baselines, pm at two cells "
-                 "(tens of minutes on 2 shared CPU cores); `--grid extended` (d 16–128 × r 1–8) is the "
-                 "wider CPU grid, not part of quick",
+                 "censored law fits, 0-step and own-init ablations, equal-memory baselines, pm at two cells, "
+                 "the distiller's lr per d; beside it, in the same run, the ablation sweeps: the quadratic "
+                 "(kink-free) learner at d × r ∈ {1, 2}, the structure-free control r = d = 32, and gm at a "
+                 "fixed 150 steps at d = 64, r = 2 (tens of minutes on 2 shared CPU cores); `--grid extended` "
+                 "(d 16–128 × r 1–8) is the wider CPU grid, not part of quick",
         "full": "the GPU recipe: needs a CUDA device; `dd-multiindex sweep --grid full --device cuda "
                 "--workers N --out RUN` (d to 2048, r to 16, L ∈ {256, 1024}); multi-step trajectory "
                 "matching is not implemented",
     },
-    quick_minutes=40.0,  # 0.1.1 under load 16; 0.2.0 took 15.3 min wall (5.0 CPU-min) under load 13
+    quick_minutes=8.0,  # 0.3.0: 7.3 CPU-min (user+sys) in 2 workers; 34.7 min wall only because the machine was shared (load ≈ 10)
 )

@@ -55,7 +55,7 @@ def parse_grid(text: str) -> tuple[tuple[int, int, int, str], ...]:
 
 
 def make_spec(grid: str, distiller: str = "gm", link: str = "he2", seeds: int = 3, seed: int = 0,
-              distill: DistillConfig | None = None) -> SweepSpec:
+              distill: DistillConfig | None = None, activation: str = "relu") -> SweepSpec:
     from .sweep import default_distill
 
     cells = parse_grid(grid)
@@ -63,7 +63,7 @@ def make_spec(grid: str, distiller: str = "gm", link: str = "he2", seeds: int = 
         return SweepSpec(cells=cells, distiller=distiller, link=link, seeds=seeds, seed=seed,
                          distill=distill or default_distill(grid),
                          search=SMOKE_SEARCH if grid == "smoke" else SearchConfig(),
-                         tune_lr=grid != "smoke")
+                         tune_lr=grid != "smoke", activation=activation)
     except ValueError as exc:
         raise UserError(str(exc)) from None
 
@@ -73,8 +73,10 @@ def spec_dict(spec: SweepSpec) -> dict:
 
 
 def _cell_task(args: tuple) -> dict:
+    from .plugins import load_plugins
     from .sweep import run_cell
 
+    load_plugins()  # a spawned worker (--device cuda) sees the user's registered pieces too
     spec, cell, k, lr, device = args
     return run_cell(spec, *cell, k, lr, device)
 
@@ -111,15 +113,16 @@ def sweep(spec: SweepSpec, run: Path, *, workers: int = 1, device: str = "cpu",
             raise UserError(f"{run} exists and is not a sweep run; use a new --out")
         if not run.absolute().parent.is_dir():
             raise UserError(f"the folder of {run} does not exist")
-        from .sweep import tune_distiller_lr
+        from .sweep import lr_cells, tune_distiller_lr
 
-        lr = tune_distiller_lr(spec) if spec.tune_lr else spec.distill.lr
+        lrs = tune_distiller_lr(spec) if spec.tune_lr else {d: spec.distill.lr for d in lr_cells(spec)}
         run.mkdir(exist_ok=True)
-        write_json(run / "spec.json", {"spec": want, "distill_lr": lr, "device": device})
+        write_json(run / "spec.json", {"spec": want, "distill_lr": {str(d): v for d, v in lrs.items()},
+                                       "device": device})
     else:
-        lr = float(have["distill_lr"])
+        lrs = {int(d): float(v) for d, v in have["distill_lr"].items()}
     done = {(r["d"], r["r"], r["L"], r["seed"]) for r in read_rows(run, repair=True)}
-    todo = [(spec, c, k, lr, device) for c in spec.cells for k in range(spec.seeds)
+    todo = [(spec, c, k, lrs[c[0]], device) for c in spec.cells for k in range(spec.seeds)
             if (c[0], c[1], c[2], k) not in done]
     if workers == 1 or len(todo) <= 1:
         for task in todo:

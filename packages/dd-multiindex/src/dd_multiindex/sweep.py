@@ -78,25 +78,34 @@ def tune_learner(spec: SweepSpec, d: int, r: int, L: int) -> tuple[float, float]
     ds = cell_seeds(spec.seed, d, r, L, DEV)
     data = _dev_data(spec, d, r, L)
     best = (math.inf, 0.0, 0.0)
-    base = TwoStageLearner(L, 1.0, seed=ds[5])
+    base = TwoStageLearner(L, 1.0, activation=spec.activation, seed=ds[5])
     W0, a = base.init(d)
     G = base.grad_sum(W0, a, data.X1, data.y1) / len(data.y1)
     for c in ETA1_GRID:
         for lam in RIDGE_GRID:
-            lr = TwoStageLearner(L, c * math.sqrt(d), lam, seed=ds[5])
+            lr = TwoStageLearner(L, c * base.eta_unit(d), lam, spec.activation, seed=ds[5])
             err = mse(lr.fit_stage2(lr.step(W0, G), data.X2, data.y2), data.Xv, data.yv)
             if err < best[0]:
                 best = (err, lr.eta1, lam)
     return best[1], best[2]
 
 
-def tune_distiller_lr(spec: SweepSpec) -> float:
-    """The distiller's Adam lr with the lowest dev validation MSE at the first cell, m₁ = 8r."""
-    d, r, L, _ = spec.cells[0]
+def lr_cells(spec: SweepSpec) -> dict[int, tuple[int, int]]:
+    """Per d of the grid, the cell (r, L) where the distiller's lr is chosen: the smallest r with
+    stage 1 at that d (then the smallest L)."""
+    out: dict[int, tuple[int, int]] = {}
+    for d, r, L, _ in sorted(spec.cells, key=lambda c: (c[0], "1" not in c[3], c[1], c[2])):
+        out.setdefault(d, (r, L))
+    return out
+
+
+def tune_distiller_lr(spec: SweepSpec) -> dict[int, float]:
+    """Per d, the distiller's Adam lr with the lowest dev validation MSE at m₁ = 8r (issue 54 item 5:
+    the lr on dev per d), at that d's ``lr_cells`` cell."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _tune_lr(spec, d, r, L)
+        return {d: _tune_lr(spec, d, r, L) for d, (r, L) in lr_cells(spec).items()}
     finally:
         torch.set_num_threads(threads)
 
@@ -105,11 +114,11 @@ def _tune_lr(spec: SweepSpec, d: int, r: int, L: int) -> float:
     ds = cell_seeds(spec.seed, d, r, L, DEV)
     data = make_data(spec, d, r, L, ds)
     eta1, lam = tune_learner(spec, d, r, L)
-    lrn = TwoStageLearner(L, eta1, lam, seed=ds[5])
+    lrn = TwoStageLearner(L, eta1, lam, spec.activation, seed=ds[5])
     best = (math.inf, GM_LR_GRID[0])
     for lr in GM_LR_GRID:
         cfg = replace(spec.distill, lr=lr)
-        xs, ys = DISTILLERS[spec.distiller](lrn, data.X1, data.y1, 8 * r, cfg, ds[6])
+        xs, ys = DISTILLERS[spec.distiller](lrn, data.X1, data.y1, min(8 * r, len(data.y1)), cfg, ds[6])
         err = mse(lrn.fit_stage2(lrn.first_step(xs, ys), data.X2, data.y2), data.Xv, data.yv)
         if err < best[0]:
             best = (err, lr)
@@ -153,7 +162,10 @@ def run_cell(spec: SweepSpec, d: int, r: int, L: int, stages: str, k: int, lr: f
 
 
 def target_d(spec: SweepSpec, r: int, L: int) -> int:
-    """The d at which the absolute target of (r, L) is set: the smallest stage-1 d with that (r, L)."""
+    """The d at which the absolute target of (r, L) is set: ``spec.target_at`` if given (and r <= it),
+    else the smallest stage-1 d with that (r, L)."""
+    if spec.target_at and r <= spec.target_at:
+        return spec.target_at
     ds = [c[0] for c in spec.cells if (c[1], c[2]) == (r, L) and "1" in c[3]]
     return min(ds or [c[0] for c in spec.cells if (c[1], c[2]) == (r, L)])
 
@@ -171,7 +183,7 @@ def absolute_target(spec: SweepSpec, r: int, L: int) -> tuple[float, float, int]
     eta1, lam = tune_learner(spec, d, r, L)
     errs, aligns = [], []
     for s in ds[5:8]:  # the median over three learner inits: one lucky or unlucky init does not set it
-        lrn = TwoStageLearner(L, eta1, lam, seed=s)
+        lrn = TwoStageLearner(L, eta1, lam, spec.activation, seed=s)
         W1 = lrn.first_step(data.X1, data.y1)
         errs.append(mse(lrn.fit_stage2(W1, data.X2, data.y2), data.Xv, data.yv))
         aligns.append(alignment(W1, data.teacher.U))
@@ -188,13 +200,14 @@ def _run_cell(spec: SweepSpec, d: int, r: int, L: int, stages: str, k: int, lr: 
     seeds = cell_seeds(spec.seed, d, r, L, k)
     eta1, lam = tune_learner(spec, d, r, L)
     data = make_data(spec, d, r, L, seeds)
-    lrn = TwoStageLearner(L, eta1, lam, seed=seeds[5])
+    lrn = TwoStageLearner(L, eta1, lam, spec.activation, seed=seeds[5])
     sc = spec.search
     W0, a = lrn.init(d)
     W1_ref = lrn.first_step(data.X1, data.y1, W0)
     ref = lrn.fit_stage2(W1_ref, data.X2, data.y2)
     ref_val, ref_align = mse(ref, data.Xv, data.yv), alignment(W1_ref, data.teacher.U)
     row: dict = dict(d=d, r=r, L=L, seed=k, stages=stages, eta1=eta1, ridge=lam, distiller=spec.distiller,
+                     activation=spec.activation,
                      distill_lr=lr, ref_test_mse=mse(ref, data.Xt, data.yt), ref_alignment=ref_align,
                      zero_test_mse=float((data.yt**2).mean()), flags=[], m1_star=None, m2_star=None,
                      memory=None, memory_stage1=None, memory_stage2=None, test_mse=None, alignment=None,
@@ -214,12 +227,14 @@ def _run_cell(spec: SweepSpec, d: int, r: int, L: int, stages: str, k: int, lr: 
 
     distilled = _Distilled(spec, lrn, data, seeds[6], lr)
     m1 = _m1_search(row, spec, lrn, W0, data, distilled, passes)
-    _real_search(row, spec, lrn, W0, a, data, passes,
-                 fresh_seeds(spec, d, r, L, k, sc.real_max_factor * d * d // data.block))
+    if "real" in spec.parts:
+        _real_search(row, spec, lrn, W0, a, data, passes,
+                     fresh_seeds(spec, d, r, L, k, sc.real_max_factor * d * d // data.block))
     if m1 is None or m2 is None:
         return row
     _final_set(row, lrn, W0, data, distilled, m1, m2, seeds)
-    _baselines(row, spec, lrn, W0, data, seeds[8])
+    if "baselines" in spec.parts:
+        _baselines(row, spec, lrn, W0, data, seeds[8])
     return row
 
 
@@ -300,7 +315,7 @@ def _final_set(row: dict, lrn: TwoStageLearner, W0, data: Data, distilled: _Dist
     U, d, r = data.teacher.U, data.X1.shape[1], row["r"]
     seed2 = seeds[7]
     sets = [("", distilled(m1)), ("_0step", init_from_real(data.X1, data.y1, m1, seeds[6] + m1))]
-    if distilled.spec.distiller == "gm":  # ablation: matching at the learner's own init W0 only
+    if distilled.spec.distiller == "gm" and "owninit" in distilled.spec.parts:  # matched at W0 only
         own = (W0[None], lrn.init(d)[1])
         sets.append(("_owninit", DISTILLERS["gm"](lrn, data.X1, data.y1, m1, distilled.cfg, seeds[6] + m1,
                                                    G_real=real_gradients(lrn, *own, data.X1, data.y1), inits=own)))
@@ -327,11 +342,12 @@ def tune_baseline(spec: SweepSpec, d: int, r: int, L: int, name: str, n: int) ->
     data = _dev_data(spec, d, r, L)
     idx = select(name, data.X1[:4096], data.y1[:4096], n, ds[8])
     Xb, yb = data.X1[:4096][idx], data.y1[:4096][idx]
-    W0 = TwoStageLearner(L, 1.0, seed=ds[5]).init(d)[0]
+    base = TwoStageLearner(L, 1.0, activation=spec.activation, seed=ds[5])
+    W0 = base.init(d)[0]
     best = (math.inf, 0.0, 0.0)
     for c in ETA1_GRID:
         for lam in BASELINE_RIDGE_GRID:
-            lr = TwoStageLearner(L, c * math.sqrt(d), lam, seed=ds[5])
+            lr = TwoStageLearner(L, c * base.eta_unit(d), lam, spec.activation, seed=ds[5])
             err = mse(lr.fit_stage2(lr.first_step(Xb, yb, W0), Xb, yb), data.Xv, data.yv)
             if err < best[0]:
                 best = (err, lr.eta1, lam)
@@ -348,7 +364,7 @@ def _baselines(row: dict, spec: SweepSpec, lrn: TwoStageLearner, W0, data: Data,
         idx = select(name, pool_X, pool_y, n_b, seed)
         Xb, yb = pool_X[idx], pool_y[idx]
         eta1, lam = tune_baseline(spec, d, r, L, name, n_b)
-        lb = TwoStageLearner(L, eta1, lam, seed=lrn.seed)
+        lb = TwoStageLearner(L, eta1, lam, spec.activation, seed=lrn.seed)
         model = lb.fit_stage2(lb.first_step(Xb, yb, W0), Xb, yb)
         row[f"{name}_test_mse"] = mse(model, data.Xt, data.yt)
         row[f"{name}_eta1"], row[f"{name}_ridge"] = eta1, lam
@@ -382,7 +398,7 @@ def pm_at(spec: SweepSpec, row: dict) -> dict:
     d, r, L, k, m = row["d"], row["r"], row["L"], row["seed"], row["m1_star"]
     seeds = cell_seeds(spec.seed, d, r, L, k)
     data = make_data(spec, d, r, L, seeds)
-    lrn = TwoStageLearner(L, row["eta1"], row["ridge"], seed=seeds[5])
+    lrn = TwoStageLearner(L, row["eta1"], row["ridge"], spec.activation, seed=seeds[5])
     W0, _ = lrn.init(d)
     out = {"seed": k}
     for name in ("gm", "pm"):
