@@ -144,6 +144,11 @@ def test_the_comparison_runs_every_estimator_baseline_with_the_answer_row_rule()
 
     assert set(ANSWER_BASELINES) <= set(DEFAULT_ARMS) and set(ANSWER_BASELINES) <= set(NEEDLE_METHODS)
     assert "ashape_answer" in DEFAULT_ARMS and "ashape_answer" in NEEDLE_METHODS
+    from unisparse.experiments import QUICK_ARMS, SCALES
+
+    # quick's own comparison: the fidelity arms and every needle study's arms
+    for arms in (QUICK_ARMS, *(q["methods"] for q in SCALES["quick"]["needles"])):
+        assert {*ANSWER_BASELINES, "ashape_answer", "unisparse"} <= set(arms), arms
     for arm in ANSWER_BASELINES:
         assert arm_config(arm, BS, 0.25).baseline_answer_rows, arm
     q, k = _planted()

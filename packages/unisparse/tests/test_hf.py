@@ -22,7 +22,7 @@ def test_full_density_generates_the_same_tokens(tiny, ids):
     with torch.no_grad():
         want = tiny.generate(ids, max_new_tokens=10, do_sample=False)
         ref_logits = tiny(ids).logits
-    model = unisparse.patch(tiny, method="unisparse", density=1.0, block_size=32)
+    model = unisparse.patch(tiny, method="unisparse", density=1.0, block_size=32, min_seq_len=64)
     try:
         assert model is tiny
         with torch.no_grad():
@@ -40,7 +40,7 @@ def test_full_density_generates_the_same_tokens(tiny, ids):
 def test_sparse_prefill_changes_logits_but_decoding_stays_dense(tiny, ids):
     with torch.no_grad():
         ref = tiny(ids, use_cache=True)
-    unisparse.patch(tiny, method="unisparse", density=0.2, block_size=16)
+    unisparse.patch(tiny, method="unisparse", density=0.2, block_size=16, min_seq_len=32)
     try:
         with torch.no_grad():
             sparse = tiny(ids, use_cache=True)
@@ -89,6 +89,29 @@ def test_short_prompts_and_padding_stay_dense(tiny):
         unisparse.unpatch(tiny)
 
 
+def test_cpu_prompts_below_the_break_even_stay_dense_by_default(tiny, ids):
+    """No ``min_seq_len``: on a CPU a prompt shorter than the measured break-even stays dense
+    (issue 45 item 7); an explicit ``min_seq_len`` still sends it sparse."""
+    from unisparse.io import CPU_MIN_SEQ_LEN, default_min_seq_len
+
+    assert default_min_seq_len("cpu", 64) == CPU_MIN_SEQ_LEN > ids.shape[1]
+    assert default_min_seq_len("meta", 64) == 128  # not a CPU: two blocks
+    unisparse.patch(tiny, method="unisparse", density=0.2, block_size=16)
+    try:
+        with torch.no_grad():
+            tiny(ids)
+        assert patch_state(tiny).calls_sparse == 0 and patch_state(tiny).calls_dense > 0
+    finally:
+        unisparse.unpatch(tiny)
+    unisparse.patch(tiny, method="unisparse", density=0.2, block_size=16, min_seq_len=32)
+    try:
+        with torch.no_grad():
+            tiny(ids)
+        assert patch_state(tiny).calls_sparse == tiny.config.num_hidden_layers
+    finally:
+        unisparse.unpatch(tiny)
+
+
 def test_unsupported_family_is_a_user_error():
     from icml26_shared import UserError
 
@@ -122,7 +145,7 @@ def test_other_families_full_density_is_exact(family):
     x = torch.randint(0, 96, (1, 130), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         want = model(x).logits
-        unisparse.patch(model, method="unisparse", density=1.0, block_size=32)
+        unisparse.patch(model, method="unisparse", density=1.0, block_size=32, min_seq_len=64)
         got = model(x).logits
         assert patch_state(model).calls_sparse == 2
         unisparse.unpatch(model)

@@ -24,7 +24,8 @@ def _docs(n=1, length=192):
 def test_layer_cfgs_override_the_shared_config(tiny):
     ids = torch.tensor(_docs()[0][0])[None]
     dense_layer = {0: SparseConfig(method="unisparse", block_size=16, density=1.0)}
-    unisparse.patch(tiny, method="unisparse", density=0.2, block_size=16, layer_cfgs=dense_layer)
+    unisparse.patch(tiny, method="unisparse", density=0.2, block_size=16, layer_cfgs=dense_layer,
+                    min_seq_len=32)
     try:
         with torch.no_grad():
             tiny(ids)
@@ -130,7 +131,7 @@ def test_one_layer_at_a_time_sparsifies_only_that_layer(tiny):
         assert all(d < 0.5 for d in res["density"][layer])
         assert all(abs(x) > 1e-4 for x in res["delta"][layer]), "a sparse layer changes p(key)"
     # the other layers ran dense (the model's SDPA path): one sparse layer differs from two
-    unisparse.patch(tiny, method="unisparse", density=0.25, block_size=16)
+    unisparse.patch(tiny, method="unisparse", density=0.25, block_size=16, min_seq_len=32)
     try:
         both = answer_logprob(tiny, docs[0][0], [5, 6, 7]) - res["dense"][0]
     finally:

@@ -77,3 +77,30 @@ def test_scorer_rejects_a_wrong_key(tok):
 def test_unknown_haystack_is_refused(tok):
     with pytest.raises(ValueError, match="unknown haystack"):
         needle_prompt(tok, 500, 1, haystack="lorem")
+
+
+def test_zen_haystack_is_the_zen_reshuffled_and_silent(capsys):
+    """``zen``: the 19 aphorisms of the ``this`` module, a fresh order on every pass (not a
+    periodic filler), and importing ``this`` prints nothing."""
+    import random
+
+    from unisparse.tasks import _zen_lines, zen_filler
+
+    _zen_lines.cache_clear()
+    lines = _zen_lines()
+    assert capsys.readouterr().out == ""
+    assert len(lines) == 19 and lines[0] == "Beautiful is better than ugly."
+    text = zen_filler(random.Random(0), 400)
+    assert len(text.split()) >= 400
+    n = len(" ".join(lines))
+    first, second = text[:n], text[n + 1:2 * n + 1]
+    assert sorted(first.split()) == sorted(" ".join(lines).split()) and first != second
+
+
+def test_prefill_break_even_interpolates_the_crossing():
+    from unisparse.prefill_bench import break_even
+
+    rows = [{"n": 2048, "ratio": 1.5}, {"n": 8192, "ratio": 0.5}]
+    assert break_even(rows) == pytest.approx(4096)
+    assert break_even([{"n": 2048, "ratio": 1.2}, {"n": 4096, "ratio": 1.1}]) is None
+    assert break_even([{"n": 2048, "ratio": 0.9}]) == 2048

@@ -19,6 +19,11 @@ from icml26_shared import UserError
 
 from .config import SparseConfig
 
+#: on a CPU, prompts shorter than this stay dense by default (``patch(min_seq_len=None)``): the
+#: measured prefill break-even of SmolLM2-135M at density 0.25, fp32, one thread (about 930
+#: tokens, rounded up to the first measured length where sparse cost no more CPU time than
+#: dense; docs/experiments.md, ``python -m unisparse.prefill_bench``)
+CPU_MIN_SEQ_LEN = 1024
 SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "smollm3", "mixtral", "qwen2_moe", "qwen3_moe")
 NAME = "unisparse"
 
@@ -26,7 +31,7 @@ NAME = "unisparse"
 @dataclass
 class PatchState:
     cfg: SparseConfig
-    min_seq_len: int
+    min_seq_len: int | None  # None: default_min_seq_len of the device at call time
     original: str | None
     calls_sparse: int = 0
     calls_dense: int = 0
@@ -47,7 +52,10 @@ def _attention(module, query, key, value, attention_mask, scaling=None, dropout=
         if state.capture_layers is None or layer in state.capture_layers:
             state.capture[layer] = (query.detach().clone(), key.detach().clone(),
                                     value.detach().clone())
-    sparse_ok = (state is not None and attention_mask is None and t >= state.min_seq_len and s >= t
+    sparse_ok = (state is not None and attention_mask is None
+                 and t >= (state.min_seq_len if state.min_seq_len is not None
+                           else default_min_seq_len(query.device, state.cfg.block_size))
+                 and s >= t
                  and getattr(module, "is_causal", True) and not (dropout and module.training)
                  and (kwargs.get("sliding_window") or s) >= s)  # a window wider than S is causal
     if not sparse_ok:
@@ -70,6 +78,17 @@ def _attention(module, query, key, value, attention_mask, scaling=None, dropout=
     state.densities.append(float(block_density(mask, t, s, cfg.block_size).mean()))
     state.layer_densities[layer] = state.densities[-1]
     return out.transpose(1, 2).contiguous(), None
+
+
+def default_min_seq_len(device, block_size: int) -> int:
+    """The shortest prompt that goes sparse when ``patch`` gets no ``min_seq_len``: on a CPU the
+    measured break-even ``CPU_MIN_SEQ_LEN`` (shorter prefills are cheaper dense), elsewhere two
+    blocks."""
+    import torch
+
+    if torch.device(device).type == "cpu":
+        return max(CPU_MIN_SEQ_LEN, 2 * block_size)
+    return 2 * block_size
 
 
 def _register() -> None:
@@ -95,7 +114,9 @@ def patch(model, method: str = "unisparse", density: float | None = 0.25, *,
         method: any name in ``unisparse.METHODS``; ``density`` the kept fraction of causal blocks
             (``1.0`` keeps every block and reproduces dense attention); other ``SparseConfig``
             fields as keyword overrides (``tau=0.95``, ``block_size=128``...).
-        min_seq_len: prefills shorter than this stay dense (default: 2 blocks).
+        min_seq_len: prefills shorter than this stay dense (default ``None``: on a CPU the
+            measured break-even ``CPU_MIN_SEQ_LEN``, elsewhere 2 blocks; pass ``2 * block_size``
+            to study the selection on short CPU prompts).
         layer_cfgs: optional ``{layer_idx: SparseConfig}`` used instead of the shared config
             in those layers (per-layer budgets, MInference's per-layer head patterns).
 
@@ -119,7 +140,7 @@ def patch(model, method: str = "unisparse", density: float | None = 0.25, *,
     if prior is not None:  # re-patching keeps the true original
         original = prior.original
     layer_cfgs = {int(i): validate(c, tuple(METHODS)) for i, c in (layer_cfgs or {}).items()}
-    state = PatchState(cfg, min_seq_len or 2 * cfg.block_size, original, layer_cfgs=layer_cfgs)
+    state = PatchState(cfg, min_seq_len, original, layer_cfgs=layer_cfgs)
     for m in mods:
         m._unisparse = state
     _set_impl(model, NAME)

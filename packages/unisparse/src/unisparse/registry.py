@@ -5,8 +5,9 @@ from icml26_shared.registry import package_version
 
 CLAIMS = (
     Claim("needle", "needle accuracy of UniSparse at <= 30% measured block density >= 95% of "
-          "dense (SmolLM2-135M, 4k tokens of repeated filler, 20 test documents; paper: >= 99% "
-          "of full attention at 8B)", "needle_accuracy", "higher", 0.99, "",
+          "dense, at 4k tokens of the repeated passkey filler and of natural text (the Zen of Python "
+          "reshuffled, the longest length where dense retrieves on dev), SmolLM2-135M, 20 test "
+          "documents each; paper: >= 99% of full attention at 8B)", "needle_accuracy", "higher", 0.99, "",
           "abstract (>= 99% of full-attention accuracy); issues 13/45 target 95%"),
     Claim("composite", "what the composite-token estimate adds: UniSparse >= A-shape with the same "
           "answer rows and >= each estimator baseline given the same answer-row rule (XAttention, "
@@ -29,19 +30,22 @@ DESCRIPTOR = MethodDescriptor(
     scales={
         "smoke": "tiny random Llama (no download), 256 tokens: dev choices, fidelity, end-to-end "
                  "and speed rows (seconds)",
-        "quick": "SmolLM2-135M, needle documents of 4096 tokens (1 dev, 2 test), Q/K/V captured at "
-                 "layers 2/8/14: whole-map, answer-rows and last-row recall and needle-block hit "
-                 "per arm at densities 0.1-0.6 (baselines with the answer-row rule and as "
-                 "published); end-to-end passkey accuracy on 20 test documents of 4096 tokens "
-                 "(repeated filler, every layer sparse, bf16): dense, UniSparse at nominal density "
-                 "0.28, A-shape + answer rows and each rule-equipped baseline at UniSparse's "
-                 "measured density, oracle; CPU attention benchmark rows at 8k/32k",
+        "quick": "SmolLM2-135M: Q/K/V captured at layers 2/8/14 of needle documents of 4096 "
+                 "tokens (1 dev, 2 test): whole-map recall per layer at density 0.3 per arm "
+                 "(UniSparse, its one-granularity ablation, A-shape + answer rows, the "
+                 "estimator baselines with the answer-row rule and as published, random, "
+                 "oracle); end-to-end needle accuracy on 20 test documents of 4096 tokens for "
+                 "each of two haystacks (repeated filler; the Zen of Python reshuffled), every "
+                 "layer sparse, bf16: dense, UniSparse at nominal density 0.28, A-shape + answer "
+                 "rows and each rule-equipped baseline at UniSparse's measured density",
         "full": "GPU recipe: needs a CUDA device and UNISPARSE_MODEL=<local HF causal-LM folder>; "
                 "end-to-end needle accuracy over 24 documents at 4096 tokens per method with "
                 "paired intervals, then the Triton / FlexAttention kernels vs SDPA at 32k-128k "
                 "(unisparse.gpu_bench); refused at once when either is missing",
     },
-    # minutes measured (0.3.8): 11.8 min wall, 17.3 CPU-min, on 2 cores with other jobs for its
-    # first ~5 min (≈ 9.6 min on quiet cores, estimated from the CPU time); 0.3.7: ≈ 25 min
-    quick_minutes=17.0,  # 33.1 CPU-min in two worker processes (0.4.0 quick, recorded)
+    # 0.4.1, estimated from its parts (not yet recorded): two needle studies of 20 documents x
+    # (dense + 5 arms) at 4k, ~35 CPU-s per document on quiet cores (0.3.8's per-arm profile)
+    # -> ~12.5 CPU-min each with the dev search and model loads; fidelity ~1.5 CPU-min; ~27
+    # CPU-min in two worker processes, ~14 min wall on 2 quiet cores
+    quick_minutes=14.0,
 )

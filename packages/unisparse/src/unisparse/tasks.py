@@ -5,7 +5,8 @@ random depth and the question at the end; the answer is correct when the greedy 
 starts with the key's digits. Haystacks: ``repeat`` (the classic periodic passkey filler of
 Mohtashami & Jaggi 2023 / LongLoRA), ``varied`` (templated random sentences) and ``prose``
 (consecutive prose paragraphs of the Python reference manual that ships with the interpreter,
-``pydoc_data.topics``, digits removed; the text depends on the Python version).
+``pydoc_data.topics``, digits removed; the text depends on the Python version) and ``zen`` (the
+Zen of Python's 19 aphorisms from the ``this`` module, reshuffled on every pass).
 """
 
 from __future__ import annotations
@@ -43,7 +44,31 @@ def varied_filler(rng: random.Random, n_sentences: int) -> str:
                        f"{c(_ADJ)} {c(_NOUNS)}.")
     return " ".join(out) + " "
 QUESTION = "\nWhat is the pass key? The pass key is"
-HAYSTACKS = ("repeat", "varied", "prose")
+HAYSTACKS = ("repeat", "varied", "prose", "zen")
+
+
+@lru_cache(maxsize=1)
+def _zen_lines() -> tuple[str, ...]:
+    """The 19 aphorisms of the Zen of Python (the ``this`` module, which prints them on import)."""
+    import codecs
+    import contextlib
+    import io
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        import this
+    text = codecs.decode(this.s, "rot13")
+    return tuple(line.strip() for line in text.splitlines()[1:] if line.strip())
+
+
+def zen_filler(rng: random.Random, n_words: int) -> str:
+    """The Zen of Python's aphorisms, each pass in a fresh random order (aperiodic), at least
+    ``n_words`` words."""
+    lines, out, words = list(_zen_lines()), [], 0
+    while words < n_words:
+        rng.shuffle(lines)
+        out.extend(lines)
+        words += sum(len(x.split()) for x in lines)
+    return " ".join(out) + " "
 
 
 @lru_cache(maxsize=1)
@@ -88,7 +113,8 @@ def needle_prompt(tokenizer, n_tokens: int, seed: int, depth: float | None = Non
     depth = rng.uniform(0.1, 0.9) if depth is None else depth
     needle = f" The pass key is {key}. Remember it. {key} is the pass key. "
     text = {"repeat": lambda: FILLER, "prose": lambda: prose_filler(rng, n_tokens),
-            "varied": lambda: varied_filler(rng, max(8, n_tokens // 8))}[haystack]()
+            "varied": lambda: varied_filler(rng, max(8, n_tokens // 8)),
+            "zen": lambda: zen_filler(rng, n_tokens)}[haystack]()
     filler_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     head = tokenizer("There is important information hidden in this long text; find it and "
                      "remember it.", add_special_tokens=False)["input_ids"]
