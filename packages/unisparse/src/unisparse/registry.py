@@ -43,9 +43,6 @@ DESCRIPTOR = MethodDescriptor(
                 "paired intervals, then the Triton / FlexAttention kernels vs SDPA at 32k-128k "
                 "(unisparse.gpu_bench); refused at once when either is missing",
     },
-    # 0.4.1, estimated from its parts (not yet recorded): two needle studies of 20 documents x
-    # (dense + 5 arms) at 4k, ~35 CPU-s per document on quiet cores (0.3.8's per-arm profile)
-    # -> ~12.5 CPU-min each with the dev search and model loads; fidelity ~1.5 CPU-min; ~27
-    # CPU-min in two worker processes, ~14 min wall on 2 quiet cores
-    quick_minutes=14.0,
+    # 0.4.1 recorded: 54.7 CPU-min (user 3,213 s + sys 70 s) / 2 worker processes on 2 cores
+    quick_minutes=28.0,
 )
