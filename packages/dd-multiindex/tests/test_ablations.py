@@ -168,3 +168,20 @@ def test_an_unknown_activation_is_refused_in_one_line(capsys):
     with pytest.raises(ValueError, match="unknown activation"):
         TwoStageLearner(4, 1.0, activation="cubic")
     assert math.isfinite(ACTIVATIONS["quadratic"].eta_unit(16, 1e-3))
+
+
+def test_an_ablation_pairs_with_the_main_row_of_its_cell_and_seed_and_counts_ceilings_apart():
+    from dd_multiindex.experiments import _paired_ablation
+
+    from icml26_shared.results import Results
+
+    res = Results("dd-multiindex", "0", "smoke", 0)
+    main_rows = {s: {"d": 16, "r": 1, "L": 64, "seed": s, "m1_star": 10 * (s + 1), "test_mse": 1.0} for s in range(4)}
+    abl = [dict(main_rows[s], m1_star=20 * (s + 1), test_mse=0.5) for s in range(3)]
+    abl.append(dict(main_rows[3], m1_star=None, test_mse=0.5, flags=["m1:ceiling"]))  # censored: counted, not paired
+    _paired_ablation(res, "quadratic", [(a, main_rows[a["seed"]]) for a in abl] + [(abl[0], None)], 64, "relu")
+    rows = {(r.method, r.metric): {"value": r.value, **r.extra} for r in res.rows}
+    m1 = rows[("quadratic", "log_m1_ratio_to_relu")]
+    assert m1["n_pairs"] == 3 and m1["n_censored_pairs"] == 1
+    assert m1["value"] == pytest.approx(math.log(2.0))
+    assert rows[("quadratic", "log_test_mse_ratio_to_relu")]["value"] == pytest.approx(math.log(0.5))

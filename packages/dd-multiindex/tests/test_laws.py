@@ -159,3 +159,22 @@ def test_a_diverged_floor_power_fit_is_a_value_error_not_an_overflow(monkeypatch
     monkeypatch.setattr(laws, "_mle", lambda mean, starts, o: (np.array([800.0, 0.0, 2.0]), -1.0))
     with pytest.raises(ValueError, match="diverged"):
         laws.fit_floor_power(obs, n_resamples=0)
+
+
+def test_cli_law_fits_can_leave_out_the_rows_whose_reference_misses_the_target(tmp_path, capsys):
+    import json
+
+    from dd_multiindex.cli import main
+
+    rows = _planted_run(tmp_path / "run", {"search": {"m1_max": 120}})
+    for i, row in enumerate(rows):
+        row["ref_meets_target"] = i % 3 != 0
+    (tmp_path / "run" / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["fit-slopes", str(tmp_path / "run"), "--law", "--reference-met", "--resamples", "0", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    left_out = sum(not r["ref_meets_target"] for r in rows)
+    assert out["n_reference_missed"] == left_out > 0
+    assert out["n_observed"] + out["n_censored"] + out["n_missing"] == len(rows) - left_out
+    assert main_exit(["fit-slopes", str(tmp_path / "run"), "--reference-met"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--law" in err

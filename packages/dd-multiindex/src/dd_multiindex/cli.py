@@ -62,6 +62,8 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     from .core import fit_slopes
     from .io import load_run
 
+    if args.reference_met and not args.law:
+        raise UserError("--reference-met selects rows for the --law fits: add --law")
     rows = load_run(args.run)
     if args.law:
         return _print_law_fits(args, rows)
@@ -107,12 +109,14 @@ def _print_law_fits(args: argparse.Namespace, rows: list[dict]) -> int:
 
     spec = read_spec(args.run) or {}
     ceiling = (spec.get("search") or {}).get("m1_max")
+    stage1 = [r for r in rows if "1" in str(r.get("stages", "1"))]
+    kept = [r for r in stage1 if r.get("ref_meets_target", True)] if args.reference_met else stage1
     try:
-        lf = law_fits([r for r in rows if "1" in str(r.get("stages", "1"))], ceiling=ceiling,
-                      n_resamples=args.resamples)
+        lf = law_fits(kept, ceiling=ceiling, n_resamples=args.resamples)
     except ValueError as exc:
         raise UserError(f"{args.run}: {exc}") from None
     out = {k: lf[k] for k in ("n_observed", "n_censored", "n_missing")}
+    out["n_reference_missed"] = len(stage1) - len(kept)
     for kind in ("floor_power", "r_slope", "d_law"):
         out[kind] = {str(key): dict(law=f.law, params=f.params, ci90=f.ci90, loglik=f.loglik, aic=f.aic,
                                     n_observed=f.n_observed, n_censored=f.n_censored)
@@ -121,7 +125,9 @@ def _print_law_fits(args: argparse.Namespace, rows: list[dict]) -> int:
         print_json(out, indent=2)
         return 0
     print(f"m1* rows: {out['n_observed']} observed, {out['n_censored']} censored at the ceiling, "
-          f"{out['n_missing']} without a value")
+          f"{out['n_missing']} without a value"
+          + (f", {out['n_reference_missed']} left out (their real reference misses the target)"
+             if args.reference_met else ""))
     for kind, per in out.items():
         if not isinstance(per, dict):
             continue
@@ -267,6 +273,9 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--law", action="store_true",
                    help="m1* fits that match the law: a + b*r^p, per-d r-slopes, power vs polylog in d "
                         "(ceiling rows censored)")
+    f.add_argument("--reference-met", action="store_true",
+                   help="--law on the rows whose real reference learner meets the target only (the others "
+                        "are counted, not censored): the sensitivity fit of docs/experiments.md")
     f.add_argument("--resamples", type=nonneg_int, default=200, metavar="N",
                    help="bootstrap resamples for the --law CIs (0: point fits only; default 200)")
     f.add_argument("--json", action="store_true")

@@ -398,6 +398,19 @@ def _paired_log(res: Results, section: str, name: str, metric: str, pairs: list[
     return ci
 
 
+def _paired_ablation(res: Results, name: str, pairs: list[tuple[dict, dict | None]], ceiling: int,
+                     against: str) -> None:
+    """An ablation's rows paired with the main rows of the same cell and seed: the log ratio of m₁*
+    (pairs where either search hit the ceiling are counted apart, not used) and of test MSE."""
+    pairs = [(a, b) for a, b in pairs if b is not None]
+    m1 = [(_m1_value(a, ceiling), _m1_value(b, ceiling)) for a, b in pairs]
+    _paired_log(res, "ablation", name, f"log_m1_ratio_to_{against}",
+                [(a[0], b[0]) for a, b in m1 if not (a[1] or b[1])],
+                n_censored_pairs=sum(1 for a, b in m1 if a[1] or b[1]))
+    _paired_log(res, "ablation", name, f"log_test_mse_ratio_to_{against}",
+                [(a.get("test_mse"), b.get("test_mse")) for a, b in pairs])
+
+
 def _ablations(res: Results, rows: list[dict], abl: dict[str, list[dict]], ceiling: int) -> None:
     """The mechanism block: m₁* and test MSE of each ablation beside the main rows they pair with,
     paired intervals of the log ratios, principal angles (in the per-cell rows), the quadratic
@@ -408,13 +421,7 @@ def _ablations(res: Results, rows: list[dict], abl: dict[str, list[dict]], ceili
     quad = abl.get("quadratic", [])
     if quad:
         _rows(res, quad, prefix="quadratic:")
-        pairs = [(q, main.get(_key(q))) for q in quad]
-        m1 = [(_m1_value(q, ceiling), _m1_value(m, ceiling)) for q, m in pairs if m is not None]
-        _paired_log(res, "ablation", "quadratic", "log_m1_ratio_to_relu",
-                    [(a[0], b[0]) for a, b in m1 if not (a[1] or b[1])],
-                    n_censored_pairs=sum(1 for a, b in m1 if a[1] or b[1]))
-        _paired_log(res, "ablation", "quadratic", "log_test_mse_ratio_to_relu",
-                    [(q.get("test_mse"), m.get("test_mse")) for q, m in pairs if m is not None])
+        _paired_ablation(res, "quadratic", [(q, main.get(_key(q))) for q in quad], ceiling, "relu")
         for name, rr in (("quadratic", quad), ("relu_same_cells", [main[_key(q)] for q in quad if _key(q) in main])):
             try:
                 obs = observations(rr, "m1_star", ceiling=ceiling)
@@ -459,9 +466,4 @@ def _ablations(res: Results, rows: list[dict], abl: dict[str, list[dict]], ceili
                 for tag, row in (("150", r), ("converged", m)):
                     if row.get(metric) is not None:
                         res.add("steps150_vs_converged", f"{cell}_seed{r['seed']}", f"{metric}_{tag}", row[metric])
-        m1 = [(_m1_value(r, ceiling), _m1_value(m, ceiling)) for r, m in pairs if m is not None]
-        _paired_log(res, "ablation", "steps150", "log_m1_ratio_to_converged",
-                    [(a[0], b[0]) for a, b in m1 if not (a[1] or b[1])],
-                    n_censored_pairs=sum(1 for a, b in m1 if a[1] or b[1]))
-        _paired_log(res, "ablation", "steps150", "log_test_mse_ratio_to_converged",
-                    [(r.get("test_mse"), m.get("test_mse")) for r, m in pairs if m is not None])
+        _paired_ablation(res, "steps150", pairs, ceiling, "converged")
