@@ -63,6 +63,25 @@ def test_gen_data_then_train(data, tmp_path, capsys):
     _one_line(capsys, "another config")
 
 
+def test_a_run_written_before_012_loads_and_resumes_with_the_absolute_idm(data, tmp_path, capsys):
+    """0.12.0 (issue 57 item 0): a RUN whose config has no idm_input (written by 0.11 or earlier) was trained
+    with the IDM reading absolute positions: it loads as that model and resumes with --idm-input absolute."""
+    run = tmp_path / "old"
+    args = ["train", "--data", str(data), "--size", "16", "--slots", "3", "--latent-dim", "6", "--width", "16",
+            "--steps", "2", "--batch-size", "2", "--out", str(run)]
+    assert main([*args, "--idm-input", "absolute"]) == 0
+    cfg = json.loads((run / "config.json").read_text())
+    del cfg["model"]["idm_input"]
+    (run / "config.json").write_text(json.dumps(cfg))
+    model, _ = load_run(run)
+    assert model.cfg.idm_input == "absolute" and not model.cfg.idm_delta
+    assert main([*args[:-4], "--steps", "3", "--batch-size", "2", "--out", str(run), "--idm-input", "absolute"]) == 0
+    capsys.readouterr()
+    assert main(["train", "--data", str(data), "--size", "16", "--slots", "3", "--latent-dim", "6", "--width", "16",
+                 "--steps", "4", "--batch-size", "2", "--out", str(run), "--idm-input", "delta"]) == 2
+    _one_line(capsys, "idm_input")
+
+
 def test_png_folder_and_npy_read_back_the_same(tmp_path):
     clip = np.random.default_rng(0).integers(0, 255, size=(3, 8, 8, 3), dtype=np.uint8)
     np.save(tmp_path / "c.npy", clip)

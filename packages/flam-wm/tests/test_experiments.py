@@ -188,7 +188,7 @@ def test_long_is_wired_runs_its_own_config_and_never_full(tmp_path, monkeypatch)
     tiny = {**ex.CFG["smoke"], "models": long["models"], "arms": long["arms"], "identifiable": True,
             "schedule_x": 2, "grid_seed_offset": 100, "labels": (0.01, 0.1), "seeds": 2, "clips": 16, "frames": 5,
             "steps": 2, "grid_steps": 2, "starts": 1, "episodes": 4, "bc_steps": 2, "horizon": 3,
-            "tok": {**ex.CFG["smoke"]["tok"], "steps": 2}}
+            "tok": {**ex.CFG["smoke"]["tok"], "steps": 2}, "curve_every": 1}
     monkeypatch.setitem(ex.CFG, "long", tiny)
     seen_bc: list = []  # BC stubbed (its own tests cover it): which environment each call is given
 
@@ -217,6 +217,10 @@ def test_long_is_wired_runs_its_own_config_and_never_full(tmp_path, monkeypatch)
     gap = next(c for c in res.claims if c.claim_id == "gap_grows")
     assert "no E = 1" not in gap.note
     assert any(c.method == "flam" and c.split == "train" for c in res.curves)
+    # item 6: dev PSNR-h and latent-use-gap curves per model and seed, where the stop rule would stop
+    assert {(c.metric, c.split) for c in res.curves if c.method == "flam"} >= {
+        ("psnr_3", "dev"), ("latent_use_gap", "train"), ("train_pred_loss", "train")}
+    assert all("would_stop_at" in r for r in runs if r["model"] == "flam")
     # a package scale that does not exist is one line
     with pytest.raises(UserError):
         ex.reproduce("huge", tmp_path)
@@ -235,8 +239,10 @@ def test_quick_claims_use_clustered_intervals_and_leave_the_gap_to_long():
             clips = (torch.randn(30, generator=rng) + 15 + shift).tolist()
             recs.append({"entities": 4, "model": m, "seed": s, "psnr_h": sum(clips) / 30, "dev_psnr_h": 15 + shift,
                          "dev_copy_h": 10.0, "copy_h": 10.0, "psnr_clips_h": clips, "copy_clips_h": [10.0] * 30,
-                         "corr": 0.5, "corr_matched": 0.5, "corr_matched_ratio": 0.6, "ceiling": 0.89,
-                         "corr_visible": 0.5, "best_probe": 0.3, "ratio_clips": [0.6] * 30})
+                         "corr": 0.5, "corr_matched": 0.5, "corr_matched_pos": 0.5, "corr_matched_ratio": 0.6, "ceiling": 0.89,
+                         "corr_visible": 0.5, "best_probe": 0.3, "ratio_clips": [0.6] * 30,
+                         "matched_clips": (torch.rand(30, generator=rng) * 0.2 + 0.4).tolist(),
+                         "best_probe_clips": (torch.rand(30, generator=rng) * 0.2 + 0.2).tolist()})
         for m, p in (("flam", 1.0), ("lam", 0.0)):
             bc.append({"entities": 4, "model": m, "seed": s, "labels": 0.01, "success": p, "decoder_cv_acc": 0.5,
                        "pseudo_test_acc": 0.5, "success_episodes": [p] * 10})
@@ -256,3 +262,40 @@ def test_quick_claims_use_clustered_intervals_and_leave_the_gap_to_long():
     assert "nested in seeds" in by["psnr10_gap_E4"].note
     assert by["psnr10_gap_E4"].interval == pytest.approx([iv.low, iv.high]) and iv.low < 3.0 < iv.high
     assert by["bc_vs_lam"].held and by["bc_vs_lam"].interval == [1.0, 1.0]
+    # corr_vs_lam: per test clip (FLAM matched - the baseline's best probe), nested in seeds
+    d = [a - b for s in range(3) for a, b in zip(rows[("flam", s)]["matched_clips"], rows[("lam", s)]["best_probe_clips"])]
+    iv = paired_interval_clustered(d, [s for s in range(3) for _ in range(30)])
+    assert by["corr_vs_lam"].interval == pytest.approx([iv.low, iv.high]) and "nested in seeds" in by["corr_vs_lam"].note
+    # bc_ratio: FLAM succeeds in every episode true-action BC does -> ratio 1, interval [1, 1], episodes nested
+    assert by["bc_ratio"].interval == pytest.approx([1.0, 1.0]) and "nested in seeds" in by["bc_ratio"].note
+
+
+def test_curve_probe_reads_frames_only_and_leaves_the_run_unchanged():
+    """Item 6: recording the dev PSNR / latent-use-gap curves during training changes no weight (it consumes
+    no training stream); the gap is 0 when the FDM ignores the latents and the stop rule is the core's."""
+    from flam_wm.config import ModelConfig, TrainConfig
+    from flam_wm.evaluate import latent_use_gap
+    from flam_wm.sprites import generate
+    from flam_wm.train import train
+
+    video, _ = generate(2, 12, 6, size=16, seed=3)
+    mcfg = ModelConfig(model="flam", slots=3, latent_dim=6, width=16, size=16)
+    tcfg = TrainConfig(steps=4, batch_size=4, window=5, starts=2, start_steps=2)
+    sl = (slice(0, 8), slice(8, 12), slice(8, 12))
+    probe = ex._CurveProbe(video, sl, 3, 1)
+    a = train(mcfg, tcfg, video[:8])
+    b = train(mcfg, tcfg, video[:8], on_step=probe)
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
+    assert [p[0] for p in probe.points] == [1, 2, 1, 2, 3, 4] and {p[1] for p in probe.points} == {0, 1, None}
+    curves = ex._dev_curves(probe.points, b.train_info["start"])
+    assert curves["steps"] == [1, 2, 3, 4] and len(curves["gap"]) == 4
+    z = b.tokenize(video[:8, :5])
+    infer = b.infer
+    b.infer = lambda s: (infer(s)[0] * 1e3, None)  # latents far apart: the FDM's output depends on them
+    assert abs(latent_use_gap(b, z)) > 1e-4
+    fdm = b.fdm.forward
+    b.fdm.forward = lambda s, act: fdm(s, torch.zeros_like(act))  # an FDM that ignores its latents
+    assert latent_use_gap(b, z) == pytest.approx(0.0, abs=1e-7)
+    # the stop rule: 8 points at least, then 4 without a 0.1 dB gain
+    flat = [(50 * (i + 1), None, 10.0 + (i if i < 5 else 4.0), 0.0) for i in range(16)]
+    assert ex._dev_curves(flat, 0)["would_stop_at"] == 450 and ex._dev_curves(flat, 0)["best_at"] == 250

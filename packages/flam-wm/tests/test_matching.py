@@ -60,3 +60,26 @@ def test_fewer_slots_than_entities_read_their_largest_overlap_and_bad_shapes_are
     assert slot_owners(masks, labels, 3).tolist() == [[0, 0, 0], [0, 0, 0]]
     with pytest.raises(ValueError, match="different tokens"):
         slot_owners(masks, labels[..., :3], 3)
+
+
+def test_slot_positions_line_up_with_the_latents():
+    """Item 0's second probe reads the latent + its slot's current position: ``slot_positions`` gives, per
+    transition row of ``latents``, each slot's centroid at the transition's first frame (the slots' last two
+    numbers); models without slot positions give None."""
+    import torch
+    from flam_wm.config import ModelConfig
+    from flam_wm.core import WorldModel
+    from flam_wm.evaluate import latents, slot_positions
+    from flam_wm.sprites import generate
+
+    torch.manual_seed(0)
+    video = generate(2, 3, 4, size=16, seed=1)[0]
+    flam = WorldModel(ModelConfig(model="flam", slots=3, latent_dim=6, width=16, size=16)).eval()
+    pos = slot_positions(flam, video)
+    assert pos.shape == (3 * 3, 3, 2) and latents(flam, video).shape[:2] == pos.shape[:2]
+    with torch.no_grad():
+        s = flam.slots(flam.tokenize(video))
+    assert np.allclose(pos.reshape(3, 3, 3, 2), s[:, :-1, :, -2:].numpy())
+    lam = WorldModel(ModelConfig(model="lam", slots=1, latent_dim=6, width=16, size=16))
+    one = WorldModel(ModelConfig(model="flam", slots=3, latent_dim=6, width=16, size=16, one_latent=True))
+    assert slot_positions(lam, video) is None and slot_positions(one, video) is None

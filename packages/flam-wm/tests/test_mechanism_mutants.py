@@ -83,3 +83,27 @@ def test_flam_one_latent_gives_every_fdm_one_latent_of_size_d_from_all_slots():
     m = ex._model_cfg("flam-one-latent", 4, q["width"], q["flam_choice"], None, 4, q["local_sigma"])
     f = ex._model_cfg("flam", 4, q["width"], q["flam_choice"], None, 4, q["local_sigma"])
     assert m.free_bits == f.free_bits * f.slots and m.local_sigma == f.local_sigma and m.slots == f.slots
+
+
+def test_delta_idm_is_invariant_to_translating_every_slot():
+    """Issue 57 item 0: with ``idm_input="delta"`` the IDM reads each slot's features and position change,
+    never its absolute position, so moving every slot by the same constant leaves the latents unchanged;
+    with ``"absolute"`` (0.11's) they change -- the test can fail. The FDM still reads absolute positions."""
+    z = _tokens()
+    for kind, invariant in (("delta", True), ("absolute", False)):
+        model = _model(idm_input=kind)
+        with torch.no_grad():
+            s = model.slots(z)
+            shifted = s.clone()
+            shifted[..., -2:] += torch.tensor([1.5, -2.0])
+            mu, logvar = model.infer(s)
+            mu2, logvar2 = model.infer(shifted)
+            same = torch.allclose(mu, mu2, atol=1e-5) and torch.allclose(logvar, logvar2, atol=1e-5)
+            assert same == invariant, kind
+            # the position change does reach the latent
+            moved = s.clone()
+            moved[:, 1:, :, -2:] += 1.0
+            assert (model.infer(moved)[0] - mu).abs().max() > 1e-4, kind
+            if kind == "delta":  # the FDM places the sprite from the absolute position
+                a = mu[:, 0]
+                assert (model.fdm(shifted[:, 0], a) - model.fdm(s[:, 0], a)).abs().max() > 1e-4

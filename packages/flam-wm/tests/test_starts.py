@@ -192,3 +192,33 @@ def test_a_run_written_before_starts_resumes_and_refuses_other_starts(tmp_path, 
     assert main([*base, "--steps", "4", "--starts", "2", "--start-steps", "1"]) == 2
     err = capsys.readouterr().err
     assert "another config" in err and "train.start" in err
+
+
+def test_the_start_is_chosen_without_labels(tmp_path):
+    """Issue 57 item 5: the best-of-R choice reads frames only -- a data folder with its actions files removed
+    trains the same chosen start and bit-identical weights (CLI, the path a user takes)."""
+    import json
+    import shutil
+
+    from safetensors.torch import load_file
+
+    data = tmp_path / "data"
+    assert main(["gen-data", "sprites", "--entities", "2", "--clips", "6", "--frames", "5", "--size", "16",
+                 "--out", str(data)]) == 0
+    bare = tmp_path / "bare"
+    shutil.copytree(data, bare)
+    removed = [p for p in bare.rglob("*actions*.npy")]
+    assert removed
+    for p in removed:
+        p.unlink()
+    runs = []
+    for d in (data, bare):
+        out = tmp_path / f"run-{d.name}"
+        assert main(["train", "--data", str(d), "--size", "16", "--slots", "3", "--latent-dim", "6", "--width", "16",
+                     "--steps", "4", "--batch-size", "3", "--starts", "2", "--start-steps", "2", "--out", str(out)]) == 0
+        runs.append(out)
+    w = [load_file(str(r / "model.safetensors")) for r in runs]
+    assert w[0].keys() == w[1].keys() and all(torch.equal(w[0][k], w[1][k]) for k in w[0])
+    starts = [tr.checkpoint_start(r / CHECKPOINT) for r in runs]
+    assert starts[0] == starts[1] and starts[0]["starts"] == 2
+    assert json.loads((runs[0] / "metrics.json").read_text()).keys() == json.loads((runs[1] / "metrics.json").read_text()).keys()

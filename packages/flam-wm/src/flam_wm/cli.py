@@ -75,7 +75,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         mcfg = ModelConfig(model=args.model, slots=slots, latent_dim=args.latent_dim, beta=args.beta,
                            size=args.size, width=args.width, temporal=not args.no_temporal, unroll=args.unroll,
                            local_sigma=args.local_sigma if args.model == "flam" else 0.0,
-                           free_bits=args.free_bits, **tok_kw)
+                           free_bits=args.free_bits, **tok_kw,
+                           **({} if args.idm_input is None else {"idm_input": args.idm_input}))
         tcfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, seed=args.seed, lr=args.lr,
                            unroll_from=args.unroll_from, starts=args.starts,
                            start_steps=args.start_steps)
@@ -364,6 +365,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--unroll-from", type=nonneg_int, default=0, help="train one step ahead until this step")
     t.add_argument("--local-sigma", type=nonneg_float, default=0.0,
                    help="flam: object slots attend within ~sigma tokens of their position (0 = off; 0.9)")
+    t.add_argument("--idm-input", choices=("absolute", "delta"), default=None,
+                   help="flam: what the IDM reads of a slot's position -- its change only (delta, the default "
+                        "from 0.12.0: a latent cannot encode where a sprite is) or both absolute positions "
+                        "(absolute: 0.11's; a RUN trained before 0.12.0 resumes with it)")
     t.add_argument("--free-bits", type=nonneg_float, default=0.0,
                    help="each slot's KL (nats) is priced only above this floor (free bits; 0 = off; 0.9.1)")
     t.add_argument("--starts", type=positive_int, default=1,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 MODELS = ("flam", "lam", "lam-vq", "lam-token")
+IDM_INPUTS = ("absolute", "delta")
 
 # options removed in 0.10.0 (rejected on dev, issue 57) and the value that meant "off": a RUN or config
 # holding another value is refused (``removed_options``)
@@ -46,6 +47,7 @@ class ModelConfig:
     decoder_hidden: int = 16     # the per-slot compositor's hidden width [R; 16 cost half of 32 on dev at no loss of binding]
     unroll: int = 1              # FDM steps unrolled in the loss (1 = the paper's one-step loss [P]; U > 1: the FDM also trained on its own U-step rollouts, mean of the U terms [R])
     one_latent: bool = False     # flam only: the flam-one-latent arm (0.10.0) [R] -- same slots, FDM and compositor, but one latent of size d inferred from all slots together and given to every slot's FDM (the factorisation switched off)
+    idm_input: str = "delta"     # flam with slot positions: what the IDM reads of a slot's position -- "delta" (only p_{t+1} - p_t beside the slots' features, so a latent cannot encode where a sprite is; the FDM still gets absolute p_t to place it; the default from 0.12.0, chosen on dev: docs/experiments.md) or "absolute" (p_t and p_{t+1}, 0.11 and earlier; a RUN without the field loads with it) (issue 57 item 0) [R]; ignored where slots carry no position
     codes: int = 8               # lam-vq codebook size (Genie's latent actions are a small codebook [P]; 8 [R])
 
     def __post_init__(self) -> None:
@@ -64,6 +66,8 @@ class ModelConfig:
             raise ValueError(f"latent dim {self.latent_dim} is not divisible by the {self.slots} slots")
         if self.tokenizer == "patch" and self.size % self.patch:
             raise ValueError(f"size {self.size} is not a multiple of the patch {self.patch}")
+        if self.idm_input not in IDM_INPUTS:
+            raise ValueError(f"unknown idm_input {self.idm_input!r} (choose from {', '.join(IDM_INPUTS)})")
         if self.pos not in ("learned", "grid"):
             raise ValueError(f"unknown pos {self.pos!r} (learned or grid)")
         if self.local_sigma and not self.slot_pos:
@@ -72,6 +76,11 @@ class ModelConfig:
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and v == v and 0 <= v < float("inf")):
                 raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+
+    @property
+    def idm_delta(self) -> bool:
+        """Whether the IDM reads each slot's position change instead of its absolute positions (``idm_input``)."""
+        return self.idm_input == "delta" and self.model == "flam" and self.slot_pos
 
     @property
     def slot_latent(self) -> int:

@@ -195,15 +195,26 @@ class SlotFactorizer(nn.Module):
         return s, attn
 
 
-class SharedIDM(nn.Module):
-    """q(a^k | s_t^k, s_{t+1}^k) = N(mu, diag sigma^2), one network for every slot [P]."""
+def idm_pair(s_t: torch.Tensor, s_next: torch.Tensor, delta: bool) -> torch.Tensor:
+    """What the IDM reads of a slot's two states ``[..., D]`` (the last 2 numbers its position when slots
+    carry one): both states (``delta`` False), or both states' features and the position change
+    p_{t+1} - p_t, never an absolute position (``delta``; ``ModelConfig.idm_input``, 0.12.0) [R]."""
+    if not delta:
+        return torch.cat([s_t, s_next], -1)
+    return torch.cat([s_t[..., :-2], s_next[..., :-2], s_next[..., -2:] - s_t[..., -2:]], -1)
 
-    def __init__(self, width: int, latent: int):
+
+class SharedIDM(nn.Module):
+    """q(a^k | s_t^k, s_{t+1}^k) = N(mu, diag sigma^2), one network for every slot [P]; with ``delta`` it reads
+    the slot's features and position change only (``idm_pair``)."""
+
+    def __init__(self, width: int, latent: int, delta: bool = False):
         super().__init__()
-        self.net = mlp(2 * width, 2 * width, 2 * latent)
+        self.delta = delta
+        self.net = mlp(2 * width - (2 if delta else 0), 2 * width, 2 * latent)
 
     def forward(self, s_t: torch.Tensor, s_next: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        mu, logvar = self.net(torch.cat([s_t, s_next], -1)).chunk(2, -1)
+        mu, logvar = self.net(idm_pair(s_t, s_next, self.delta)).chunk(2, -1)
         return mu, logvar.clamp(-8, 4)
 
 
@@ -211,12 +222,13 @@ class PooledIDM(nn.Module):
     """flam-one-latent's IDM [R, 0.10.0]: q(a | s_t^{1..K}, s_{t+1}^{1..K}) = N(mu, diag sigma^2), one latent of
     size d from every slot's two states concatenated (slot order as the factoriser gives it); ``[B, T, 1, d]``."""
 
-    def __init__(self, width: int, slots: int, latent: int):
+    def __init__(self, width: int, slots: int, latent: int, delta: bool = False):
         super().__init__()
-        self.net = mlp(2 * slots * width, 2 * width, 2 * latent)
+        self.delta = delta
+        self.net = mlp(slots * (2 * width - (2 if delta else 0)), 2 * width, 2 * latent)
 
     def forward(self, s_t: torch.Tensor, s_next: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = torch.cat([s_t, s_next], -1).flatten(-2).unsqueeze(-2)
+        x = idm_pair(s_t, s_next, self.delta).flatten(-2).unsqueeze(-2)
         mu, logvar = self.net(x).chunk(2, -1)
         return mu, logvar.clamp(-8, 4)
 
@@ -409,7 +421,8 @@ class WorldModel(nn.Module):
             self.factorizer = MonolithicEncoder(cfg, token_dim, n_tokens)
         factored = cfg.model == "flam"
         state = cfg.width + (2 if factored and cfg.slot_pos else 0)  # a slot's state: features (+ position)
-        self.idm = PooledIDM(state, cfg.slots, cfg.latent_dim) if cfg.one_latent else SharedIDM(state, cfg.slot_latent)
+        self.idm = (PooledIDM(state, cfg.slots, cfg.latent_dim, cfg.idm_delta) if cfg.one_latent
+                    else SharedIDM(state, cfg.slot_latent, cfg.idm_delta))
         self.fdm = SharedFDM(state, cfg.slot_latent)
         if factored:
             self.agg = (SlotCompositor(state, token_dim, n_tokens, cfg.decoder_hidden) if cfg.slot_pos

@@ -47,6 +47,35 @@ def rollout_metrics(model: WorldModel, video: np.ndarray, horizon: int, per_clip
 
 
 @torch.no_grad()
+def psnr_at(model: WorldModel, z: torch.Tensor, frames: np.ndarray, horizon: int) -> float:
+    """Mean PSNR (dB) of the ``horizon``-step autoregressive rollout from frame 0 of tokens ``z [N, T, ...]``
+    against ``frames [N, T, H, W, 3]`` uint8 (latents inferred from the true frames, posterior means) --
+    ``rollout_metrics``' ``psnr_h`` without SSIM, cheap enough for a curve point (issue 57 item 6)."""
+    from .core import psnr
+
+    h = min(horizon, z.shape[1] - 1)
+    pred = model.detokenize(model.rollout(z[:, :h + 1]))[:, h - 1]
+    true = torch.from_numpy(frames[:, h].astype(np.float32) / 255.0)
+    return float(psnr(pred, true).mean())
+
+
+@torch.no_grad()
+def latent_use_gap(model: WorldModel, z: torch.Tensor, seed: int = 0) -> float:
+    """Does the FDM use the latents? The one-step prediction error over tokens ``z [B, T, N, C]`` (posterior
+    means) with each latent slot's latents shuffled across the clips' transitions (one fixed permutation per
+    slot, drawn from ``seed``) minus the error with its own latents: about 0 when the latents are ignored,
+    > 0 when they carry the transition. Reads frames only (issue 57 items 5, 6) [R]."""
+    s = model.slots(z)
+    a = model.infer(s)[0]
+    b, t, k, d = a.shape
+    flat = a.reshape(b * t, k, d)
+    g = torch.Generator().manual_seed(seed)
+    shuf = torch.stack([flat[torch.randperm(b * t, generator=g), i] for i in range(k)], 1).reshape(a.shape)
+    own = model.unrolled_errors(s, a, z, 1)[0]
+    return float(model.unrolled_errors(s, shuf, z, 1)[0] - own)
+
+
+@torch.no_grad()
 def slot_recon_error(model: WorldModel, video: np.ndarray) -> float:
     """How much of frame 0 the slots encode: ||z_0 - Agg(s_0)||^2 over the tokens' total variance
     (1.0: the slots / the monolithic latent carry nothing, the aggregator outputs the mean token;
@@ -122,6 +151,17 @@ def slot_masks(model: WorldModel, video: np.ndarray) -> np.ndarray:
     if model.cfg.latent_slots == 1:  # lam / flam-one-latent: one latent, which every entity reads
         return np.ones((*z.shape[:3], 1), np.float32)
     return model.factorizer.encode(z)[1].numpy()
+
+
+@torch.no_grad()
+def slot_positions(model: WorldModel, video: np.ndarray) -> np.ndarray | None:
+    """Each slot's position at the first frame of every transition, ``[N*(T-1), K, 2]`` (token units; the
+    same rows as ``latents``), or None for a model whose slots carry no position (the monolithic models,
+    flam-one-latent's one latent, ``slot_pos=False``)."""
+    if model.cfg.model != "flam" or not model.cfg.slot_pos or model.cfg.latent_slots == 1:
+        return None
+    s = model.slots(model.tokenize(video))[:, :-1, :, -2:]
+    return s.reshape(-1, *s.shape[2:]).numpy()
 
 
 def slot_owners(masks: np.ndarray, labels: np.ndarray, entities: int) -> np.ndarray:

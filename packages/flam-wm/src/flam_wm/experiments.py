@@ -22,17 +22,21 @@ from .bc import DECODER_C, pseudo_label_bc, true_action_bc
 from .config import ModelConfig, TrainConfig
 from .core import n_params
 from .evaluate import (
+    _probe_hits,
     chance_per_entity,
     correspondence,
+    latent_use_gap,
     latents,
     mask_ari,
     matched_accuracy,
     matched_hits,
     matched_latents,
     probe_matrix,
+    psnr_at,
     rollout_metrics,
     slot_masks,
     slot_owners,
+    slot_positions,
     slot_recon_error,
 )
 from .registry import DESCRIPTOR
@@ -46,6 +50,7 @@ CFG = {
                   labels=(0.1,), bc_steps=5, episodes=10, fit_clips=14, models=("flam", "lam"), decoder_c=(1.0,),
                   arms=("flam-one-latent",),
                   starts=2, start_steps=1,  # the best-of-R path exercised (0.9.4)
+                  curve_every=1,  # the dev curves' path exercised (0.12.0)
                   tok=dict(grid=8, channels=8, hidden=8, steps=5)),
     # 0.11.0 (issue 57 item 8): quick keeps the issue's ordered list as far as ~10 CPU-min allow -- FLAM vs lam
     # at E = 4 (matched / ceiling), flam-one-latent, BC at 1% labels; E = 1, 10% labels, lam-token,
@@ -113,6 +118,11 @@ def _evaluate(model, video, acts, sl, horizon, grid=PROBE_C, fit_clips=None) -> 
     acc = probe_matrix(lat["train"], act["train"], lat["test"], act["test"], best_c)
     out["corr"], out["match"] = correspondence(acc, chance_per_entity(act["test"]))
     out["best_probe"] = float(acc.max(0).mean())  # each entity's best factor, no one-to-one matching
+    # item 6: each test clip's best-probe score (the units of corr_vs_lam's clustered interval)
+    best = acc.argmax(0)
+    hits = np.stack([_probe_hits(lat["train"][:, best[j]], act["train"][:, j], lat["test"][:, best[j]],
+                                 act["test"][:, j], best_c) for j in range(acc.shape[1])], 1)
+    out["best_probe_clips"] = hits.mean(1).reshape(len(video[te]), -1).mean(1).tolist()
     # 0.9.5, a secondary score: the same probes to the action as the frames show it (the oracle's reading:
     # a move into a wall, or a sprite hidden in either frame, reads as stay); same C, same clips [R]
     vis = {k: visible_actions(video[s], acts[s]).reshape(-1, acts.shape[-1]) for k, s in (("train", tr), ("test", te))}
@@ -131,23 +141,36 @@ def _matched(model, video, acts, splits: dict, lat: dict, act: dict, grid) -> di
     e, te = acts.shape[-1], splits["test"]
     ceiling = visible_action_accuracy(video[te], acts[te])
     out = {"ceiling": float(ceiling.mean()), "corr_matched": float("nan"), "corr_matched_ratio": float("nan"),
-           "corr_matched_per_entity": []}
+           "corr_matched_per_entity": [], "corr_matched_pos": float("nan")}
     if model.tokenizer.n_tokens != entity_labels(video[:1, :1], e).shape[-1]:
         return out
-    m = {}
+    m, mp = {}, {}
     for k, sl in splits.items():
         clips = video[sl]
         owners = slot_owners(slot_masks(model, clips), entity_labels(clips, e), e)
-        m[k] = matched_latents(lat[k].reshape(len(clips), clips.shape[1] - 1, *lat[k].shape[1:]), owners)
-    c = grid[0] if len(grid) == 1 else max(grid, key=lambda c: matched_accuracy(
-        m["train"], act["train"], m["dev"], act["dev"], c).mean())
-    hits = matched_hits(m["train"], act["train"], m["test"], act["test"], c)      # [clips * (T-1), E]
+        shape = (len(clips), clips.shape[1] - 1)
+        m[k] = matched_latents(lat[k].reshape(*shape, *lat[k].shape[1:]), owners)
+        pos = slot_positions(model, clips)  # item 0: the owning slot's current position beside its latent
+        if pos is not None:
+            lp = np.concatenate([lat[k], pos], -1)
+            mp[k] = matched_latents(lp.reshape(*shape, *lp.shape[1:]), owners)
+    hits, c = _matched_probe(m, act, grid)                                         # [clips * (T-1), E]
     acc = hits.mean(0)
     per_clip = hits.reshape(len(video[te]), -1).mean(1)                            # each test clip's matched score
     out.update(corr_matched=float(acc.mean()), corr_matched_ratio=float(acc.mean() / ceiling.mean()),
                corr_matched_per_entity=[round(float(a), 4) for a in acc], matched_c=c,
-               ratio_clips=(per_clip / ceiling.mean()).tolist())
+               ratio_clips=(per_clip / ceiling.mean()).tolist(), matched_clips=per_clip.tolist(),
+               corr_matched_pos=float("nan"))
+    if mp:
+        out["corr_matched_pos"] = float(_matched_probe(mp, act, grid)[0].mean())
     return out
+
+
+def _matched_probe(m: dict, act: dict, grid) -> tuple[np.ndarray, float]:
+    """Matched probes (entity e reads ``m[split][:, e]``) fit on train, C chosen on dev: (test hits ``[M, E]``, C)."""
+    c = grid[0] if len(grid) == 1 else max(grid, key=lambda c: matched_accuracy(
+        m["train"], act["train"], m["dev"], act["dev"], c).mean())
+    return matched_hits(m["train"], act["train"], m["test"], act["test"], c), c
 
 
 def _model_cfg(name: str, e: int, width: int, choice: dict, tok=None, unroll: int = 1, local_sigma: float = 0.0):
@@ -308,7 +331,8 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
 
     claims(res, recs, bc_recs, cfg, seed)
     out_dir.mkdir(parents=True, exist_ok=True)
-    lists = ("ratio_clips", "psnr_clips_h", "copy_clips_h", "loss_curve")
+    lists = ("ratio_clips", "matched_clips", "best_probe_clips", "psnr_clips_h", "copy_clips_h", "loss_curve",
+             "dev_curve")
     runs = [{k: v for k, v in r.items() if k not in lists} for r in recs]  # per-clip lists: claims / curves only
     bcs = [{k: v for k, v in r.items() if k != "success_episodes"} for r in bc_recs]
     for name, rows in (("runs.csv", runs), ("dev_grid.csv", grid_log), ("bc.csv", bcs)):
@@ -323,16 +347,57 @@ def reproduce(scale: str, out_dir: Path, seed: int = 0) -> Results:
 CURVE_BIN = 50  # training-loss curves: the mean prediction loss over each 50 steps
 
 
-def _loss_curve(trace: list, start: int) -> tuple[list, list]:
+def _loss_curve(trace: list, start: int, every: int = CURVE_BIN) -> tuple[list, list]:
     """(steps, mean one-step prediction loss per ``CURVE_BIN`` steps) of the run that continued: the
     winning candidate's steps, then the rest (``trace``: (step, candidate or None, loss))."""
     kept = sorted((st, v) for st, r, v in trace if r is None or r == start)
     steps, vals = [], []
-    for i in range(0, len(kept), CURVE_BIN):
-        chunk = kept[i:i + CURVE_BIN]
+    for i in range(0, len(kept), every):
+        chunk = kept[i:i + every]
         steps.append(chunk[-1][0])
         vals.append(float(sum(v for _, v in chunk) / len(chunk)))
     return steps, vals
+
+
+GAP_CLIPS = 32  # the latent-use gap's training clips (the first 32, their first 5 frames: a training window)
+# the preset stop rule read from each run's dev PSNR-10 curve (issue 57 item 6), fixed before any curve was read:
+# the core's EarlyStopping, max mode, at the curve points (every CURVE_BIN steps); never before 8 points (the
+# unrolled loss starts at half of quick's schedule), stop after 4 points without a 0.1 dB gain. Reported, not
+# applied: the budgets stay fixed (docs/experiments.md)
+STOP_RULE = {"patience": 4, "min_delta": 0.1, "min_steps": 8}
+
+
+class _CurveProbe:
+    """``on_step`` hook recording, every ``every`` steps, the dev PSNR at ``horizon`` (``psnr_at``, dev clips) and
+    the latent-use gap (``latent_use_gap``, the first ``GAP_CLIPS`` training clips): (step, candidate or None,
+    PSNR, gap). Reads no label and consumes no training stream, so the run is unchanged."""
+
+    def __init__(self, video: np.ndarray, sl: tuple, horizon: int, every: int):
+        self.video, self.sl, self.h, self.every, self.z, self.points = video, sl, horizon, every, None, []
+
+    def __call__(self, step: int, model, info: dict) -> None:
+        if step % self.every:
+            return
+        if self.z is None:  # the frozen tokenizer is the same for every candidate
+            self.dev = self.video[self.sl[1]]
+            self.z = (model.tokenize(self.dev[:, :self.h + 1]), model.tokenize(self.video[self.sl[0]][:GAP_CLIPS, :5]))
+        self.points.append((step, info.get("start"), psnr_at(model, self.z[0], self.dev, self.h),
+                            latent_use_gap(model, self.z[1])))
+
+
+def _dev_curves(points: list, start: int) -> dict:
+    """The run that continued (the winning candidate's points, then the rest): steps, dev PSNR-h, latent-use
+    gap, and where ``STOP_RULE`` would stop on the dev PSNR curve (None: not within the budget)."""
+    from icml26_shared.train import EarlyStopping
+
+    kept = sorted((st, p, g) for st, r, p, g in points if r is None or r == start)
+    rule = EarlyStopping(mode="max", **STOP_RULE)
+    for st, p, _ in kept:
+        if rule.step(p, at=st):
+            break
+    return {"steps": [k[0] for k in kept], "psnr": [k[1] for k in kept], "gap": [k[2] for k in kept],
+            "would_stop_at": None if rule.stopped_at is None else int(rule.stopped_at),
+            "best_at": None if rule.best_at is None else int(rule.best_at)}
 
 
 def _one_run(name, e, sd, mcfg, lr, cfg, video, acts, sl, tok, controlled, done=None, data="",
@@ -344,10 +409,12 @@ def _one_run(name, e, sd, mcfg, lr, cfg, video, acts, sl, tok, controlled, done=
                        unroll_from=cfg.get("unroll_from", 0),
                        **_starts(cfg, cfg["steps"]))
     trace: list = []
+    probe = _CurveProbe(video, sl, cfg["horizon"], cfg.get("curve_every", CURVE_BIN))
     if done is None:
         t0 = time.process_time()
         model = train(mcfg, tcfg, video[sl[0]], device=cfg["device"], tokenizer=tok,
-                      on_step=lambda st, _m, info: trace.append((st, info.get("start"), info["pred"])))
+                      on_step=lambda st, m, info: (trace.append((st, info.get("start"), info["pred"])),
+                                                   probe(st, m, info)))
         train_cpu = time.process_time() - t0
         start = model.train_info["start"]
     else:
@@ -370,12 +437,22 @@ def _one_run(name, e, sd, mcfg, lr, cfg, video, acts, sl, tok, controlled, done=
            "ssim_1": t["ssim_1"], "ssim_h": t[f"ssim_{h}"], "mse_h": t[f"mse_{h}"],
            "dev_psnr_h": d[f"psnr_{h}"], "copy_1": t["copy_1"], "copy_h": t[f"copy_{h}"],
            "copy_ssim_h": t[f"copy_ssim_{h}"], "dev_copy_h": d[f"copy_{h}"],
-           "corr": ev["corr"], "corr_matched": ev["corr_matched"], "corr_matched_ratio": ev["corr_matched_ratio"],
-           "ceiling": ev["ceiling"], "ratio_clips": ev.get("ratio_clips", []), "corr_visible": ev["corr_visible"], "best_probe": ev["best_probe"], "probe_c": ev["probe_c"],
+           "corr": ev["corr"], "corr_matched": ev["corr_matched"],
+           "corr_matched_pos": ev["corr_matched_pos"], "corr_matched_ratio": ev["corr_matched_ratio"],
+           "ceiling": ev["ceiling"], "ratio_clips": ev.get("ratio_clips", []),
+           "matched_clips": ev.get("matched_clips", []), "best_probe_clips": ev["best_probe_clips"], "corr_visible": ev["corr_visible"], "best_probe": ev["best_probe"], "probe_c": ev["probe_c"],
            "slot_recon": ev["slot_recon"], "mask_ari": ev["mask_ari"], "from_dev_grid": done is not None,
            # per test clip (item 6): PSNR at h and copying frame 0, the units of the clustered intervals
            "psnr_clips_h": t[f"psnr_clips_{h}"], "copy_clips_h": t[f"copy_clips_{h}"],
-           "loss_curve": _loss_curve(trace, start) if trace else ([], [])}
+           "loss_curve": _loss_curve(trace, start, cfg.get("curve_every", CURVE_BIN)) if trace else ([], []),
+           "dev_curve": _dev_curves(probe.points, start)}
+    rec["would_stop_at"], rec["dev_best_at"] = rec["dev_curve"]["would_stop_at"], rec["dev_curve"]["best_at"]
+    # item 5 (reported): each best-of-R candidate's latent-use gap at its last curve point, beside the start chosen
+    last = {}
+    for st, r, _, g in probe.points:
+        if r is not None and st >= last.get(r, (-1, 0.0))[0]:
+            last[r] = (st, g)
+    rec["start_gaps"] = " ".join(f"{last[r][1]:.4g}" for r in sorted(last))
     bc = _bc_rows(name, e, sd, ev["latents"], video, acts, sl, cfg, identifiable) if controlled and name in (
         "flam", "lam", "lam-vq", "lam-token") else []
     for r in bc:
@@ -473,4 +550,48 @@ def _bc_rows(name, e, sd, lat, video, acts, sl, cfg, identifiable=False) -> list
         out = pseudo_label_bc(lat, act, frames, frac, e, video.shape[2], seed=sd, bc_steps=cfg["bc_steps"],
                               episodes=cfg["episodes"], decoder_c=cfg["decoder_c"], identifiable=identifiable)
         rows.append({"entities": e, "model": name, "seed": sd, "labels": frac, **out})
+    return rows
+
+
+def _idm_dev_arm(kind: str, cfg: dict, video, acts, sl, tok, seed: int) -> dict:
+    """One arm of ``idm_input_dev``: FLAM at quick's setting with ``idm_input=kind``, scored on dev clips."""
+    mcfg = ModelConfig(**{**_model_cfg("flam", 4, cfg["width"], cfg["flam_choice"], tok, cfg["unroll"],
+                                       cfg["local_sigma"]).to_dict(), "idm_input": kind})
+    tcfg = TrainConfig(steps=cfg["steps"], batch_size=cfg["batch"], window=5, lr=cfg["flam_choice"]["lr"], seed=seed,
+                       unroll_from=cfg["unroll_from"], **_starts(cfg, cfg["steps"]))
+    t0 = time.process_time()
+    model = train(mcfg, tcfg, video[sl[0]], device="cpu", tokenizer=tok)
+    cpu = time.process_time() - t0
+    tr, dv = slice(sl[0].start, sl[0].start + cfg["fit_clips"]), sl[1]
+    splits = {"train": tr, "dev": dv, "test": dv}  # C chosen on dev and scored on dev: a dev figure
+    lat = {k: latents(model, video[s]) for k, s in splits.items()}
+    act = {k: acts[s].reshape(-1, acts.shape[-1]) for k, s in splits.items()}
+    m = _matched(model, video, acts, splits, lat, act, cfg["probe_c"])
+    dev = rollout_metrics(model, video[dv], cfg["horizon"])
+    return {"idm_input": kind, "seed": seed, "start": model.train_info["start"], "train_cpu_s": round(cpu, 1),
+            "dev_psnr_1": dev["psnr_1"], "dev_psnr_h": dev[f"psnr_{dev['horizon']}"],
+            "dev_corr_matched": m["corr_matched"], "dev_corr_matched_pos": m["corr_matched_pos"],
+            "dev_ceiling": m["ceiling"], "per_entity": m["corr_matched_per_entity"]}
+
+
+def idm_input_dev(seed: int = 10) -> list[dict]:
+    """The dev check of issue 57 item 0 (docs/experiments.md, "Dev check of the IDM's input"): FLAM at quick's
+    setting on dev seed ``seed``'s E = 4 controlled data, ``idm_input`` absolute vs delta, scored on dev clips
+    only; prints and returns one row per arm."""
+    from icml26_shared.io import print_json
+
+    cfg = CFG["quick"]
+    video, acts = generate(4, cfg["clips"], cfg["frames"], seed=seed * 1000 + 4, controlled=True)
+    sl = _split(cfg["clips"])
+    tok = _tokenizer(cfg, video, sl, seed)[0]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    pool = _pool(cfg)
+    try:
+        rows = _map(pool, _idm_dev_arm, [(k, cfg, video, acts, sl, tok, seed) for k in ("absolute", "delta")])
+    finally:
+        torch.set_num_threads(threads)
+        if pool is not None:
+            pool.shutdown()
+    print_json(rows)
     return rows

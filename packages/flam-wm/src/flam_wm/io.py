@@ -189,6 +189,7 @@ def open_run(out: Path, config: dict) -> bool:
             old["model"].setdefault("unroll", 1)  # a RUN written before 0.5 was trained one step ahead
             old["model"].setdefault("local_sigma", 0.0)  # before 0.9: no local slot attention
             old["model"].setdefault("free_bits", 0.0)  # before 0.9.1: no KL floor
+            old["model"].setdefault("idm_input", "absolute")  # before 0.12.0: the IDM read absolute positions
         if isinstance(old.get("train"), dict):
             old["train"].setdefault("unroll_from", 0)
             for k, v in (("starts", 1), ("start_steps", 0)):  # before 0.9.4: one start
@@ -262,6 +263,7 @@ def load_run(run: Path):
             # 0.4 position in the keys too), options removed in 0.10.0, so _drop_removed refuses it
             for key, old in (("pos_keys", True), ("decoder", "mlp"), ("seeding", "learned")):
                 config["model"].setdefault(key, old)
+        config["model"].setdefault("idm_input", "absolute")  # a RUN written before 0.12.0: the absolute IDM
         _drop_removed(config, run)
         mcfg = ModelConfig(**config["model"])
     except (ValueError, TypeError, KeyError) as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -36,7 +37,7 @@ def add_rows(res: Results, recs: list[dict], e: int, names: list[str], seeds: li
     table = {(r["model"], r["seed"]): r for r in recs if r["entities"] == e}
     for name in names:
         for metric, unit in (("psnr_1", "dB"), ("psnr_h", "dB"), ("ssim_1", ""), ("ssim_h", ""),
-                             ("corr", ""), ("corr_matched", ""), ("corr_matched_ratio", ""), ("corr_visible", ""), ("best_probe", ""), ("slot_recon", ""), ("mask_ari", "")):
+                             ("corr", ""), ("corr_matched", ""), ("corr_matched_pos", ""), ("corr_matched_ratio", ""), ("corr_visible", ""), ("best_probe", ""), ("slot_recon", ""), ("mask_ari", "")):
             vals = [table[(name, s)][metric] for s in seeds]
             if any(v != v for v in vals):  # mask_ari: FLAM's slots only
                 continue
@@ -57,6 +58,12 @@ def add_curves(res: Results, recs: list[dict], exp: str, cfg: dict) -> None:
         if steps:
             res.add_curve(exp, r["model"], "train_pred_loss", steps, vals, split="train", seed=r["seed"],
                           direction="lower", budget=r["steps"])
+        dc = r.get("dev_curve") or {}
+        if dc.get("steps"):  # item 6: dev PSNR-h (the stop rule's input) and the latent-use gap (training clips)
+            res.add_curve(exp, r["model"], f"psnr_{cfg['horizon']}", dc["steps"], dc["psnr"], split="dev",
+                          seed=r["seed"], direction="higher", budget=r["steps"])
+            res.add_curve(exp, r["model"], "latent_use_gap", dc["steps"], dc["gap"], split="train", seed=r["seed"],
+                          direction="higher", budget=r["steps"])
 
 
 def _col(recs, e, model, key, seeds, **match):
@@ -77,7 +84,7 @@ def _clustered(recs, e, a, b, key_a, key_b, seeds):
     """Interval of a - b over test clips nested in seeds (``paired_interval_clustered``), the same clips
     for both (per-clip lists ``key_a`` of model ``a`` and ``key_b`` of model ``b``)."""
     rows = {(r["model"], r["seed"]): r for r in recs if r["entities"] == e}
-    d = [np.asarray(rows[(a, s)][key_a]) - np.asarray(rows[(b, s)][key_b]) for s in seeds]
+    d = [np.asarray(rows[(a, s)].get(key_a, [])) - np.asarray(rows[(b, s)].get(key_b, [])) for s in seeds]
     if any(len(x) == 0 for x in d):
         return None
     return paired_interval_clustered(np.concatenate(d), np.concatenate([[s] * len(x) for s, x in zip(seeds, d)]))
@@ -120,15 +127,19 @@ def claims(res: Results, recs: list[dict], bc_recs: list[dict], cfg: dict, seed:
     _check(res, "corr_E4", col(big, "flam", "corr_matched_ratio"), threshold=0.93, iv=civ,
            note=f"E={big}, interval over test clips nested in seeds; test clips: matched correspondence {col(big, 'flam', 'corr_matched').mean():.3f} (each "
                 f"entity's probe on the slot its clip's masks give it) / visible-move ceiling "
-                f"{col(big, 'flam', 'ceiling').mean():.3f}; slot-index correspondence (no masks) "
+                f"{col(big, 'flam', 'ceiling').mean():.3f}; the latent + its slot's current position "
+                f"{col(big, 'flam', 'corr_matched_pos').mean():.3f}; slot-index correspondence (no masks) "
                 f"{col(big, 'flam', 'corr').mean():.3f}; "
                 + "".join(f"{a} matched {col(big, a, 'corr_matched').mean():.3f}, ratio "
                           f"{col(big, a, 'corr_matched_ratio').mean():.3f}; " for a in cfg["arms"])
                 + "against the move the frames show: "
                 f"{col(big, 'flam', 'corr_visible').mean():.3f}")
+    # item 6: test clips nested in seeds (each clip's FLAM matched score minus the baseline's best-probe score)
+    viv = _clustered(recs, big, "flam", mono, "matched_clips", "best_probe_clips", seeds)
     _check(res, "corr_vs_lam", col(big, "flam", "corr_matched"), col(big, mono, "best_probe"),
-           f"{mono} (best probe per entity)", margin=0.1,
-           note="FLAM matched vs the monolithic latent's best per-entity probe (no one-to-one matching), a generous "
+           f"{mono} (best probe per entity)", margin=0.1, iv=viv,
+           note="interval over test clips nested in seeds; "
+                "FLAM matched vs the monolithic latent's best per-entity probe (no one-to-one matching), a generous "
                 f"baseline; FLAM slot-index {col(big, 'flam', 'corr').mean():.3f}")
     if not bc_recs:
         return
@@ -137,9 +148,21 @@ def claims(res: Results, recs: list[dict], bc_recs: list[dict], cfg: dict, seed:
     true = _col(bc_recs, big, "true-actions", "success", seeds)
     flam = bcol("flam", "success")
     bc_note = (f"E={big} --controlled, {frac:.0%} labels; FLAM {flam.mean():.3f} vs true-action BC "
-               f"{true.mean():.3f} reach-target success (ratio per seed)")
+               f"{true.mean():.3f} reach-target success (ratio of the means)")
     if (true > 0).all():
-        _check(res, "bc_ratio", flam / true, threshold=0.8, note=bc_note)
+        # item 6: episodes nested in seeds (the same episodes for both at a seed): the clustered interval of
+        # flam_ep - r * true_ep at r = 0.8, mapped to the ratio as r + [low, high] / mean(true) -- exact in deciding
+        # ratio >= 0.8 (its sign), linearised elsewhere
+        ep = {(r["model"], r["seed"]): np.asarray(r.get("success_episodes", []), float) for r in bc_recs
+              if r["entities"] == big and (r["model"] == "true-actions" or r.get("labels") == frac)}
+        u = [ep[("flam", s)] - 0.8 * ep[("true-actions", s)] for s in seeds]
+        riv = None
+        if all(len(x) for x in u):
+            d = paired_interval_clustered(np.concatenate(u), np.concatenate([[s] * len(x) for s, x in zip(seeds, u)]))
+            riv = SimpleNamespace(low=0.8 + d.low / true.mean(), high=0.8 + d.high / true.mean())
+        _check(res, "bc_ratio", flam / true if riv is None else np.array([flam.mean() / true.mean()]),
+               threshold=0.8, iv=riv,
+               note=bc_note + ("; interval over episodes nested in seeds" if riv is not None else ""))
     else:  # a ratio to a policy that never succeeds is undefined (smoke's few steps): not checked
         res.claims.append(ClaimCheck.compare(CLAIM["bc_ratio"], None, note=bc_note + "; true-action BC "
                                              "never succeeded in some seed, so the ratio is undefined"))
@@ -183,6 +206,8 @@ def notes(cfg: dict, elapsed: float) -> list[str]:
         "(0.9.1, when a model's choice names free_bits; lam's a candidate of its dev grid from 0.9.2) each "
         "slot's KL priced only above a floor (free bits), "
         "the multi-step (unrolled) FDM loss after a one-step warm-up, "
+        "(0.12.0, idm_input='delta', chosen on dev) the IDM reading each slot's features and position change, "
+        "never its absolute position (the FDM keeps it), "
         "SpriteWorld, the correspondence score, the BC policy (keypoint MLP) and the reach-target task.",
         "Splits: 70/15/15 clips train/dev/test per data set. Chosen on dev (first seed, E = max): lr from "
         f"{cfg['lr']} and beta from {cfg['beta']} for every model (lam-vq: lr only), FLAM's K = E + offset "
@@ -196,7 +221,11 @@ def notes(cfg: dict, elapsed: float) -> list[str]:
         "and the monolithic model compared in each claim; the BC decoder's input and C by cross-validation inside "
         "the labelled transitions. All claimed figures are on test clips (BC: fresh reach-target episodes); "
         "intervals over test clips (PSNR, matched correspondence) or episodes (BC) nested in seeds "
-        "(paired_interval_clustered); train-loss curves per model and seed in results.json."
+        "(paired_interval_clustered); curves per model and seed in results.json: training loss, dev "
+        "10-step PSNR and the latent-use gap on 32 training clips (error with each slot's latents shuffled "
+        "across transitions minus with its own), every 50 steps; the preset stop rule (the core's "
+        "EarlyStopping on dev PSNR-10: at least 8 points, patience 4, 0.1 dB) is reported per run "
+        "(runs.csv would_stop_at), not applied: the step budgets stay fixed."
         + (f" FLAM (0.9): {cfg['flam_choice']} and Slot Attention's locality sigma {cfg.get('local_sigma', 0)} "
            "token(s), chosen beforehand on dev by the binding check (dev seeds 10-12, mask ARI and "
            "correspondence on dev clips; README); the grid above searches the monolithic model only."
