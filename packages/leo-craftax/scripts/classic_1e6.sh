@@ -5,7 +5,11 @@
 # 512 steps at the final point. Usage: scripts/classic_1e6.sh OUT_DIR [STAGE]
 #   STAGE dev  : PQN+HER's random proportion, README's 0.5 vs the grid file's 0.75, on dev seed 100
 #   STAGE main : LEO, leo_commanded, PQN, PQN+HER (both proportions) on seeds 0-2
-#   STAGE table: the paired comparisons (compare), as JSON
+#   STAGE table: the paired comparisons (compare), as JSON: held-out success over the 136 goals
+#                and the authors' live success rate (live_success_rates_aggregate/all: first
+#                tries of the commanded goals in training, counts decayed by 0.999 per update,
+#                mean over all goals), after the last update, per seed and LEO - B over seeds;
+#                each run's whole live curve is in its exported JSON (live_success_curve)
 # Cost on a 2-core CPU, 1 XLA thread (docs/experiments.md): measured per update, see there.
 # Runs resume after an interruption (--checkpoint-every; run the same command with --resume).
 set -euo pipefail

@@ -22,13 +22,20 @@ def _success(better: bool, seed: int) -> np.ndarray:
     return base + rng.uniform(0.1, 0.3, K) if better else base
 
 
-def _ckpt(path, algo, seeds, better, names=NAMES, **cfg):
+def _live(better: bool, seed: int) -> list[float]:
+    """A seed's live success after each of 4 updates (A's above B's on every seed)."""
+    return [0.1 * u + 0.02 * seed + (0.3 if better else 0.0) for u in range(4)]
+
+
+def _ckpt(path, algo, seeds, better, names=NAMES, live=True, **cfg):
     """A checkpoint as ``train`` writes it: every seed's (here dummy) variables stacked, the final
-    per-goal success of every seed in the metadata."""
+    per-goal success of every seed and its live success curve in the metadata."""
     success = [_success(better, s).tolist() for s in seeds]
     params = {"params": {"w": np.zeros((len(seeds), 1), np.float32)}}
-    return save_checkpoint(path, smoke_config(algo).replace(**cfg), params, names,
-                           {"success": success}, seeds=list(seeds))
+    extra = {"success": success, **({"live_success": [_live(better, s) for s in seeds]}
+                                    if live else {})}
+    return save_checkpoint(path, smoke_config(algo).replace(**cfg), params, names, extra,
+                           seeds=list(seeds))
 
 
 @pytest.fixture
@@ -60,6 +67,11 @@ def test_better_method_has_positive_intervals_and_swapping_flips_them(capsys, tm
         assert 0 < d["low"] <= d["mean"] <= d["high"], (key, d)
     assert fig["diff_over_seeds"]["n"] == 3 and fig["diff_over_goals"]["n"] == K
     assert "A - B over seeds" in text and "A - B over goals" in text
+    live = fig["live_success"]  # the authors' training metric, after the last update
+    assert live["per_seed"]["a"] == pytest.approx([_live(True, s)[-1] for s in (0, 1, 2)])
+    assert live["per_seed"]["b"] == pytest.approx([_live(False, s)[-1] for s in (0, 1, 2)])
+    assert live["diff_over_seeds"]["mean"] == pytest.approx(0.3)
+    assert "live success (the authors' training metric" in text
     swapped, _ = _compare(capsys, tmp_path, b, a)
     for key in ("diff_over_seeds", "diff_over_goals"):
         d, s = fig[key], swapped[key]
@@ -124,7 +136,10 @@ def test_exported_result_files_compare_like_their_checkpoints(capsys, tmp_path, 
     rec = json.loads(open(files["b"][1]).read())
     assert rec["seed"] == 1 and rec["algo"] == "pqn_her"
     np.testing.assert_allclose(rec["success_per_goal"], _success(False, 1))
+    assert rec["live_success_curve"] == pytest.approx(_live(False, 1))
+    assert rec["live_success"] == pytest.approx(_live(False, 1)[-1])
     got, _ = _compare(capsys, tmp_path, files["a"], files["b"])
+    assert got["live_success"] == want["live_success"]
     for key in ("per_seed", "mean", "std"):
         assert got["a"][key] == want["a"][key] and got["b"][key] == want["b"][key]
     assert got["diff_over_seeds"] == want["diff_over_seeds"]
@@ -156,3 +171,12 @@ def test_export_and_result_files_refuse_bad_input(capsys, tmp_path, runs):
         assert main(["compare", "-a", str(broken), "-b", *b]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and "is not a leo-craftax result file" in err, err
+
+
+def test_runs_without_live_success_still_compare(capsys, tmp_path, runs):
+    """Checkpoints written before 0.4.3 hold no live success: compared as before, said so."""
+    a, _ = runs
+    old = [str(_ckpt(tmp_path / "old.msgpack", "pqn_her", [0, 1, 2], False, live=False))]
+    fig, text = _compare(capsys, tmp_path, a, old)
+    assert fig["live_success"] is None and "live success: not stored" in text
+    assert fig["diff_over_goals"]["low"] > 0

@@ -56,6 +56,13 @@ def test_smoke_runs_learn(algo, smoke_run):
     assert loss.shape == (2, cfg.num_updates) and np.all(np.isfinite(loss))
     gain = out["success"].mean(-1)[:, -1] - out["success"].mean(-1)[:, 0]  # per seed
     assert np.all(gain > 0) and gain.mean() > MARGIN[algo], out["success"].mean(-1)
+    live = out["metrics"]["live_success"]  # the authors' training metric, after every update
+    assert live.shape == (2, cfg.num_updates) and np.all((live >= 0) & (live <= 1))
+    assert np.all(live[:, -1] > 0)
+    for state in out["states"]:  # the metric is the rate of the counters the carry hands on
+        _, succ, fail = state["carry"][-1]
+        want = (succ / (succ + fail + 1e-7)).mean(-1)
+        np.testing.assert_allclose(live[:, state["updates"] - 1], want, rtol=1e-5)
     if algo == "leo":
         assert np.all(out["metrics"]["goals_seen"][:, -1] == env_from_config(cfg).goal_set.num_goals)
 

@@ -136,14 +136,17 @@ def _cmd_train(args) -> int:
         result = train_seeds(cfg, seeds, chunk=every, start=start, fast_compile=args.fast_compile,
                              on_chunk=on_chunk if every or start is not None else None)
     success = np.asarray(result["success"])
+    live = np.asarray(result["metrics"]["live_success"])  # [seeds, updates]
     tm = result["timings"]
     save_checkpoint(out, cfg, result["params"], env.goal_set.names,
-                    {"success": success[:, -1].tolist(), "timings": tm}, seeds=seeds)
+                    {"success": success[:, -1].tolist(), "live_success": live.tolist(),
+                     "timings": tm}, seeds=seeds)
     if (every or start is not None) and state_path.is_file():
         state_path.unlink()  # the run is complete: --out holds its result
     for i, s in enumerate(seeds):
         curve = " ".join(f"{v:.3f}" for v in success[i].mean(-1))
-        print(f"seed {s}: success over {k} goals by eval point: {curve}")
+        print(f"seed {s}: success over {k} goals by eval point: {curve}; live success (the "
+              f"authors' training metric) after the last update: {live[i, -1]:.3f}")
     run_cpu, run_wall = tm["train_cpu_s"] + tm["eval_cpu_s"], tm["train_s"] + tm["eval_s"]
     print(f"time: compile {tm['compile_s']:.1f} s ({tm['compile_cpu_s']:.1f} CPU-s); training "
           f"{tm['train_s']:.1f} s ({tm['train_cpu_s']:.1f} CPU-s); evaluation {tm['eval_s']:.1f} s "
@@ -201,7 +204,7 @@ def _cmd_export(args) -> int:
 
 
 def _cmd_compare(args) -> int:
-    from .compare import check_comparable, compare_runs, report
+    from .compare import check_comparable, compare_live, compare_runs, report, report_live
     from .io import load_runs
 
     a, b = load_runs(args.a), load_runs(args.b)
@@ -214,6 +217,12 @@ def _cmd_compare(args) -> int:
     what = (f"{env}, {fig['num_goals']} goals, {d['env_steps']:,} env steps per seed, final point "
             f"{d['test_repeats']} episodes per goal of {steps}")
     print("\n".join(report(fig, a["describe"]["label"], b["describe"]["label"], what)))
+    live = None
+    if a["live_success"] is not None and b["live_success"] is not None:
+        live = compare_live(a["live_success"], b["live_success"], fig["seeds"])
+        print("\n".join(report_live(live)))
+    else:
+        print("live success: not stored in these runs (checkpoints before 0.4.3)")
     if args.json:
         out = {"experiment": {k: d[k] for k in ("env", "env_steps", "test_steps", "test_repeats")},
                "seeds": fig["seeds"], "num_goals": fig["num_goals"]}
@@ -221,6 +230,7 @@ def _cmd_compare(args) -> int:
             out[m] = {"label": run["describe"]["label"], "checkpoints": run["paths"],
                       "per_seed": fig["per_seed"][m], **fig[m]}
         out.update({k: fig[k] for k in ("diff_over_seeds", "diff_over_goals")})
+        out["live_success"] = live
         atomic_write_text(args.json, dumps_json(out, indent=1))
     return 0
 

@@ -110,3 +110,30 @@ def report(fig: dict, label_a: str, label_b: str, what: str) -> list[str]:
     lines.append(f"A - B over goals (each goal's success averaged over seeds, paired by goal, 95% "
                  f"bootstrap): {d['mean']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}], n = {d['n']}")
     return lines
+
+
+def compare_live(a: Mapping[int, float], b: Mapping[int, float], seeds) -> dict:
+    """The authors' live success rate (after the last update) of A and B on ``seeds``: per seed,
+    the mean over seeds, and A − B over seeds paired by seed (``None`` with one seed)."""
+    from icml26_shared.eval import paired_interval
+
+    la = np.array([a[s] for s in seeds], float)
+    lb = np.array([b[s] for s in seeds], float)
+    ci = paired_interval(la, lb) if len(seeds) >= 2 else None
+    return {"per_seed": {"a": la.tolist(), "b": lb.tolist()},
+            "a": _spread(la), "b": _spread(lb),
+            "diff_over_seeds": None if ci is None else
+            {"mean": ci.mean, "low": ci.low, "high": ci.high, "n": ci.n}}
+
+
+def report_live(live: dict) -> list[str]:
+    """The lines ``compare`` adds for ``compare_live``' figures."""
+    a, b = live["per_seed"]["a"], live["per_seed"]["b"]
+    d = live["diff_over_seeds"]
+    return [
+        "live success (the authors' training metric: first tries of the commanded goals, counts "
+        "decayed by 0.999 per update, mean over all goals), after the last update:",
+        "  per seed A " + " ".join(f"{x:.4f}" for x in a) + ", B " + " ".join(f"{x:.4f}" for x in b),
+        f"  mean A {live['a']['mean']:.4f}, B {live['b']['mean']:.4f}; A - B over seeds: "
+        + ("needs at least 2 seeds" if d is None else
+           f"{d['mean']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}], n = {d['n']}")]

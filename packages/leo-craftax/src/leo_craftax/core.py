@@ -198,3 +198,29 @@ def sample_goals(rng, seen, n, only_seen=True):
     k = seen.shape[0]
     weights = jnp.where(only_seen & jnp.any(seen), seen.astype(jnp.float32), 1.0)
     return jax.random.categorical(rng, jnp.log(weights)[None, :].repeat(n, 0), axis=-1) % k
+
+
+# --- the authors' live success rate ---------------------------------------------------------------
+
+LIVE_SUCCESS_DECAY = 0.999  # [C] --live_success_rate_decay (leo.py, pqn.py, ppo.py, dual_leo_*.py)
+
+
+def live_step(goal, hit, done, completed, num_goals: int):
+    """One acting step's first-try outcomes [C: the success / failure counters of leo.py]:
+    ``goal [E]`` the commanded goals, ``hit [E]`` whether each was achieved at this step,
+    ``done [E]`` episode ends, ``completed [E]`` the goals completed so far in each episode.
+    Only an episode's first commanded goal counts (``completed == 0``): a success where it is
+    achieved, a failure where the episode ends first (both on a step that does both, as the
+    authors count it). Returns ``(successes [K], failures [K], completed [E] after the step)``."""
+    first = completed == 0
+    onehot = jax.nn.one_hot(goal, num_goals)
+    succ = (onehot * (hit & first)[:, None]).sum(0)
+    fail = (onehot * (done & first)[:, None]).sum(0)
+    return succ, fail, jnp.where(done, 0, completed + hit.astype(completed.dtype))
+
+
+def live_rate(successes, failures):
+    """The live success rate averaged over all goals [C: ``live_success_rates_aggregate/all``]:
+    each goal's decayed first-try successes / (successes + failures + 1e-7), a goal never tried
+    counting 0, then the mean over every goal."""
+    return jnp.mean(successes / (successes + failures + 1e-7))

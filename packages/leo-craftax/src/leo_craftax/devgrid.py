@@ -1,10 +1,14 @@
 """Each gridworld method's lr, minibatch and input normalisation chosen on a dev map.
 
-The grid holds our CPU value and each method's authors' value [C: leo.py / pqn.py / the README's
-PQN + HER command], one setting changed at a time from ours (lr 3e-3, minibatch 256, BatchRenorm
-on): lr the authors' (2e-4; PQN + HER 1e-4), minibatch 512 (leo.py's; PQN's is 256, PQN + HER's
-2048 does not divide its 1024 x 3 rows), BatchRenorm off (4 points per method: what a 2-core
-machine shared by eight runs affords; the full 2 x 2 x 2 product is ``grid(algo, full=True)``).
+The grid holds our CPU value and each method's authors' value, one setting changed at a time
+from ours (lr 3e-3, minibatch 256, BatchRenorm on the input). The authors' values [C]: lr 2e-4
+(``leo.py``, ``pqn.py``, ``dual_leo_pqn.py``; their gridworld sweep ``sweeps/gridworld/
+leo_gridworld.yaml`` keeps ``leo.py``'s), 1e-4 (PQN + HER, the README command); minibatch 512
+(``leo.py``, ``dual_leo_pqn.py``), 256 (``pqn.py``: ours), 2048 (PQN + HER's README command: it
+does not divide the 1024 x 3 rows of a quick update, so not in the grid); BatchRenorm on the
+input (every script's ``norm_input`` default: ours; their hidden layers' LayerNorm is
+``norm_type``, not this knob). Points: ours, the authors' lr, minibatch 512, BatchRenorm off (the
+full 2 x 2 x 2 product is ``grid(algo, full=True)``).
 Every point trains ``quick``'s budget on the dev map
 (``DEV_MAP_SEED``: another wall layout of the same 10x10 size; ``quick`` runs on map 0) with
 the dev seeds, and the point with the highest final success over all goals is kept
@@ -57,11 +61,13 @@ def _done(out_csv: str | None) -> list[dict]:
 
 
 def run(methods=GRID_METHODS, seeds=(100, 101), out_csv: str | None = None,
-        log=print) -> list[dict]:
+        log=print, budget: int = 1, points: tuple[int, ...] | None = None) -> list[dict]:
     """Train every grid point of ``methods`` on the dev map, point by point across the methods
     (every method's first point, then every method's second, ...), skipping the points an
     interrupted run left in ``out_csv``; one row per (method, point, seed, evaluation point):
-    ``steps``, ``success`` (mean over goals), ``cpu_s`` of the point."""
+    ``steps``, ``success`` (mean over goals), ``cpu_s`` of the point. ``budget``: multiples of
+    quick's env steps (and of its evaluation points, so the curve keeps quick's spacing);
+    ``points``: indices into ``grid(algo)`` to train (default all)."""
     from .config import gridworld_cpu
     from .experiments import SETTINGS
     from .train import train_seeds
@@ -69,17 +75,18 @@ def run(methods=GRID_METHODS, seeds=(100, 101), out_csv: str | None = None,
     s = SETTINGS["quick"]
     rows = _done(out_csv)
     done = {(r["method"], r["lr"], r["minibatch_size"], r["norm"]) for r in rows}
-    todo = [(algo, p) for i in range(len(grid(methods[0]))) for algo in methods
-            for p in grid(algo)[i:i + 1]]
+    idx = range(len(grid(methods[0]))) if points is None else points
+    todo = [(algo, p) for i in idx for algo in methods for p in grid(algo)[i:i + 1]]
     for algo, point in todo:
         if (algo, point["lr"], point["minibatch_size"], point["norm"]) in done:
             continue
         cfg = gridworld_cpu(algo, env_size=s["size"], env_map_seed=DEV_MAP_SEED,
-                            total_timesteps=s["steps"], num_evals=s["evals"], **point)
+                            total_timesteps=s["steps"] * budget, num_evals=s["evals"] * budget,
+                            **point)
         c0 = time.process_time()
         success = np.asarray(train_seeds(cfg, list(seeds))["success"]).mean(-1)  # [S, P]
         cpu = time.process_time() - c0
-        steps = np.linspace(0, cfg.num_updates * cfg.num_envs * cfg.num_steps, s["evals"] + 1)
+        steps = np.linspace(0, cfg.num_updates * cfg.num_envs * cfg.num_steps, cfg.num_evals + 1)
         for i, seed in enumerate(seeds):
             for st, v in zip(steps, success[i], strict=True):
                 rows.append({"method": algo, **point, "seed": seed, "steps": int(st),
@@ -114,7 +121,11 @@ if __name__ == "__main__":
     ap.add_argument("out_csv")
     ap.add_argument("--methods", default=",".join(GRID_METHODS))
     ap.add_argument("--seeds", type=int, default=2)
+    ap.add_argument("--budget", type=int, default=1, help="multiples of quick's env steps")
+    ap.add_argument("--points", default=None, help="grid point indices, e.g. 0,2 (default all)")
     a = ap.parse_args()
-    got = run(a.methods.split(","), tuple(100 + i for i in range(a.seeds)), a.out_csv)
+    got = run(a.methods.split(","), tuple(100 + i for i in range(a.seeds)), a.out_csv,
+              budget=a.budget, points=None if a.points is None else
+              tuple(int(i) for i in a.points.split(",")))
     for algo, p in sorted(choose(got).items()):
         print(algo, p)

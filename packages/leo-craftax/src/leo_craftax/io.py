@@ -139,10 +139,25 @@ def result_record(path: str | Path, seed: int | None = None) -> dict:
     got = _final_success(path, meta)
     i = 0 if seed is None else seeds.index(seed)
     cfg = TrainConfig.from_dict(meta["config"]).to_dict()
+    live = _live_curves(meta)
     return {"algo": cfg["algo"], "seed": seeds[i], "config": cfg,
             "goal_names": list(meta["goal_names"]), "success_per_goal": got[i].tolist(),
+            **({} if live is None else {"live_success": float(live[i, -1]),
+                                        "live_success_curve": live[i].tolist()}),
             "timings": meta.get("extra", {}).get("timings"),
             "code": f"exported by leo-craftax {__version__}"}
+
+
+def _live_curves(meta: dict) -> np.ndarray | None:
+    """The live success rate after every update ``[seeds, updates]`` a checkpoint stores (0.4.3
+    on), or ``None``."""
+    try:
+        live = np.asarray(meta.get("extra", {}).get("live_success"), dtype=float)
+    except (TypeError, ValueError):
+        return None
+    if live.ndim != 2 or live.shape[0] != len(meta["seeds"]) or live.shape[1] == 0:
+        return None
+    return live
 
 
 def _final_success(path: Path, meta: dict) -> np.ndarray:
@@ -168,23 +183,30 @@ def _read_result(path: Path) -> dict:
         cfg = TrainConfig.from_dict(rec["config"]).to_dict()
         if success.shape != (len(names),) or not np.all(np.isfinite(success)):
             raise ValueError
+        live = rec.get("live_success_curve")
+        if live is not None:
+            live = np.asarray(live, dtype=float)
+            if live.ndim != 1 or live.size == 0 or not np.all((live >= 0) & (live <= 1)):
+                raise ValueError
     except Exception:  # noqa: BLE001 - any decoding failure is the user's file
         raise UserError(f"{path} is not a leo-craftax result file (write one with "
                         f"`leo-craftax export`)") from None
     return {"config": cfg, "goal_names": names, "seeds": [int(rec["seed"])],
-            "extra": {"success": [success.tolist()]}}
+            "extra": {"success": [success.tolist()],
+                      **({} if live is None else {"live_success": [live.tolist()]})}}
 
 
 def load_runs(paths: Sequence[str | Path]) -> dict:
     """One method's runs for ``compare``: the checkpoints in ``paths`` (single-seed files of
     several runs, a stacked multi-seed file, or both) read and verified, or result files written
     by ``leo-craftax export`` (``*.json``), their final per-goal success merged by seed.
-    ``{"config", "describe", "goal_names", "success": {seed: [K]}, "paths"}``; ``UserError`` when
+    ``{"config", "describe", "goal_names", "success": {seed: [K]}, "paths", "live_success":
+    {seed: float} or None}``; ``UserError`` when
     a file is missing, altered or holds no success, when the files were trained with different
     configs (other than the seed) or goals, or repeat a seed."""
     from .compare import describe
 
-    first, success = None, {}
+    first, success, live = None, {}, {}
     for path in map(Path, paths):
         if not path.is_file():
             raise UserError(f"checkpoint {path} does not exist")
@@ -201,10 +223,15 @@ def load_runs(paths: Sequence[str | Path]) -> dict:
             if seed in success:
                 raise UserError(f"seed {seed} appears twice among {', '.join(map(str, paths))}")
             success[int(seed)] = row
+        curves = _live_curves(meta)
+        for i, seed in enumerate(meta["seeds"]):
+            live[int(seed)] = None if curves is None else float(curves[i, -1])
     if first is None:
         raise UserError("no checkpoints given")
     return {"config": first["config"], "describe": describe(first["config"]),
-            "goal_names": first["goal_names"], "success": success, "paths": [str(p) for p in paths]}
+            "goal_names": first["goal_names"], "success": success, "paths": [str(p) for p in paths],
+            # the authors' live success after the last update, per seed (None: a run before 0.4.3)
+            "live_success": live if all(v is not None for v in live.values()) else None}
 
 
 def check_head(params: Any, num_goals: int, num_actions: int) -> None:

@@ -7,6 +7,10 @@ episode ends [C]); ``prepare`` the targets once; ``num_epochs`` passes of shuffl
 (RAdam, global-norm clipping, linearly annealed learning rate [C]). Success over all goals is
 evaluated before training and after each of ``num_evals`` equal segments: ``test_repeats``
 episodes per goal at the last point, ``cfg.eval_chunk`` (``interim_repeats`` [R]) at the others.
+Every update also logs the authors' live success rate (``metrics["live_success"]`` [C]: the
+first-try success of the goals commanded during training, counts decayed by 0.999 per update,
+averaged over all goals; ``core.live_step``): the value after the update's own episodes, which
+the authors' scripts log at the start of the next update.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from icml26_shared import UserError
 
 from .algos import AlgoSpec, build_algo
 from .config import TrainConfig
-from .core import epsilon, sample_goals
+from .core import LIVE_SUCCESS_DECAY, epsilon, live_rate, live_step, sample_goals
 from .envs import make_env, optimistic_reset_step
 
 # Compile options for smoke runs and tests: LLVM's optimisation off and XLA:CPU's LLVM-IR fusion
@@ -168,11 +172,11 @@ def train_parts(cfg: TrainConfig, env: Any = None, mesh: Any = None) -> TrainPar
     def collect(carry):
         """Roll out ``num_steps`` x ``num_envs`` transitions with the acting parameters and
         ``prepare`` their targets: ``(carry after the rollout, batch [T·E, ...], epoch key)``."""
-        params, opt_state, obs, env_state, goal, seen, n_upd, rng = carry
+        params, opt_state, obs, env_state, goal, seen, n_upd, rng, live = carry
         eps = epsilon(n_upd, u, cfg.eps_start, cfg.eps_finish, cfg.eps_decay)
 
         def step(c, _):
-            obs, env_state, goal, seen, rng = c
+            obs, env_state, goal, seen, rng, (completed, succ, fail) = c
             rng, r_act, r_env, r_goal = jax.random.split(rng, 4)
             action, extras = spec.policy(r_act, params, obs, goal, eps)
             nxt, obs_act, env_state, done = env_step(r_env, env_state, action)
@@ -184,16 +188,20 @@ def train_parts(cfg: TrainConfig, env: Any = None, mesh: Any = None) -> TrainPar
                   "goal": goal, **extras}
             if "achieved_s" in spec.needs:
                 tr["achieved_s"] = achieved(obs)
+            s_add, f_add, completed = live_step(goal, hit, done, completed, k)
             goal = jnp.where(done | hit, new_goal, goal)
-            return (shard(obs_act), shard(env_state), shard(goal), seen, rng), tr
+            return (shard(obs_act), shard(env_state), shard(goal), seen, rng,
+                    (shard(completed), succ + s_add, fail + f_add)), tr
 
-        (obs, env_state, goal, seen, rng), traj = jax.lax.scan(
-            step, (obs, env_state, goal, seen, rng), None, t)
+        (obs, env_state, goal, seen, rng, (completed, succ, fail)), traj = jax.lax.scan(
+            step, (obs, env_state, goal, seen, rng, live), None, t)
+        # the authors' live success counters: this update's first tries added, then decayed [C]
+        live = (completed, succ * LIVE_SUCCESS_DECAY, fail * LIVE_SUCCESS_DECAY)
         rng, r_prep, r_epochs = jax.random.split(rng, 3)
         prep = spec.prepare(params, {**traj, "seen": seen}, r_prep)
         data = {**{key: x for key, x in traj.items() if key not in spec.needs}, **prep}
         flat = jax.tree.map(lambda x: x.reshape(t * e, *x.shape[2:]), data)
-        return (params, opt_state, obs, env_state, goal, seen, n_upd, rng), flat, r_epochs
+        return (params, opt_state, obs, env_state, goal, seen, n_upd, rng, live), flat, r_epochs
 
     def learn(params, opt_state, flat, r_epochs):
         """``num_epochs`` passes of shuffled minibatch SGD over one batch (over its T·E·rows
@@ -220,13 +228,14 @@ def train_parts(cfg: TrainConfig, env: Any = None, mesh: Any = None) -> TrainPar
 
     def update(carry, _):
         carry, flat, r_epochs = collect(carry)
-        _, _, obs, env_state, goal, seen, n_upd, rng = carry
+        _, _, obs, env_state, goal, seen, n_upd, rng, live = carry
         params, opt_state, loss, aux = learn(carry[0], carry[1], flat, r_epochs)
         hit_rate = jnp.take_along_axis(flat["achieved"], flat["goal"][..., None], -1).mean()
         eps = epsilon(n_upd, u, cfg.eps_start, cfg.eps_finish, cfg.eps_decay)
         metrics = {"loss": loss.mean(), "eps": eps, "goals_seen": seen.sum(),
-                   "commanded_hit_rate": hit_rate, **jax.tree.map(jnp.mean, aux)}
-        return (params, opt_state, obs, env_state, goal, seen, n_upd + 1, rng), metrics
+                   "commanded_hit_rate": hit_rate, "live_success": live_rate(live[1], live[2]),
+                   **jax.tree.map(jnp.mean, aux)}
+        return (params, opt_state, obs, env_state, goal, seen, n_upd + 1, rng, live), metrics
 
     def init(rng):
         rng, r_init, r_env, r_goal, r_eval = jax.random.split(rng, 5)
@@ -236,7 +245,8 @@ def train_parts(cfg: TrainConfig, env: Any = None, mesh: Any = None) -> TrainPar
         opt_state = tx.init(params["params"])
         seen = achieved(obs).any(0)
         goal = sample_goals(r_goal, seen, e, cfg.only_seen_goals)
-        return (params, opt_state, obs, env_state, goal, seen, jnp.int32(0), rng), r_eval
+        live = (shard(jnp.zeros(e, jnp.int32)), jnp.zeros(k), jnp.zeros(k))  # completed, succ, fail
+        return (params, opt_state, obs, env_state, goal, seen, jnp.int32(0), rng, live), r_eval
 
     def segment(carry):
         return jax.lax.scan(update, carry, None, u // cfg.num_evals)
