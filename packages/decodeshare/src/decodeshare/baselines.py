@@ -48,9 +48,13 @@ def shared(ctx: ControlContext):
 def alpha_control(ctx: ControlContext):
     """alpha-match: |S| directions drawn from the non-shared pool (the non-shared pooled
     directions first, then those beyond rho when there are too few), alpha scaled so that
-    alpha^2 E(Q_ctrl) = E(Q_S) [P]; the draw is seeded [R]."""
+    alpha^2 E(Q_ctrl) = E(Q_S) [P]; the draw is seeded [R]. When fewer than |S| directions lie
+    outside S, all of them are used (the row's ``dim`` shows it) [R]."""
     n_ns, dim = len(ctx.fit.nonshared_idx), len(ctx.fit.shared_idx)
     pool = ctx.fit.pool
+    if pool.shape[1] == 0:
+        raise ValueError("the alpha-matched control needs directions outside S, and S spans every direction")
+    dim = min(dim, pool.shape[1])  # S wider than the rest of the space: every other direction, alpha larger
     rng = np.random.default_rng(ctx.seed)
     if n_ns >= dim:
         cols = np.sort(rng.choice(n_ns, dim, replace=False))
