@@ -37,6 +37,20 @@ def _dim(args) -> int:
     return 128 if args.dim is None else args.dim
 
 
+def _stored_encoder(args, ids, texts):
+    """``(folder, encoder)`` of ``--embeddings`` (``(None, None)`` without it): the folder is read,
+    checked against this corpus, ``--model`` and ``--dim``; a mismatch raises ``UserError``."""
+    if args.embeddings is None:
+        return None, None
+    from .embeddings import StoredEncoder, read_embeddings
+
+    emb = read_embeddings(args.embeddings)
+    emb.check_corpus(ids, texts)
+    enc = StoredEncoder(emb)
+    enc.check(args.model, args.dim)
+    return emb, enc
+
+
 CROSSQ_OPTIONS = ("steps", "lr", "queries_per_step", "candidates")  # CLI flag -> CrossQConfig field
 
 
@@ -58,14 +72,7 @@ def _cmd_index(args) -> int:
         raise UserError(f"{args.out} exists (pass --overwrite to replace it)")
     check_replaceable(args.out)  # --overwrite replaces only a folder a run wrote
     ids, texts = read_corpus(args.corpus, args.id_field, args.text_field)  # before torch is imported
-    emb = enc = None
-    if args.embeddings is not None:
-        from .embeddings import StoredEncoder, read_embeddings
-
-        emb = read_embeddings(args.embeddings)
-        emb.check_corpus(ids, texts)
-        enc = StoredEncoder(emb)
-        enc.check(args.model, args.dim)
+    emb, enc = _stored_encoder(args, ids, texts)
     from .indexer import build_index
 
     if args.codec_model is None:  # fail before loading any model (dim = --dim, see README)
@@ -135,14 +142,7 @@ def _cmd_train(args) -> int:
     if args.queries is not None:
         qids, qtexts = read_corpus(args.queries, args.id_field, args.text_field)
         qrels = read_qrels(args.qrels)
-    emb = senc = None
-    if args.embeddings is not None:
-        from .embeddings import StoredEncoder, read_embeddings
-
-        emb = read_embeddings(args.embeddings)
-        emb.check_corpus(ids, texts)
-        senc = StoredEncoder(emb)
-        senc.check(args.model, args.dim)
+    emb, senc = _stored_encoder(args, ids, texts)
     from .codecs import get_codec
     from .indexer import save_codec_model, stream_training_data
 

@@ -11,7 +11,8 @@ to the full-precision teacher and the share of codes that differ from the greedy
     python -m crossq.tuning --scale quick --budget 4 --out /tmp/crossq-tune
 
 writes ``results.json`` (curves, every run's final dev metrics, the choice per method). Nothing
-here reads the test queries.
+here reads the test queries. ``python -m crossq.tuning --summarize RESULTS...`` prints finished
+sweeps' curves as one table and each method's choice on the grid every method ran.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from icml26_shared import Results
+from icml26_shared import Results, UserError
 from icml26_shared.errors import cli_entry
 from icml26_shared.registry import package_version
 
@@ -155,6 +156,59 @@ def tune(scale: str, budget: int, methods: list[str], steps: list[int], lrs: lis
     return res
 
 
+CURVE_METRICS = ("dev mrr@10", "dev listwise KL", "code flip rate", "train loss")
+
+
+def _runs(results: list[Results]) -> dict[tuple[str, int, float, int], dict[str, dict[float, float]]]:
+    """``{(method, steps, lr, queries per step): {metric: {step: value}}}`` from sweeps' results."""
+    runs: dict = {}
+    for res in results:
+        for c in res.curves:
+            method, *kv = c.method.split()
+            if not kv or not c.experiment.startswith("tuning at"):
+                continue
+            f = dict(x.split("=") for x in kv)
+            key = (method, int(f["steps"]), float(f["lr"]), int(f["qps"]))
+            runs.setdefault(key, {})[c.metric] = dict(zip(c.steps, c.values, strict=True))
+    return runs
+
+
+def _load(path: Path) -> Results:
+    try:
+        return Results.from_json(path)
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        raise UserError(f"{path}: not a readable results.json of `python -m crossq.tuning` ({e})") from None
+
+
+def summarize(results: list[Results]) -> str:
+    """Every run's curves as one markdown table, and each method's dev choice on the grid that
+    every method ran: by the final point and by the best checkpoint (step > 0) of any run."""
+    runs = _runs(results)
+    if not runs:
+        raise UserError("no tuning curves in the given results (files of `python -m crossq.tuning`)")
+    lines = ["| method | steps | lr | q/step | checkpoint | dev MRR@10 | dev listwise KL | code flip rate "
+             "| train loss |", "|---|---|---|---|---|---|---|---|---|"]
+    for key in sorted(runs):
+        r = runs[key]
+        for step in sorted(r["dev mrr@10"]):
+            cells = [f"{r[m].get(step, float('nan')):.4f}" for m in CURVE_METRICS]
+            lines.append(f"| {key[0]} | {key[1]} | {key[2]:g} | {key[3]} | {step:g} | " + " | ".join(cells) + " |")
+    methods = sorted({k[0] for k in runs})
+    grid = set.intersection(*({k[1:] for k in runs if k[0] == m} for m in methods))
+    lines += ["", f"Grid every method ran (steps, lr, queries per step): {sorted(grid)}", "",
+              "| method | start | by final point | by best checkpoint |", "|---|---|---|---|"]
+    for m in methods:
+        mine = {k: runs[k]["dev mrr@10"] for k in runs if k[0] == m and k[1:] in grid}
+        start = next(iter(mine.values()))[0.0]
+        final = max(mine, key=lambda k: mine[k][max(mine[k])])
+        ckpt = max(((k, s) for k in mine for s in mine[k] if s > 0), key=lambda ks: mine[ks[0]][ks[1]])
+        lines.append(f"| {m} | {start:.4f} | {mine[final][max(mine[final])]:.4f} (steps {final[1]}, lr "
+                     f"{final[2]:g}; {mine[final][max(mine[final])] - start:+.4f}) | "
+                     f"{mine[ckpt[0]][ckpt[1]]:.4f} (step {ckpt[1]:g} of {ckpt[0][1]}, lr {ckpt[0][2]:g}; "
+                     f"{mine[ckpt[0]][ckpt[1]] - start:+.4f}) |")
+    return "\n".join(lines)
+
+
 @cli_entry("python -m crossq.tuning")
 def main(argv: list[str] | None = None) -> int:
     from icml26_shared.cli import ArgumentParser, nonneg_int, positive_int
@@ -169,9 +223,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--queries-per-step", nargs="+", type=positive_int, default=[4])
     p.add_argument("--every", type=positive_int, default=250)
     p.add_argument("--seed", type=nonneg_int, default=0)
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--out", type=Path)
+    p.add_argument("--summarize", nargs="+", type=Path, metavar="RESULTS",
+                   help="print the curves and dev choices of finished sweeps' results.json; runs nothing")
 
     args = p.parse_args(argv)
+    if args.summarize:
+        print(summarize([_load(f) for f in args.summarize]))
+        return 0
+    if args.out is None:
+        p.error("--out is required (or --summarize RESULTS...)")
     torch.set_num_threads(1)
     args.out.mkdir(parents=True, exist_ok=True)
     res = tune(args.scale, args.budget, args.methods, args.steps, args.lr, args.queries_per_step,
