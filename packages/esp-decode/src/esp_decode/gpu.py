@@ -198,8 +198,9 @@ def smol_stage(res, seed: int, device: str = "cuda", dtype: str = "bfloat16") ->
         d, t = full_split(r)
         dev[r], test[r] = [chat(p) for p in d], [chat(p) for p in t]
     dev_all = [q for r in REGIMES for q in dev[r]]
-    # on a GPU the all-node layout (masks on every node) is affordable: it joins quick's grid [R]
-    grid = (ESPConfig(), ESPConfig(mask_init="vocab_mean"), *ESP_GRID)
+    # the default (tune's SmolLM2 choice: masks on every node) and the paper's prompt-mean init on the
+    # same layout, then the best-path-only points [R]
+    grid = (ESPConfig(), ESPConfig(mask_init="prompt_mean"), *ESP_GRID)
     esp_cfg, esp_scores = choose_judged(model, dev_all, DEV_TOKENS, eos, grid, "esp", "esp", seed, bf16)
     lade_cfg, lade_scores = choose_judged(model, dev_all, DEV_TOKENS, eos, LADE_GRID, "lade", "lade", seed, bf16)
     res.notes.append(f"full/smollm2: dev ({len(dev_all)} prompts, {DEV_TOKENS} tokens) chose ESP {esp_cfg} "

@@ -61,5 +61,5 @@ DESCRIPTOR = MethodDescriptor(
                 "ESP_DECODE_EAGLE2 names a local EAGLE-1/2 head for Llama-3-8B-Instruct (a bad folder or a "
                 "mismatched head is refused)",
     },
-    quick_minutes=23.0,  # projected for 0.3.2 (not run): 0.2.7 took 3.6 min; now 30 SmolLM2 prompts x 8 arms + anchors, ESP arms at 233 items a call
+    quick_minutes=53.0,  # measured wall on the shared 2-core machine at load 4-10; each process ~19 CPU-min
 )

@@ -33,14 +33,10 @@ from .config import ESPConfig, LADEConfig, PLDConfig
 from .core import mean_accepted_length
 from .decode import _cache_kwarg, generate, new_cache, stack_caches
 
-#: SmolLM2's dev grid [R]: the default tree (4 masks, top-K (8, 4, 2, 2), 48 nodes) with masks on
-#: the root and the tree's best path (``attach="top"``: 1 + 48 + 5 x 4 = 69 items a call), the mask
-#: init chosen on dev. On one CPU core a call costs about its item count, and the all-node layout
-#: (245 items a call) would cost ~3.5x more per call; it runs on the tiny LM and in the GPU check.
-#: ``vocab_mean`` joined the grid in 0.2.3: on 6 other dev prompts it raised ESP's accepted length
-#: 1.193 -> 1.488 and mask 1's top-1 0.068 -> 0.223 (README). 0.2.4 adds a wider first level
-#: (top-16 of mask 1, same 48-node budget, so about the same items a call): only mask 1 predicts usefully
-#: on SmolLM2 (depth-2 top-1 0.05), so the budget may be better spent on its candidates [R].
+#: An in-run dev grid for SmolLM2 [R] (used only when a config sets ``n_dev`` > 0; quick uses tune's
+#: shipped choice instead): masks on the root and the tree's best path (``attach="top"``: about 69
+#: items a call), the mask init and the first level's width chosen on dev. On one CPU core a call
+#: costs about its item count, so the all-node layout (about 245 items a call) is left out here.
 ESP_GRID = (
     ESPConfig(attach="top"),
     ESPConfig(attach="top", mask_init="context_mean"),
