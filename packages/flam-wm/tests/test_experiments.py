@@ -4,6 +4,7 @@ crashing the reproduction, and FLAM's per-entity factorisation is on in every sc
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from flam_wm import experiments as ex
@@ -53,12 +54,12 @@ def test_grid_winner_is_the_first_seeds_run_and_every_coordinate_is_searched(dat
                 lr=chosen[name]["lr"],
                 seed=0,
                 unroll_from=1,
-                **ex._starts(CFG, 3),  # 0.9.4: best-of-2 starts, as the grid ran them
+                **ex._starts(CFG, 3),  # best-of-2 starts and the floor, as the grid ran them
             ),
             video[sl[0]],
         )
-        state, cpu, start = won[name]
-        assert fresh.train_info["starts"] == 2 and start == fresh.train_info["start"] and cpu > 0 and all(
+        state, cpu, info = won[name]
+        assert fresh.train_info["starts"] >= 2 and info == fresh.train_info and cpu > 0 and all(
             torch.equal(torch.from_numpy(state[k]), v) for k, v in fresh.state_dict().items()
         )
 
@@ -149,11 +150,13 @@ def test_each_slots_latent_action_depends_on_that_slot_only():
 
 
 def test_every_model_of_every_scale_trains_with_best_of_2_starts(monkeypatch):
-    """0.9.4 (README, "Dev check of best-of-R starts"): quick's final runs 2 x 200 steps, its dev grid the
-    same share of its 400 steps, full a quarter of 3000; every model the same (the rule is the runner's)."""
-    assert ex._starts(ex.CFG["quick"], 800) == {"starts": 2, "start_steps": 200}
-    assert ex._starts(ex.CFG["quick"], 400) == {"starts": 2, "start_steps": 100}
-    assert ex._starts(ex.CFG["full"], 3000) == {"starts": 2, "start_steps": 750}
+    """Quick's final runs 2 x 200 steps, its dev grid the same share of its 400 steps, full a quarter of 3000,
+    each with the floor and at most 3 candidates; every model the same (the rule is the runner's)."""
+    rule = {"start_floor": ex.START_FLOOR, "start_max": 3}
+    assert ex._starts(ex.CFG["quick"], 800) == {"starts": 2, "start_steps": 200, **rule}
+    assert ex._starts(ex.CFG["quick"], 400) == {"starts": 2, "start_steps": 100, **rule}
+    assert ex._starts(ex.CFG["full"], 3000) == {"starts": 2, "start_steps": 750, **rule}
+    assert ex._starts(ex.CFG["long"], 800) == ex._starts(ex.CFG["quick"], 800)
     assert ex._starts({"steps": 10}, 10) == {}
     seen = []
 
@@ -162,12 +165,12 @@ def test_every_model_of_every_scale_trains_with_best_of_2_starts(monkeypatch):
         raise FloatingPointError("stop here")
 
     monkeypatch.setattr(ex, "train", fake)
-    q = ex.CFG["quick"]
+    q, clips = ex.CFG["quick"], np.zeros((2, 6, 32, 32, 3), np.uint8)
     for name in ("flam", "lam"):
-        ex._grid_run(name, 4, q, {"lr": 3e-3, "beta": 0.01}, torch.zeros(2), (slice(0, 1),) * 3, 0, None)
+        ex._grid_run(name, 4, q, {"lr": 3e-3, "beta": 0.01}, clips, (slice(0, 1),) * 3, 0, None)
         mcfg = ex._model_cfg(name, 4, q["width"], {"lr": 3e-3, "beta": 0.01})
         with pytest.raises(FloatingPointError):
-            ex._one_run(name, 4, 0, mcfg, 3e-3, q, torch.zeros(2), None, (slice(0, 1),) * 3, None, False)
+            ex._one_run(name, 4, 0, mcfg, 3e-3, q, clips, None, (slice(0, 1),) * 3, None, False)
     assert seen == [("flam", 400, 2, 100), ("flam", 800, 2, 200), ("lam", 400, 2, 100), ("lam", 800, 2, 200)]
 
 
@@ -296,6 +299,18 @@ def test_curve_probe_reads_frames_only_and_leaves_the_run_unchanged():
     fdm = b.fdm.forward
     b.fdm.forward = lambda s, act: fdm(s, torch.zeros_like(act))  # an FDM that ignores its latents
     assert latent_use_gap(b, z) == pytest.approx(0.0, abs=1e-7)
-    # the stop rule: 8 points at least, then 4 without a 0.1 dB gain
-    flat = [(50 * (i + 1), None, 10.0 + (i if i < 5 else 4.0), 0.0) for i in range(16)]
-    assert ex._dev_curves(flat, 0)["would_stop_at"] == 450 and ex._dev_curves(flat, 0)["best_at"] == 250
+    # the stop rule: armed from the first point whose relative gap reaches the floor, 8 points at least, then 4
+    # without a 0.1 dB gain
+    used = ex.START_FLOOR
+    flat = [(50 * (i + 1), None, 10.0 + (i if i < 5 else 4.0), 0.0, used) for i in range(16)]
+    got = ex._dev_curves(flat, 0)
+    assert got["would_stop_at"] == 450 and got["best_at"] == 250 and got["armed_at"] == 50
+    assert got["gap_rel"] == [used] * 16
+    # FLAM's dip: the PSNR falls while the latents come into use (gap under the floor), then climbs; the rule
+    # armed at the floor does not stop on the dip, one armed from the start would
+    dip = [(50 * (i + 1), None, 15.0 - 3 * i if i < 4 else 3.0 + 2 * (i - 4), 0.0, 0.0 if i < 6 else used)
+           for i in range(16)]
+    got = ex._dev_curves(dip, 0)
+    assert got["armed_at"] == 350 and got["would_stop_at"] is None and got["best_at"] == 800
+    never = [(st, r, p, g, 0.0) for st, r, p, g, _ in flat]
+    assert ex._dev_curves(never, 0)["armed_at"] is None and ex._dev_curves(never, 0)["would_stop_at"] is None

@@ -1,5 +1,6 @@
-"""0.9.4's best-of-R starts (``TrainConfig.starts``, README "Dev check of best-of-R starts") [R]: R
-initialisations trained ``start_steps`` steps on the same stream, the lowest recent loss continued."""
+"""Best-of-R starts (``TrainConfig.starts``) [R]: R initialisations trained ``start_steps`` steps on the same
+stream, the one whose latents remove the largest share of its one-step error continued; a best start under
+``start_floor`` replaced by one more candidate, up to ``start_max`` (issue 57 item 5)."""
 
 from __future__ import annotations
 
@@ -35,9 +36,9 @@ def _same(a, b) -> bool:
 
 
 def _force(monkeypatch, winner: int, starts: int = 2) -> None:
-    """Candidate ``winner`` scores 0, every other 1 (the score function sees each run's candidates in order)."""
+    """Candidate ``winner`` scores 1, every other 0 (the score function sees each run's candidates in order)."""
     calls = iter(range(1000))
-    monkeypatch.setattr(tr, "start_score", lambda losses: 0.0 if next(calls) % starts == winner else 1.0)
+    monkeypatch.setattr(tr, "start_gap", lambda model, z: 1.0 if next(calls) % starts == winner else 0.0)
 
 
 def _reference_093(cfg: ModelConfig, tc: TrainConfig, video) -> WorldModel:
@@ -92,10 +93,11 @@ def test_the_lower_scoring_candidate_is_the_one_continued(video, monkeypatch):
     assert all(m is seen[1][0][1] for _, m in seen[-1]) and got is seen[1][0][1]   # ... and it is candidate 1
     assert seen[0][0][1] is not seen[1][0][1]
     assert not _same(got, train(_cfg(), TrainConfig(**TC), video))      # another init, another model
-    # unforced: the record's scores are each candidate's mean loss, and the lowest one won
+    # unforced: the record's scores are each candidate's relative latent-use gap, and the highest one won
     monkeypatch.undo()
     free = train(_cfg(), TrainConfig(**TC, starts=3, start_steps=2), video)
-    assert free.train_info["start"] == int(np.argmin(free.train_info["losses"]))
+    assert free.train_info["start"] == int(np.argmax(free.train_info["gaps"]))
+    assert len(set(free.train_info["gaps"])) == 3 and len(free.train_info["losses"]) == 3
 
 
 def test_candidates_differ_only_in_their_init_and_share_the_stream(video, monkeypatch):
@@ -151,7 +153,9 @@ def test_a_stop_while_the_candidates_run_writes_nothing_and_starts_again(video, 
 
 @pytest.mark.parametrize("kw, msg", [(dict(starts=0), "starts must be"), (dict(starts=2), "0 < start_steps"),
                                      (dict(starts=2, start_steps=6), "0 < start_steps"),
-                                     (dict(start_steps=-1), "start_steps must"), (dict(starts=1.5), "starts must")])
+                                     (dict(start_steps=-1), "start_steps must"), (dict(starts=1.5), "starts must"),
+                                     (dict(start_max=-1), "start_max must"), (dict(start_floor=1.0), "start_floor must"),
+                                     (dict(start_floor=float("nan")), "start_floor must")])
 def test_bad_values_are_refused(kw, msg):
     with pytest.raises(ValueError, match=msg):
         TrainConfig(steps=6, **kw)
@@ -222,3 +226,38 @@ def test_the_start_is_chosen_without_labels(tmp_path):
     starts = [tr.checkpoint_start(r / CHECKPOINT) for r in runs]
     assert starts[0] == starts[1] and starts[0]["starts"] == 2
     assert json.loads((runs[0] / "metrics.json").read_text()).keys() == json.loads((runs[1] / "metrics.json").read_text()).keys()
+
+
+def test_the_score_is_the_relative_latent_use_gap_on_the_first_training_clips(video, monkeypatch):
+    from flam_wm.evaluate import latent_use_gap
+
+    seen = []
+    real = tr.start_gap
+
+    def spy(model, z):
+        score, training = real(model, z), model.training   # the training mode is given back
+        seen.append((score, latent_use_gap(model.eval(), z, relative=True), z.shape[0], training))
+        model.train()
+        return seen[-1][0]
+
+    monkeypatch.setattr(tr, "start_gap", spy)
+    got = train(_cfg(), TrainConfig(**TC, starts=2, start_steps=2), video)
+    assert [round(g, 6) for g, *_ in seen] == got.train_info["gaps"]
+    assert all(a == b and n == min(tr.GAP_CLIPS, len(video)) and training for a, b, n, training in seen)
+
+
+@pytest.mark.parametrize("gaps, floor, most, run, pick, met", [
+    ((0.02, 0.05, 0.3, 0.9), 0.1, 4, 3, 2, True),     # under the floor: replaced until one meets it
+    ((0.02, 0.05, 0.06, 0.9), 0.1, 3, 3, 2, False),   # at most start_max candidates; the best of them goes on
+    ((0.5, 0.05, 0.9, 0.9), 0.1, 4, 2, 0, True),      # the floor met by the first R: no replacement
+    ((0.02, 0.05, 0.3, 0.9), 0.1, 0, 2, 1, False),    # start_max 0: no replacement
+])
+def test_a_start_under_the_floor_is_replaced(video, monkeypatch, gaps, floor, most, run, pick, met):
+    calls = iter(gaps)
+    monkeypatch.setattr(tr, "start_gap", lambda model, z: next(calls))
+    seen = set()
+    got = train(_cfg(), TrainConfig(**TC, starts=2, start_steps=2, start_floor=floor, start_max=most), video,
+                on_step=lambda s, m, i: seen.add(i.get("start")))
+    info = got.train_info
+    assert info["starts"] == run and info["start"] == pick and info["met"] is met and info["floor"] == floor
+    assert info["gaps"] == list(gaps[:run]) and seen == set(range(run)) | {None}

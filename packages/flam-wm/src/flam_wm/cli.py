@@ -79,7 +79,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
                            **({} if args.idm_input is None else {"idm_input": args.idm_input}))
         tcfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, seed=args.seed, lr=args.lr,
                            unroll_from=args.unroll_from, starts=args.starts,
-                           start_steps=args.start_steps)
+                           start_steps=args.start_steps, start_floor=args.start_floor, start_max=args.start_max)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     video, _ = read_dataset(args.data, args.size, args.frames)
@@ -89,7 +89,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     config = {"model": mcfg.to_dict(), "train": {"steps": tcfg.steps, "batch_size": tcfg.batch_size,
                                                  "window": tcfg.window, "seed": tcfg.seed, "lr": tcfg.lr,
                                                  "unroll_from": tcfg.unroll_from,
-                                                 "starts": tcfg.starts, "start_steps": tcfg.start_steps},
+                                                 "starts": tcfg.starts, "start_steps": tcfg.start_steps,
+                                                 "start_floor": tcfg.start_floor, "start_max": tcfg.start_max},
               "data": str(Path(args.data).resolve()), "clips": int(video.shape[0])}
     if tok_info is not None:
         config["tokenizer"] = tok_info
@@ -122,7 +123,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         return 0
     metrics = rollout_metrics(model, video, horizon=min(10, video.shape[1] - 1))
     metrics["steps"] = tcfg.steps
-    metrics["start"] = model.train_info  # best-of-R starts (0.9.4): the candidate that continued
+    metrics["start"] = model.train_info  # best-of-R starts: the candidate that continued, every candidate's score
     finish_run(args.out, model, config, metrics)
     h = metrics["horizon"]
     print(f"trained {args.model} for {args.steps} steps -> {args.out}; PSNR 1-step {metrics['psnr_1']:.2f} dB, "
@@ -372,9 +373,15 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--free-bits", type=nonneg_float, default=0.0,
                    help="each slot's KL (nats) is priced only above this floor (free bits; 0 = off; 0.9.1)")
     t.add_argument("--starts", type=positive_int, default=1,
-                   help="best-of-R starts: R initialisations, the lowest recent loss after --start-steps goes on (0.9.4)")
+                   help="best-of-R starts: R initialisations; after --start-steps the one whose latents remove the "
+                        "largest share of its one-step error (frames only) goes on")
     t.add_argument("--start-steps", type=nonneg_int, default=0,
                    help="each best-of-R candidate's steps (0 < S < --steps when --starts > 1)")
+    t.add_argument("--start-floor", type=float, default=0.0,
+                   help="a best start whose latents remove less than this share of its one-step error is replaced "
+                        "by one more candidate, up to --start-max (quick and long: 0.1)")
+    t.add_argument("--start-max", type=nonneg_int, default=0,
+                   help="the most candidates the --start-floor may run (0: --starts, no replacement)")
     t.add_argument("--tokenizer", type=Path, default=None,
                    help="a frozen tokenizer (flam-wm fit-tokenizer); default: the exact 4x4 patch tokenizer")
     t.add_argument("--checkpoint-every", type=positive_int, default=200, help="steps between checkpoints")

@@ -104,8 +104,10 @@ class TrainConfig:
     lr: float = 2e-3             # Adam learning rate [R]
     seed: int = 0
     unroll_from: int = 0         # the one-step loss until this step, then ModelConfig.unroll steps (a warm-up: the latents get used first) [R]
-    starts: int = 1              # best-of-R starts (0.9.4) [R; standard practice, not the paper's]: R initialisations (candidate 0 = seed's, r > 0 = train.start_seed(seed, r)) each trained start_steps steps on the same batches and noise; the one with the lowest mean loss over its last min(50, start_steps) steps continues to steps; 1 = off
-    start_steps: int = 0         # the candidates' steps (0.9.4) [R]; needs 0 < start_steps < steps when starts > 1
+    starts: int = 1              # best-of-R starts [R; standard practice, not the paper's]: R initialisations (candidate 0 = seed's, r > 0 = train.start_seed(seed, r)) each trained start_steps steps on the same batches and noise; the one whose latents remove the largest share of its one-step error (train.start_gap, frames only) continues to steps; 1 = off
+    start_steps: int = 0         # the candidates' steps [R]; needs 0 < start_steps < steps when starts > 1
+    start_floor: float = 0.0     # a best start under this relative latent-use gap is replaced by one more candidate ... [R]
+    start_max: int = 0           # ... while fewer than start_max candidates have run (0 or <= starts: no replacement) [R]
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "window"):
@@ -123,5 +125,10 @@ class TrainConfig:
         if self.starts > 1 and not 0 < self.start_steps < self.steps:
             raise ValueError(f"starts = {self.starts} needs 0 < start_steps < steps ({self.steps}), "
                              f"got start_steps = {self.start_steps}")
+        if not isinstance(self.start_max, int) or isinstance(self.start_max, bool) or self.start_max < 0:
+            raise ValueError(f"start_max must be an integer >= 0, got {self.start_max!r}")
+        if not (isinstance(self.start_floor, (int, float)) and self.start_floor == self.start_floor
+                and -1 <= self.start_floor < 1):
+            raise ValueError(f"start_floor must be a share in [-1, 1), got {self.start_floor!r}")
         if not (self.lr == self.lr and 0 < self.lr < 1):
             raise ValueError(f"lr must be in (0, 1), got {self.lr!r}")

@@ -11,34 +11,38 @@ from scipy.optimize import linear_sum_assignment
 from .core import WorldModel, chance
 
 
-def frame_metrics(pred: np.ndarray, true: np.ndarray) -> dict[str, float]:
-    """Mean PSNR (dB), SSIM and MSE over frames ``[M, H, W, 3]`` in [0, 1] (scikit-image)."""
+def frame_metrics(pred: np.ndarray, true: np.ndarray, ssim: bool = True) -> dict[str, float]:
+    """Mean PSNR (dB), SSIM (NaN with ``ssim=False``) and MSE over frames ``[M, H, W, 3]`` in [0, 1]
+    (scikit-image)."""
     from skimage.metrics import mean_squared_error, peak_signal_noise_ratio, structural_similarity
 
     p, s, m = [], [], []
     for a, b in zip(pred.astype(np.float64), true.astype(np.float64), strict=True):
         mse = mean_squared_error(b, a)
         p.append(100.0 if mse < 1e-10 else peak_signal_noise_ratio(b, a, data_range=1.0))  # capped when exact
-        s.append(structural_similarity(b, a, data_range=1.0, channel_axis=-1, win_size=7))
+        s.append(structural_similarity(b, a, data_range=1.0, channel_axis=-1, win_size=7) if ssim else np.nan)
         m.append(mse)
     return {"psnr": float(np.mean(p)), "ssim": float(np.mean(s)), "mse": float(np.mean(m)), "psnr_each": p}
 
 
 @torch.no_grad()
-def rollout_metrics(model: WorldModel, video: np.ndarray, horizon: int, per_clip: bool = False) -> dict:
+def rollout_metrics(model: WorldModel, video: np.ndarray, horizon: int, per_clip: bool = False,
+                    z: torch.Tensor | None = None, ssim: bool = True) -> dict:
     """PSNR / SSIM / MSE at 1 and ``horizon`` autoregressive steps (latents inferred from the true
     frames, posterior means) beside the copy-previous-frame baseline (frame 0 held); keys
     ``psnr_1, psnr_h, ssim_1, …, copy_1, copy_h`` (copy = PSNR), ``copy_ssim_*`` and ``horizon``;
     with ``per_clip``, ``psnr_clips_*`` / ``copy_clips_*``: each clip's PSNR at that step (their mean is ``psnr_*``), the
-    units of the clustered intervals (issue 57 item 6)."""
+    units of the clustered intervals (issue 57 item 6). ``z``: the clips' tokens when already encoded;
+    ``ssim=False`` skips SSIM (NaN), cheap enough for a learning-curve point."""
     h = min(horizon, video.shape[1] - 1)
-    z = model.tokenize(video[:, :h + 1])
+    z = model.tokenize(video[:, :h + 1]) if z is None else z[:, :h + 1]
     pred = model.detokenize(model.rollout(z)).numpy()
     true = video[:, 1:h + 1].astype(np.float32) / 255.0
     first = np.broadcast_to(video[:, :1].astype(np.float32) / 255.0, true.shape)
     out: dict[str, float] = {"horizon": h}
     for step in sorted({1, h}):
-        m, c = frame_metrics(pred[:, step - 1], true[:, step - 1]), frame_metrics(first[:, step - 1], true[:, step - 1])
+        m = frame_metrics(pred[:, step - 1], true[:, step - 1], ssim)
+        c = frame_metrics(first[:, step - 1], true[:, step - 1], ssim)
         out.update({f"psnr_{step}": m["psnr"], f"ssim_{step}": m["ssim"], f"mse_{step}": m["mse"],
                     f"copy_{step}": c["psnr"], f"copy_ssim_{step}": c["ssim"], f"copy_mse_{step}": c["mse"]})
         if per_clip:
@@ -47,32 +51,24 @@ def rollout_metrics(model: WorldModel, video: np.ndarray, horizon: int, per_clip
 
 
 @torch.no_grad()
-def psnr_at(model: WorldModel, z: torch.Tensor, frames: np.ndarray, horizon: int) -> float:
-    """Mean PSNR (dB) of the ``horizon``-step autoregressive rollout from frame 0 of tokens ``z [N, T, ...]``
-    against ``frames [N, T, H, W, 3]`` uint8 (latents inferred from the true frames, posterior means) --
-    ``rollout_metrics``' ``psnr_h`` without SSIM, cheap enough for a curve point (issue 57 item 6)."""
-    from .core import psnr
-
-    h = min(horizon, z.shape[1] - 1)
-    pred = model.detokenize(model.rollout(z[:, :h + 1]))[:, h - 1]
-    true = torch.from_numpy(frames[:, h].astype(np.float32) / 255.0)
-    return float(psnr(pred, true).mean())
-
-
-@torch.no_grad()
-def latent_use_gap(model: WorldModel, z: torch.Tensor, seed: int = 0) -> float:
+def latent_use_gap(model: WorldModel, z: torch.Tensor, seed: int = 0, relative: bool = False) -> float:
     """Does the FDM use the latents? The one-step prediction error over tokens ``z [B, T, N, C]`` (posterior
     means) with each latent slot's latents shuffled across the clips' transitions (one fixed permutation per
     slot, drawn from ``seed``) minus the error with its own latents: about 0 when the latents are ignored,
-    > 0 when they carry the transition. Reads frames only (issue 57 items 5, 6) [R]."""
+    > 0 when they carry the transition. ``relative``: that difference over the shuffled error (1 - own /
+    shuffled), the share of the error the latents remove, comparable across models and data. Reads frames
+    only (issue 57 items 5, 6) [R]."""
     s = model.slots(z)
     a = model.infer(s)[0]
     b, t, k, d = a.shape
     flat = a.reshape(b * t, k, d)
     g = torch.Generator().manual_seed(seed)
     shuf = torch.stack([flat[torch.randperm(b * t, generator=g), i] for i in range(k)], 1).reshape(a.shape)
-    own = model.unrolled_errors(s, a, z, 1)[0]
-    return float(model.unrolled_errors(s, shuf, z, 1)[0] - own)
+    own = float(model.unrolled_errors(s, a, z, 1)[0])
+    other = float(model.unrolled_errors(s, shuf, z, 1)[0])
+    if relative:
+        return 1.0 - own / other if other > 0 else 0.0
+    return other - own
 
 
 @torch.no_grad()

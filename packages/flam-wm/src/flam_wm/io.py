@@ -192,7 +192,7 @@ def open_run(out: Path, config: dict) -> bool:
             old["model"].setdefault("idm_input", "absolute")  # before 0.12.0: the IDM read absolute positions
         if isinstance(old.get("train"), dict):
             old["train"].setdefault("unroll_from", 0)
-            for k, v in (("starts", 1), ("start_steps", 0)):  # before 0.9.4: one start
+            for k, v in (("starts", 1), ("start_steps", 0), ("start_floor", 0.0), ("start_max", 0)):
                 if k in config.get("train", {}):
                     old["train"].setdefault(k, v)
         _drop_removed(old, out)

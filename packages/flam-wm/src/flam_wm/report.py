@@ -64,6 +64,9 @@ def add_curves(res: Results, recs: list[dict], exp: str, cfg: dict) -> None:
                           seed=r["seed"], direction="higher", budget=r["steps"])
             res.add_curve(exp, r["model"], "latent_use_gap", dc["steps"], dc["gap"], split="train", seed=r["seed"],
                           direction="higher", budget=r["steps"])
+            if dc.get("gap_rel"):
+                res.add_curve(exp, r["model"], "latent_use_gap_rel", dc["steps"], dc["gap_rel"], split="train",
+                              seed=r["seed"], direction="higher", budget=r["steps"])
 
 
 def _col(recs, e, model, key, seeds, **match):
@@ -193,7 +196,7 @@ def notes(cfg: dict, elapsed: float) -> list[str]:
         "Faithful [P]: the loss ||z'-z'_hat||^2 + beta*sum_k KL, per-slot Gaussian latents of size d/K with a "
         "N(0, I) prior, Slot Attention with slots carried over time and causal temporal attention, IDM and FDM "
         "shared across slots, an aggregator rebuilding z_{t+1}, the monolithic baselines (continuous lam, "
-        "VQ lam-vq), the no-temporal-attention ablation (long and full since 0.11.0), pseudo-label BC. Reconstructed [R]: the tokenizer "
+        "VQ lam-vq), the no-temporal-attention ablation (long and full), pseudo-label BC. Reconstructed [R]: the tokenizer "
         "(a small convolutional autoencoder fit once per data set on its training clips and frozen, "
         "instead of a VQ-VAE; tokens standardised per channel), the FDM's cross-slot attention, the "
         "aggregator (0.7: each slot decoded alone at every token around its own position -- spatial broadcast "
@@ -202,11 +205,11 @@ def notes(cfg: dict, elapsed: float) -> list[str]:
         "seeding of the first frame's slots, the reconstruction term on every frame, "
         "one Slot Attention iteration per frame after the first (slots carried), "
         "Slot Attention's keys from the tokens' content only, "
-        "(0.9, when local_sigma > 0) object slots attending within ~sigma tokens of their position, "
-        "(0.9.1, when a model's choice names free_bits; lam's a candidate of its dev grid from 0.9.2) each "
+        "(when local_sigma > 0) object slots attending within ~sigma tokens of their position, "
+        "(when a model's choice names free_bits; lam's a candidate of its dev grid) each "
         "slot's KL priced only above a floor (free bits), "
         "the multi-step (unrolled) FDM loss after a one-step warm-up, "
-        "(0.12.0, idm_input='delta', chosen on dev) the IDM reading each slot's features and position change, "
+        "(idm_input='delta', chosen on dev) the IDM reading each slot's features and position change, "
         "never its absolute position (the FDM keeps it), "
         "SpriteWorld, the correspondence score, the BC policy (keypoint MLP) and the reach-target task.",
         "Splits: 70/15/15 clips train/dev/test per data set. Chosen on dev (first seed, E = max): lr from "
@@ -223,10 +226,11 @@ def notes(cfg: dict, elapsed: float) -> list[str]:
         "intervals over test clips (PSNR, matched correspondence) or episodes (BC) nested in seeds "
         "(paired_interval_clustered); curves per model and seed in results.json: training loss, dev "
         "10-step PSNR and the latent-use gap on 32 training clips (error with each slot's latents shuffled "
-        "across transitions minus with its own), every 50 steps; the preset stop rule (the core's "
-        "EarlyStopping on dev PSNR-10: at least 8 points, patience 4, 0.1 dB) is reported per run "
-        "(runs.csv would_stop_at), not applied: the step budgets stay fixed."
-        + (f" FLAM (0.9): {cfg['flam_choice']} and Slot Attention's locality sigma {cfg.get('local_sigma', 0)} "
+        "across transitions minus with its own; also over the shuffled error, the relative gap), every 50 steps; "
+        "the preset stop rule (the core's EarlyStopping on dev PSNR-10: at least 8 points, patience 4, 0.1 dB, "
+        "armed from the first point whose relative gap reaches the start floor) is reported per run "
+        "(runs.csv stop_armed_at, would_stop_at), not applied: the step budgets stay fixed."
+        + (f" FLAM: {cfg['flam_choice']} and Slot Attention's locality sigma {cfg.get('local_sigma', 0)} "
            "token(s), chosen beforehand on dev by the binding check (dev seeds 10-12, mask ARI and "
            "correspondence on dev clips; README); the grid above searches the monolithic model only."
            if "flam_choice" in cfg else ""),
@@ -239,10 +243,12 @@ def notes(cfg: dict, elapsed: float) -> list[str]:
         f"{cfg['bc_steps']} steps, {cfg['episodes']} reach-target episodes per policy; one torch thread; "
         f"tokenizer {cfg['tok']['grid']}x{cfg['tok']['grid']}x{cfg['tok']['channels']}, {cfg['tok']['steps']} "
         f"steps per data set. Models compared: {', '.join((*cfg['models'], *cfg.get('arms', ())))}. "
-        + (f"Every model, the dev grid's runs too, is the best of {cfg['starts']} starts (0.9.4, [R]): "
+        + (f"Every model, the dev grid's runs too, is the best of {cfg['starts']} or more starts ([R]): "
            f"{cfg['starts']} inits trained {cfg['start_steps']} steps (the grid: the same share) on the same "
-           "batches, the lowest mean training loss over the last 50 of them continued (runs.csv: start); "
-           "adopted on dev seeds 10-32 (README). " if cfg.get("starts", 1) > 1 else "")
+           "batches, ranked by the relative latent-use gap on 32 training clips (frames only); while the best is "
+           f"under {cfg.get('start_floor', 0.0)} one more init is drawn, at most {cfg.get('start_max', 0)} in all "
+           "(runs.csv: start, start_gaps, starts_run, start_met; candidates' steps count in train_cpu_s). "
+           if cfg.get("starts", 1) > 1 else "")
         + f"Wall time {elapsed:.0f} s (the 2-core "
         f"machine may be shared; train_cpu_s in runs.csv is each run's CPU time; {cfg.get('workers', 1)} worker "
         "process(es) train the independent runs side by side, one torch thread each).",

@@ -35,11 +35,12 @@ class Interrupted(Exception):
         self.step, self.signum, self.saved = step, signum, saved
 
 
-START_SEED_STRIDE = 1_000_003  # candidate r > 0 of a best-of-R start initialises from seed + r * this (0.9.4) [R]
+START_SEED_STRIDE = 1_000_003  # candidate r > 0 of a best-of-R start initialises from seed + r * this [R]
+GAP_CLIPS = 32  # the start rule's clips: the first 32 training clips, one training window each
 
 
 def start_seed(seed: int, r: int) -> int:
-    """The ``torch.manual_seed`` of candidate ``r`` of a best-of-R start (``TrainConfig.starts``, 0.9.4):
+    """The ``torch.manual_seed`` of candidate ``r`` of a best-of-R start (``TrainConfig.starts``):
     candidate 0 is the run's own seed (exactly the init of a run without starts); r > 0 adds r times a
     large odd stride, so no candidate shares its init with another seed's run (seeds are small) [R]."""
     return seed if r == 0 else seed + r * START_SEED_STRIDE
@@ -116,10 +117,19 @@ class _StopFlag:
             signal.signal(s, h)
 
 
-def start_score(losses: list[float]) -> float:
-    """A best-of-R candidate's score (lower wins): its mean training loss (the full objective) over its
-    last min(50, start_steps) steps (0.9.4) [R]."""
-    return float(np.mean(losses[-50:]))
+def start_gap(model: WorldModel, z: torch.Tensor) -> float:
+    """A best-of-R candidate's score (higher wins; issue 57 item 5) [R]: its relative latent-use gap on the
+    start rule's clips ``z`` (``evaluate.latent_use_gap(relative=True)``: the share of the one-step
+    prediction error that each slot's own latents remove against latents shuffled across transitions).
+    Reads frames only: no action label can change the choice."""
+    from .evaluate import latent_use_gap
+
+    was = model.training
+    model.eval()
+    try:
+        return latent_use_gap(model, z, relative=True)
+    finally:
+        model.train(was)
 
 
 def _build(model_cfg: ModelConfig, train_cfg: TrainConfig, tokenizer, init_seed: int):
@@ -146,16 +156,19 @@ def train(model_cfg: ModelConfig, train_cfg: TrainConfig, video: np.ndarray, *,
     ``tokenizer``: the fitted frozen ``ConvTokenizer`` a ``tokenizer="conv"`` config needs (its
     weights are copied into the model, never trained).
 
-    Best-of-R starts (``train_cfg.starts`` = R > 1, 0.9.4) [R]: unless a checkpoint is resumed, R models
-    that differ only in their initialisation (candidate r under ``start_seed(seed, r)``; candidate 0 is
-    the init of a run without starts) each take ``start_steps`` steps on the same batches and noise
-    (the sampler's and the noise generator's states restored before each); the candidate with the
-    lowest mean training loss over its last min(50, start_steps) steps (averaged over the processes,
-    the choice broadcast from process 0) continues, model and optimiser, to ``steps``, the streams going
-    on from where the candidates left them. So when candidate 0 wins the result is bit-identical to a
-    run without starts. No checkpoint is written while the candidates run (one is written at the
-    choice); ``on_step`` sees every candidate's steps, its ``info["start"]`` saying which. The choice
-    is ``model.train_info`` (``{"start": r, "starts": R, "losses": [...]}``) and in the checkpoint.
+    Best-of-R starts (``train_cfg.starts`` = R > 1) [R]: unless a checkpoint is resumed, R models that
+    differ only in their initialisation (candidate r under ``start_seed(seed, r)``; candidate 0 is the init
+    of a run without starts) each take ``start_steps`` steps on the same batches and noise (the sampler's
+    and the noise generator's states restored before each). Each is scored by ``start_gap`` on the first
+    ``GAP_CLIPS`` training clips (frames only). While the best score is under ``start_floor`` and fewer than
+    ``start_max`` candidates have run, one more candidate is drawn (a start whose latents are unused is
+    replaced). The best-scoring candidate (scores averaged over the processes, the choice broadcast from
+    process 0) continues, model and optimiser, to ``steps``, the streams going on from where the candidates
+    left them; so when candidate 0 wins the result is bit-identical to a run without starts. No checkpoint is
+    written while the candidates run (one is written at the choice); ``on_step`` sees every candidate's
+    steps, its ``info["start"]`` saying which. The choice is ``model.train_info`` (``{"start": r, "starts":
+    candidates run, "gaps": [...], "losses": [each candidate's mean loss over its last 50 steps], "floor":
+    start_floor, "met": best gap >= floor}``) and in the checkpoint.
     """
     model, opt = _build(model_cfg, train_cfg, tokenizer, train_cfg.seed)
     gen = torch.Generator().manual_seed(train_cfg.seed + 1)
@@ -230,8 +243,9 @@ def train(model_cfg: ModelConfig, train_cfg: TrainConfig, video: np.ndarray, *,
     step = start
     with _StopFlag() as stop:
         if train_cfg.starts > 1 and start == 0:
+            z_gap = z_all[:GAP_CLIPS, :w]
             model, opt, net, step, record = _choose_start(model, opt, model_cfg, train_cfg, tokenizer, rng, gen,
-                                                          prepare, run, stop, accelerator)
+                                                          prepare, run, stop, accelerator, z_gap)
             if ckpt is not None and main:  # the choice is kept: a resumed run continues the winner
                 save_checkpoint(ckpt, model, _unwrap_opt(opt), step, rng, gen, record)
         else:
@@ -242,43 +256,56 @@ def train(model_cfg: ModelConfig, train_cfg: TrainConfig, video: np.ndarray, *,
     return model.cpu()
 
 
-def _choose_start(model0, opt0, model_cfg, train_cfg, tokenizer, rng, gen, prepare, run, stop, accelerator):
+def _choose_start(model0, opt0, model_cfg, train_cfg, tokenizer, rng, gen, prepare, run, stop, accelerator,
+                  z_gap):
     """Best-of-R starts (see ``train``): (winner model, its optimiser, its prepared net, step, record)."""
-    r_all, s = train_cfg.starts, train_cfg.start_steps
+    s, floor = train_cfg.start_steps, train_cfg.start_floor
+    most = max(train_cfg.starts, train_cfg.start_max)
     rng0, gen0 = rng.bit_generator.state, gen.get_state()
-    cands, scores, end, err = [], [], None, None
-    for r in range(r_all):
+    cands, gaps, losses_kept, end, err = [], [], [], None, None
+
+    def score_all() -> torch.Tensor:
+        score = torch.tensor(gaps, dtype=torch.float64)
+        if accelerator is not None and accelerator.num_processes > 1:  # every process picks the same candidate
+            score = accelerator.reduce(score.to(accelerator.device), reduction="mean").cpu()
+        return score
+
+    r = 0
+    while r < train_cfg.starts or (r < most and float(score_all().max()) < floor):
         model, opt = (model0, opt0) if r == 0 else _build(model_cfg, train_cfg, tokenizer, start_seed(train_cfg.seed, r))
         model.train()
         net, opt = prepare(model, opt)
         rng.bit_generator.state = rng0  # every candidate sees the same batches and noise
         gen.set_state(gen0)
         losses: list[float] = []
+        r += 1
         try:
-            run(net, model, opt, 0, s, stop, losses, {"start": r})
+            run(net, model, opt, 0, s, stop, losses, {"start": r - 1})
         except FloatingPointError as exc:  # a candidate that diverges loses
             cands.append(None)
-            scores.append(float("inf"))
+            gaps.append(float("-inf"))
+            losses_kept.append(float("nan"))
             err = exc
             continue
         cands.append((model, opt, net))
-        scores.append(start_score(losses))
+        gaps.append(start_gap(model, z_gap))
+        losses_kept.append(float(np.mean(losses[-50:])))
         end = (rng.bit_generator.state, gen.get_state())
-    score = torch.tensor(scores, dtype=torch.float64)
-    if accelerator is not None and accelerator.num_processes > 1:  # every process picks the same candidate
+    score = score_all()
+    if accelerator is not None and accelerator.num_processes > 1:
         from accelerate.utils import broadcast
 
-        score = accelerator.reduce(score.to(accelerator.device), reduction="mean").cpu()
-        pick = torch.tensor([int(torch.argmin(score))], device=accelerator.device)
+        pick = torch.tensor([int(torch.argmax(score))], device=accelerator.device)
         best = int(broadcast(pick, from_process=0).item())
     else:
-        best = int(torch.argmin(score))
+        best = int(torch.argmax(score))
     if end is None or cands[best] is None:
         raise err if err is not None else FloatingPointError("every best-of-R candidate diverged")
     rng.bit_generator.state = end[0]  # the streams go on from where the candidates left them
     gen.set_state(end[1])
     model, opt, net = cands[best]
-    record = {"start": best, "starts": r_all, "losses": [round(float(x), 6) for x in score]}
+    record = {"start": best, "starts": len(cands), "gaps": [round(float(x), 6) for x in score],
+              "losses": [round(x, 6) for x in losses_kept], "floor": floor, "met": bool(score[best] >= floor)}
     return model, opt, net, s, record
 
 
