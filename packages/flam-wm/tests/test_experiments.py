@@ -220,10 +220,10 @@ def test_long_is_wired_runs_its_own_config_and_never_full(tmp_path, monkeypatch)
     gap = next(c for c in res.claims if c.claim_id == "gap_grows")
     assert "no E = 1" not in gap.note
     assert any(c.method == "flam" and c.split == "train" for c in res.curves)
-    # item 6: dev PSNR-h and latent-use-gap curves per model and seed, where the stop rule would stop
+    # item 6: dev PSNR-h and latent-use-gap curves per model and seed, the weights the checkpoint rule scored
     assert {(c.metric, c.split) for c in res.curves if c.method == "flam"} >= {
         ("psnr_3", "dev"), ("latent_use_gap", "train"), ("train_pred_loss", "train")}
-    assert all("would_stop_at" in r for r in runs if r["model"] == "flam")
+    assert all("weights_at" in r and "rule_armed_at" in r for r in runs if r["model"] == "flam")
     # a package scale that does not exist is one line
     with pytest.raises(UserError):
         ex.reproduce("huge", tmp_path)
@@ -299,18 +299,37 @@ def test_curve_probe_reads_frames_only_and_leaves_the_run_unchanged():
     fdm = b.fdm.forward
     b.fdm.forward = lambda s, act: fdm(s, torch.zeros_like(act))  # an FDM that ignores its latents
     assert latent_use_gap(b, z) == pytest.approx(0.0, abs=1e-7)
-    # the stop rule: armed from the first point whose relative gap reaches the floor, 8 points at least, then 4
-    # without a 0.1 dB gain
+    # the checkpoint rule: the best dev PSNR among the points from the first whose relative gap reaches the floor
     used = ex.START_FLOOR
     flat = [(50 * (i + 1), None, 10.0 + (i if i < 5 else 4.0), 0.0, used) for i in range(16)]
     got = ex._dev_curves(flat, 0)
-    assert got["would_stop_at"] == 450 and got["best_at"] == 250 and got["armed_at"] == 50
-    assert got["gap_rel"] == [used] * 16
-    # FLAM's dip: the PSNR falls while the latents come into use (gap under the floor), then climbs; the rule
-    # armed at the floor does not stop on the dip, one armed from the start would
-    dip = [(50 * (i + 1), None, 15.0 - 3 * i if i < 4 else 3.0 + 2 * (i - 4), 0.0, 0.0 if i < 6 else used)
+    assert got["best_at"] == 250 and got["armed_at"] == 50 and got["gap_rel"] == [used] * 16
+    # FLAM's dip: the PSNR falls while the latents come into use, then climbs, never back to the copy-like start;
+    # the rule armed at the floor scores the end, one armed from the first point would score the copy-like start
+    dip = [(50 * (i + 1), None, 16.0 - 3 * i if i < 4 else 1.0 + (i - 4), 0.0, 0.0 if i < 6 else used)
            for i in range(16)]
     got = ex._dev_curves(dip, 0)
-    assert got["armed_at"] == 350 and got["would_stop_at"] is None and got["best_at"] == 800
-    never = [(st, r, p, g, 0.0) for st, r, p, g, _ in flat]
-    assert ex._dev_curves(never, 0)["armed_at"] is None and ex._dev_curves(never, 0)["would_stop_at"] is None
+    assert got["armed_at"] == 350 and got["best_at"] == 800
+    never = [(st, r, p, g, 0.0) for st, r, p, g, _ in dip]   # never armed: the best of every point
+    assert ex._dev_curves(never, 0)["armed_at"] is None and ex._dev_curves(never, 0)["best_at"] == 50
+    # a candidate's points count for the run that continued from it, another candidate's never
+    mixed = [(50, 0, 30.0, 0.0, used), (50, 1, 12.0, 0.0, used), (100, None, 11.0, 0.0, used)]
+    assert ex._dev_curves(mixed, 1)["best_at"] == 50 and ex._dev_curves(mixed, 1)["psnr"] == [12.0, 11.0]
+
+
+def test_the_checkpoint_rule_is_applied_in_the_real_loop(monkeypatch):
+    """Item 6: ``_one_run`` scores the weights at the rule's best point, not the final ones (the PSNR of the final
+    weights kept beside, ``psnr_h_final``)."""
+    from flam_wm.sprites import generate
+
+    cfg = {**ex.CFG["smoke"], "steps": 4, "starts": 1}
+    video, acts = generate(2, 20, 6, seed=4)
+    sl = ex._split(20)
+    real = ex._dev_curves
+    monkeypatch.setattr(ex, "_dev_curves", lambda points, start: {**real(points, start), "best_at": 1})
+    mcfg = ex._model_cfg("flam", 2, cfg["width"], {"lr": 3e-3, "beta": 0.01}, None)
+    rec, _ = ex._one_run("flam", 2, 0, mcfg, 3e-3, cfg, video, acts, sl, None, False)
+    assert rec["weights_at"] == 1 and rec["psnr_h"] != pytest.approx(rec["psnr_h_final"], abs=1e-6)
+    monkeypatch.setattr(ex, "_dev_curves", lambda points, start: {**real(points, start), "best_at": 4})
+    rec, _ = ex._one_run("flam", 2, 0, mcfg, 3e-3, cfg, video, acts, sl, None, False)
+    assert rec["weights_at"] == 4 and rec["psnr_h"] == pytest.approx(rec["psnr_h_final"], abs=1e-6)

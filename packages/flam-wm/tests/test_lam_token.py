@@ -58,3 +58,31 @@ def test_lam_token_is_parameter_matched_to_flam_and_trains():
     model = train(cfg, TrainConfig(steps=60, batch_size=8, window=5, lr=3e-3), video)
     after = model.loss(z, torch.Generator().manual_seed(0))[0].item()
     assert after < 0.5 * before, (before, after)
+
+
+def test_lam_token_idm_reads_each_tokens_change_through_a_query_token():
+    """Its IDM (``token_idm="query-delta"``, the default chosen on dev) reads each token's change z_{t+1} - z_t
+    beside z_t, and the latent comes from the query token's output; "mean" is the IDM of RUNs written before
+    0.13.0 (the tokens' mean over (z_t, z_{t+1}))."""
+    from flam_wm.config import ModelConfig
+
+    torch.manual_seed(0)
+    model = WorldModel(build("lam-token", 2, width=16, latent_dim=6, size=16))
+    assert model.cfg.token_idm == "query-delta" and model.idm.delta and model.idm.query is not None
+    idm, w = model.idm, model.cfg.width
+    s_t, change = torch.randn(2, 3, 16, w), torch.randn(2, 3, 16, w)
+    with torch.no_grad():
+        mu = idm(s_t, s_t + change)[0]
+        assert not torch.allclose(mu, idm(s_t, s_t + 2 * change)[0], atol=1e-4)        # the change is read
+        idm.delta = False                                                             # not the second frame
+        assert not torch.allclose(mu, idm(s_t, s_t + change)[0], atol=1e-4)
+        assert torch.allclose(mu, idm(s_t, change)[0])
+        idm.delta = True
+        idm.query.add_(1.0)
+        assert not torch.allclose(mu, idm(s_t, s_t + change)[0], atol=1e-4)            # through the query token
+    old = WorldModel(ModelConfig(**{**model.cfg.to_dict(), "token_idm": "mean"}))
+    assert old.idm.query is None and not old.idm.delta
+    import pytest
+
+    with pytest.raises(ValueError, match="token_idm"):
+        ModelConfig(model="lam-token", slots=1, token_idm="max")

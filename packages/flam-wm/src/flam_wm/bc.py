@@ -14,11 +14,11 @@ from .sprites import MOVES, identifiable_step, render, step_positions
 
 DECODER_C = (0.1, 1.0, 10.0)
 RESTARTS = 3  # BC policy initialisations, the best fit kept [R]
-MAX_RESTARTS = 10  # 0.9.3: more starts, only while every start so far sits on the keypoint plateau [R]
+MAX_RESTARTS = 10  # more starts, only while every start so far sits on the keypoint plateau [R]
 PLATEAU = 0.8  # a start has left the plateau when its fit cross-entropy is below PLATEAU x the labels' entropy [R]
 
 
-CV_FOLDS = 5  # folds of the labelled transitions that choose the decoder's input and C (0.10.0) [R]
+CV_FOLDS = 5  # folds of the labelled transitions that choose the decoder's input and C [R]
 
 
 def fit_decoder(lat_fit: np.ndarray, act_fit: np.ndarray, grid=DECODER_C, folds: int = CV_FOLDS):
@@ -27,8 +27,7 @@ def fit_decoder(lat_fit: np.ndarray, act_fit: np.ndarray, grid=DECODER_C, folds:
     one factor's alone -- and its C are chosen together by ``folds``-fold cross-validation inside those
     same labelled transitions (scikit-learn; shuffled folds, seed 0; a fold whose training part holds one
     action scores 0 for every candidate; ties keep the earlier candidate: all factors, then the smaller C)
-    [R, 0.8: one slot's d/K values need few labels; 0.10.0: no other label is read -- before, dev's every
-    true action chose them]. Returns ``(predict(latents) -> actions, C, CV accuracy, factor used: -1 = all)``."""
+    [R: one slot's d/K values need few labels; no other label is read]. Returns ``(predict(latents) -> actions, C, CV accuracy, factor used: -1 = all)``."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import KFold, cross_val_score
     from sklearn.pipeline import make_pipeline
@@ -62,7 +61,7 @@ class Policy(nn.Module):
     channel), 1x1 convolutions to a few keypoint maps, a spatial soft-argmax to their (row, col)
     (the visuomotor-policy keypoint layer of Levine et al. 2016), then an MLP to the five actions.
     ``temperature`` scales the keypoint logits before the softmax (Levine et al. learn it) [R: 4,
-    chosen on dev in 0.8 -- at 1 the soft-argmax starts near-uniform over the 64 cells, every
+    chosen on dev -- at 1 the soft-argmax starts near-uniform over the 64 cells, every
     keypoint near the centre, and cloning from noisy labels often never leaves that plateau]."""
 
     def __init__(self, size: int, keypoints: int = 4, hidden: int = 64, temperature: float = 4.0):
@@ -98,15 +97,13 @@ def clone(frames: np.ndarray, actions: np.ndarray, size: int, steps: int = 400, 
           seed: int = 0, restarts: int = RESTARTS, max_restarts: int = MAX_RESTARTS) -> Policy:
     """Behaviour cloning: cross-entropy of ``Policy(frames [M, H, W, 3])`` against ``actions [M]``,
     Adam from ``restarts`` initialisations; the policy with the lowest cross-entropy on its own
-    training labels is kept [R]. (One start, as until 0.7, sits on the keypoints' plateau in some
-    seeds -- near-uniform soft-argmax, the policy fits its labels at chance --, so BC success measured
-    the optimiser's luck rather than the labels: README, "BC at 1% labels".) 0.9.3: all three starts can
-    still sit there (README, "Dev check of BC at 10% labels"); while the best fit cross-entropy is not
-    below ``PLATEAU`` x the labels' entropy (the plateau's fit is the entropy itself), further starts
-    are made, up to ``max_restarts``; the lowest cross-entropy is kept as before, so where one of the
-    first ``restarts`` starts has left the plateau the policy is the one 0.8-0.9.2 cloned."""
+    training labels is kept [R]. (A start can sit on the keypoints' plateau -- near-uniform soft-argmax,
+    the policy fits its labels at chance --, so success would measure the optimiser's luck rather than
+    the labels: docs/experiments.md.) While the best fit cross-entropy is not below ``PLATEAU`` x the
+    labels' entropy (the plateau's fit is the entropy itself), further starts are made, up to
+    ``max_restarts``; the lowest cross-entropy is kept."""
     x, y = torch.from_numpy(np.ascontiguousarray(frames)), torch.as_tensor(actions, dtype=torch.long)
-    with torch.no_grad():  # the pooling has no parameters: every frame pooled once, not at every step (0.9)
+    with torch.no_grad():  # the pooling has no parameters: every frame pooled once, not at every step
         x = torch.cat([Policy.pool(x[i:i + 4096]) for i in range(0, len(x), 4096)])
     entropy = label_entropy(actions)
     best, r = None, 0
@@ -121,7 +118,7 @@ def clone(frames: np.ndarray, actions: np.ndarray, size: int, steps: int = 400, 
 
 def keep_starting(made: int, best_fit: float | None, entropy: float, restarts: int = RESTARTS,
                   max_restarts: int = MAX_RESTARTS) -> bool:
-    """``clone``'s rule (0.9.3): after ``made`` starts whose lowest fit cross-entropy is ``best_fit``,
+    """``clone``'s rule: after ``made`` starts whose lowest fit cross-entropy is ``best_fit``,
     make another one? Always below ``restarts``; then, up to ``max_restarts``, while that fit is not
     below ``PLATEAU`` x the labels' ``entropy`` (every start so far on the keypoint plateau)."""
     return made < restarts or (made < max_restarts and best_fit >= PLATEAU * entropy and entropy > 0)

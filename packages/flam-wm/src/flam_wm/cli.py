@@ -76,7 +76,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
                            size=args.size, width=args.width, temporal=not args.no_temporal, unroll=args.unroll,
                            local_sigma=args.local_sigma if args.model == "flam" else 0.0,
                            free_bits=args.free_bits, **tok_kw,
-                           **({} if args.idm_input is None else {"idm_input": args.idm_input}))
+                           **({} if args.idm_input is None else {"idm_input": args.idm_input}),
+                           **({} if args.token_idm is None else {"token_idm": args.token_idm}))
         tcfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, seed=args.seed, lr=args.lr,
                            unroll_from=args.unroll_from, starts=args.starts,
                            start_steps=args.start_steps, start_floor=args.start_floor, start_max=args.start_max)
@@ -365,13 +366,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="FDM steps unrolled in the loss (1: one-step, the paper's; up to the window - 1)")
     t.add_argument("--unroll-from", type=nonneg_int, default=0, help="train one step ahead until this step")
     t.add_argument("--local-sigma", type=nonneg_float, default=0.0,
-                   help="flam: object slots attend within ~sigma tokens of their position (0 = off; 0.9)")
+                   help="flam: object slots attend within ~sigma tokens of their position (0 = off)")
     t.add_argument("--idm-input", choices=("absolute", "delta"), default=None,
-                   help="flam: what the IDM reads of a slot's position -- its change only (delta, the default "
-                        "from 0.12.0: a latent cannot encode where a sprite is) or both absolute positions "
-                        "(absolute: 0.11's; a RUN trained before 0.12.0 resumes with it)")
+                   help="flam: what the IDM reads of a slot's position -- its change only (delta, the default: "
+                        "a latent cannot encode where a sprite is) or both absolute positions "
+                        "(absolute; a RUN trained before flam-wm 0.12.0 resumes with it)")
+    t.add_argument("--token-idm", choices=("mean", "query", "query-delta"), default=None,
+                   help="lam-token: its IDM reads (z_t, z_{t+1} - z_t) through a learned query token (query-delta, "
+                        "the default), (z_t, z_{t+1}) through one (query) or their tokens' mean (mean; a RUN trained "
+                        "before flam-wm 0.13.0 resumes with it)")
     t.add_argument("--free-bits", type=nonneg_float, default=0.0,
-                   help="each slot's KL (nats) is priced only above this floor (free bits; 0 = off; 0.9.1)")
+                   help="each slot's KL (nats) is priced only above this floor (free bits; 0 = off)")
     t.add_argument("--starts", type=positive_int, default=1,
                    help="best-of-R starts: R initialisations; after --start-steps the one whose latents remove the "
                         "largest share of its one-step error (frames only) goes on")

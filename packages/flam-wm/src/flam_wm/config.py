@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass
 
 MODELS = ("flam", "lam", "lam-vq", "lam-token")
 IDM_INPUTS = ("absolute", "delta")
+TOKEN_IDMS = ("mean", "query", "query-delta")
 
 # options removed in 0.10.0 (rejected on dev, issue 57) and the value that meant "off": a RUN or config
 # holding another value is refused (``removed_options``)
@@ -24,7 +25,7 @@ def removed_options(part: str, fields: dict) -> tuple[dict, list[str]]:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    model: str = "flam"          # "flam" (factored, the paper's method), "lam" / "lam-vq" (monolithic, one vector per frame), "lam-token" (monolithic latent, per-token transformer dynamics, 0.10.0) [P §baselines]
+    model: str = "flam"          # "flam" (factored, the paper's method), "lam" / "lam-vq" (monolithic, one vector per frame), "lam-token" (monolithic latent, per-token transformer dynamics) [P §baselines]
     slots: int = 5               # K slots; the paper uses K = 8-16 at 64x64, we use K = E + 1 [R]
     latent_dim: int = 10         # d: total latent-action size, d/K per slot [P]; value [R]
     beta: float = 0.01           # weight of the KL term in L = ||z' - z'_hat||^2 + beta * sum_k KL [P]; value [R]
@@ -39,15 +40,16 @@ class ModelConfig:
     iters_carry: int = 1         # iterations on later frames, from the carried slots [R] (as in SAVi)
     temporal: bool = True        # slots carried over time + causal temporal attention [P]; False = ablation
     recon: float = 1.0           # auxiliary slot-reconstruction weight ||z_t - Agg(s_t)||^2 [R]
-    recon_all: bool = True       # the reconstruction term covers every frame of the window (0.7), not only the first (0.6's) [R]
+    recon_all: bool = True       # the reconstruction term covers every frame of the window, not only the first [R]
     pos: str = "learned"         # Slot Attention's position embedding: "learned" table or "grid" (linear map of fixed coordinates) [R]
-    slot_pos: bool = True        # each slot carries its position (attention-weighted centroid of its tokens, as Invariant Slot Attention), decoded in relative coordinates (0.7) [R]
+    slot_pos: bool = True        # each slot carries its position (attention-weighted centroid of its tokens, as Invariant Slot Attention), decoded in relative coordinates [R]
     local_sigma: float = 0.0     # > 0: Slot Attention's object slots attend locally, logits - |c_n - p_k|^2 / (2 sigma^2) around each slot's position (token units; the background slot global; ISA-inspired, 0.9) [R]; 0 = off
-    free_bits: float = 0.0       # > 0: each slot's KL (batch mean, nats) is priced only above this floor, beta * mean_k max(KL_k, free_bits) (free bits, Kingma et al. 2016; 0.9.1) [R]; 0 = off
+    free_bits: float = 0.0       # > 0: each slot's KL (batch mean, nats) is priced only above this floor, beta * mean_k max(KL_k, free_bits) (free bits, Kingma et al. 2016) [R]; 0 = off
     decoder_hidden: int = 16     # the per-slot compositor's hidden width [R; 16 cost half of 32 on dev at no loss of binding]
     unroll: int = 1              # FDM steps unrolled in the loss (1 = the paper's one-step loss [P]; U > 1: the FDM also trained on its own U-step rollouts, mean of the U terms [R])
-    one_latent: bool = False     # flam only: the flam-one-latent arm (0.10.0) [R] -- same slots, FDM and compositor, but one latent of size d inferred from all slots together and given to every slot's FDM (the factorisation switched off)
-    idm_input: str = "delta"     # flam with slot positions: what the IDM reads of a slot's position -- "delta" (only p_{t+1} - p_t beside the slots' features, so a latent cannot encode where a sprite is; the FDM still gets absolute p_t to place it; the default from 0.12.0, chosen on dev: docs/experiments.md) or "absolute" (p_t and p_{t+1}, 0.11 and earlier; a RUN without the field loads with it) (issue 57 item 0) [R]; ignored where slots carry no position
+    one_latent: bool = False     # flam only: the flam-one-latent arm [R] -- same slots, FDM and compositor, but one latent of size d inferred from all slots together and given to every slot's FDM (the factorisation switched off)
+    idm_input: str = "delta"     # flam with slot positions: what the IDM reads of a slot's position -- "delta" (only p_{t+1} - p_t beside the slots' features, so a latent cannot encode where a sprite is; the FDM still gets absolute p_t to place it; the default, chosen on dev: docs/experiments.md) or "absolute" (p_t and p_{t+1}; a RUN written before flam-wm 0.12.0 loads with it) (issue 57 item 0) [R]; ignored where slots carry no position
+    token_idm: str = "query-delta"  # lam-token's IDM (issue 57, chosen on dev: docs/experiments.md) [R]: its latent read from a learned query token's output ("query", "query-delta") or the tokens' mean ("mean"), over the tokens of (z_t, z_{t+1}) or of (z_t, z_{t+1} - z_t) ("query-delta", the default: each token's change, the token-level counterpart of FLAM's position change); a RUN written before flam-wm 0.13.0 loads with "mean"
     codes: int = 8               # lam-vq codebook size (Genie's latent actions are a small codebook [P]; 8 [R])
 
     def __post_init__(self) -> None:
@@ -68,6 +70,8 @@ class ModelConfig:
             raise ValueError(f"size {self.size} is not a multiple of the patch {self.patch}")
         if self.idm_input not in IDM_INPUTS:
             raise ValueError(f"unknown idm_input {self.idm_input!r} (choose from {', '.join(IDM_INPUTS)})")
+        if self.token_idm not in TOKEN_IDMS:
+            raise ValueError(f"unknown token_idm {self.token_idm!r} (choose from {', '.join(TOKEN_IDMS)})")
         if self.pos not in ("learned", "grid"):
             raise ValueError(f"unknown pos {self.pos!r} (learned or grid)")
         if self.local_sigma and not self.slot_pos:

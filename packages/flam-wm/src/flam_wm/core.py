@@ -113,7 +113,7 @@ class SlotFactorizer(nn.Module):
         for _ in range(iters):
             q = self.q(self.norm_s(slots))
             # laid out [B, K, N]: the softmax over the K slots runs along a middle axis, ~15x faster on CPU
-            # than over a last axis of size K (0.9; the same numbers)
+            # than over a last axis of size K (the same numbers)
             logits = torch.bmm(q, keys_t) * self.scale
             if pos is not None:
                 logits = logits - self.prec * (self.xy - pos.unsqueeze(-2)).pow(2).sum(-1)
@@ -198,7 +198,7 @@ class SlotFactorizer(nn.Module):
 def idm_pair(s_t: torch.Tensor, s_next: torch.Tensor, delta: bool) -> torch.Tensor:
     """What the IDM reads of a slot's two states ``[..., D]`` (the last 2 numbers its position when slots
     carry one): both states (``delta`` False), or both states' features and the position change
-    p_{t+1} - p_t, never an absolute position (``delta``; ``ModelConfig.idm_input``, 0.12.0) [R]."""
+    p_{t+1} - p_t, never an absolute position (``delta``; ``ModelConfig.idm_input``) [R]."""
     if not delta:
         return torch.cat([s_t, s_next], -1)
     return torch.cat([s_t[..., :-2], s_next[..., :-2], s_next[..., -2:] - s_t[..., -2:]], -1)
@@ -219,7 +219,7 @@ class SharedIDM(nn.Module):
 
 
 class PooledIDM(nn.Module):
-    """flam-one-latent's IDM [R, 0.10.0]: q(a | s_t^{1..K}, s_{t+1}^{1..K}) = N(mu, diag sigma^2), one latent of
+    """flam-one-latent's IDM [R]: q(a | s_t^{1..K}, s_{t+1}^{1..K}) = N(mu, diag sigma^2), one latent of
     size d from every slot's two states concatenated (slot order as the factoriser gives it); ``[B, T, 1, d]``."""
 
     def __init__(self, width: int, slots: int, latent: int, delta: bool = False):
@@ -340,7 +340,7 @@ class MonolithicEncoder(nn.Module):
 
 
 class TokenEncoder(nn.Module):
-    """lam-token's state [R, 0.10.0]: every token of z_t embedded with its position, ``[B, T, N, D]`` -- a
+    """lam-token's state [R]: every token of z_t embedded with its position, ``[B, T, N, D]`` -- a
     per-token state, never pooled (LAPO / Genie / AdaWorld dynamics act on the token map)."""
 
     def __init__(self, width: int, token_dim: int, n_tokens: int):
@@ -358,19 +358,27 @@ def _block(width: int) -> nn.TransformerEncoderLayer:
 
 class TokenIDM(nn.Module):
     """lam-token's IDM [P: LAPO / Genie latent action model; R sizes]: one transformer block over the 2N tokens
-    of (z_t, z_{t+1}) (a learned embedding tells the frames apart), mean-pooled to one Gaussian latent of
-    size d, ``[B, T, 1, d]``."""
+    of (z_t, z_{t+1}) -- with ``delta``, of (z_t, z_{t+1} - z_t), each token's change -- (a learned embedding
+    tells the two apart), read out to one Gaussian latent of size d by a learned query token (``query``) or
+    the tokens' mean, ``[B, T, 1, d]`` (``ModelConfig.token_idm``)."""
 
-    def __init__(self, width: int, latent: int):
+    def __init__(self, width: int, latent: int, query: bool = True, delta: bool = True):
         super().__init__()
         self.frame = nn.Parameter(torch.randn(2, width) * 0.1)
+        self.query = nn.Parameter(torch.randn(1, 1, width) * 0.1) if query else None
+        self.delta = delta
         self.block = _block(width)
         self.head = mlp(width, 2 * width, 2 * latent)
 
     def forward(self, s_t: torch.Tensor, s_next: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         lead, (n, d) = s_t.shape[:-2], s_t.shape[-2:]
-        x = torch.cat([s_t + self.frame[0], s_next + self.frame[1]], -2).reshape(-1, 2 * n, d)
-        mu, logvar = self.head(self.block(x).mean(1)).chunk(2, -1)
+        second = s_next - s_t if self.delta else s_next
+        x = torch.cat([s_t + self.frame[0], second + self.frame[1]], -2).reshape(-1, 2 * n, d)
+        if self.query is None:
+            out = self.block(x).mean(1)
+        else:
+            out = self.block(torch.cat([self.query.expand(x.shape[0], 1, d), x], 1))[:, 0]
+        mu, logvar = self.head(out).chunk(2, -1)
         return mu.reshape(*lead, 1, -1), logvar.clamp(-8, 4).reshape(*lead, 1, -1)
 
 
@@ -412,7 +420,8 @@ class WorldModel(nn.Module):
         n_tokens, token_dim = self.tokenizer.n_tokens, self.tokenizer.token_dim
         if cfg.model == "lam-token":  # per-token state, transformer IDM / FDM, a per-token linear decoder
             self.factorizer = TokenEncoder(cfg.width, token_dim, n_tokens)
-            self.idm, self.fdm = TokenIDM(cfg.width, cfg.latent_dim), TokenFDM(cfg.width, cfg.latent_dim)
+            self.idm = TokenIDM(cfg.width, cfg.latent_dim, cfg.token_idm != "mean", cfg.token_idm == "query-delta")
+            self.fdm = TokenFDM(cfg.width, cfg.latent_dim)
             self.agg = nn.Linear(cfg.width, token_dim)
             return
         if cfg.model == "flam":
@@ -479,11 +488,11 @@ class WorldModel(nn.Module):
             if eps is None:
                 eps = torch.randn(mu.shape, generator=gen, device=mu.device)
             a = mu + eps * (0.5 * logvar).exp()
-            # free bits (0.9.1): a slot's KL below the floor is not priced (no gradient toward collapse)
+            # free bits: a slot's KL below the floor is not priced (no gradient toward collapse)
             fb = self.cfg.free_bits
             priced = kl_bk.flatten(0, -2).mean(0).clamp_min(fb).sum() if fb else kl
             reg = self.cfg.beta * priced
-        first = z.shape[1] if self.cfg.recon_all else 1  # every frame (0.7) or frame 0, where rollouts start [R]
+        first = z.shape[1] if self.cfg.recon_all else 1  # every frame or frame 0, where rollouts start [R]
         recon = (z[:, :first] - self.agg(s[:, :first])).pow(2).sum(-1).mean()
         terms = self.unrolled_errors(s, a, z, unroll)
         pred = torch.stack(terms).mean()

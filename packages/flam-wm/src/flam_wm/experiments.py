@@ -54,34 +54,29 @@ CFG = {
                   starts=2, start_steps=1, start_floor=START_FLOOR, start_max=3,  # the start rule's path exercised
                   curve_every=1,  # the dev curves' path exercised
                   tok=dict(grid=8, channels=8, hidden=8, steps=5)),
-    # 0.11.0 (issue 57 item 8): quick keeps the issue's ordered list as far as ~10 CPU-min allow -- FLAM vs lam
-    # at E = 4 (matched / ceiling), flam-one-latent, BC at 1% labels; E = 1, 10% labels, lam-token,
-    # no-temporal, identifiable data and the longer schedule move to ``long``
+    # quick keeps issue 57's ordered list as far as ~10 CPU-min allow -- FLAM vs lam at E = 4 (matched / ceiling),
+    # flam-one-latent, BC at 1% labels; E = 1, 10% labels, lam-token, no-temporal, identifiable data and the longer
+    # schedule are in ``long``. Every value below was chosen on dev seeds (docs/experiments.md names the check).
     "quick": dict(entities=(4,), clips=600, frames=12, steps=QUICK_STEPS, batch=32, seeds=3, horizon=10, width=32,
                   unroll=4, unroll_from=QUICK_STEPS // 2, workers=2, device="cpu",
-                  probe_c=(0.1, 1.0), lr=(3e-3,),  # 1e-3 lost on dev in 0.6, 0.7 and 0.8: dropped for the budget (0.9)
+                  probe_c=(0.1, 1.0), lr=(3e-3,),  # 1e-3 lost on dev three times: dropped for the budget
                   beta=(0.03, 0.01), k_offset=(1, 2), grid_steps=QUICK_STEPS // 2,
-                  # 0.9: FLAM's slots attend locally (sigma 1 token) at beta 0.03, K = E + 2, all three chosen on
-                  # dev by the binding check (README, "Dev check of local slot attention"); the grid searches lam;
-                  # 0.9.1: a free-bits floor of 1.6 nats per slot (~log 5, one sprite's action) ends the latents'
-                  # collapse found on dev seeds 11, 13, 14 (README, "Dev check of the per-slot latents")
+                  # FLAM: slots attending locally (sigma 1 token), beta 0.03, K = E + 2 (the binding check) and a
+                  # free-bits floor of 1.6 nats per slot (~log 5, one sprite's action: ends the latents' collapse);
+                  # the grid searches the monolithic models only
                   local_sigma=1.0, flam_choice={"lr": 3e-3, "beta": 0.03, "k_offset": 2, "free_bits": 1.6},
-                  # 0.9.2: lam's grid gains free bits {0, 6.4}: one d-dim latent carries E = 4 sprites' moves,
-                  # E * log 5 ~ 6.4 nats by FLAM's principle (one value, set before any run), chosen by dev PSNR
+                  # lam's grid: free bits {0, 6.4} (one latent carries E = 4 sprites' moves, E * log 5 ~ 6.4 nats
+                  # by FLAM's principle, set before any run), chosen by dev PSNR
                   free_bits=(0.0, 6.4),
-                  # 0.9.4: best-of-2 starts for every model (FLAM, lam, the ablation, lam's dev grid at the same
-                  # share: 100 of its 400 steps): two inits trained 200 steps on the same stream, the lower
-                  # mean loss over the last 50 continues (R = 2, S = 200 fixed a priori; adopted on dev seeds
-                  # 10-32: README, "Dev check of best-of-R starts") [R]
-                  starts=2, start_steps=200,
-                  # issue 57 item 5: the candidates are ranked by their relative latent-use gap (frames only); a
-                  # best start under START_FLOOR draws one more candidate, at most 3 in all
-                  start_floor=START_FLOOR, start_max=3,
+                  # best-of-2 starts for every model (the dev grid's at the same share: 100 of its 400 steps), two
+                  # inits trained 200 steps on the same stream, ranked by their relative latent-use gap (frames
+                  # only); a best start under START_FLOOR draws one more candidate, at most 3 in all [R]
+                  starts=2, start_steps=200, start_floor=START_FLOOR, start_max=3,
                   labels=(0.01,),
                   bc_steps=400, episodes=200, fit_clips=210,
                   models=("flam", "lam"), decoder_c=DECODER_C, tok=dict(grid=8, channels=8, hidden=16, steps=300),
-                  # 0.10.0 (issue 57): the factorisation's ablation in the same run replaces the no-temporal one
-                  # (measured in 0.9.5: no gain from temporal attention; docs/experiments.md), at the same cost
+                  # the factorisation's ablation in the same run (temporal attention showed no gain: its ablation
+                  # is in long)
                   arms=("flam-one-latent",)),
     "full": dict(entities=(1, 2, 4, 6), clips=2000, frames=16, steps=3000, batch=32, seeds=5, horizon=10,
                  width=64, unroll=4, unroll_from=1500, device="cuda", probe_c=(0.1, 1.0), lr=(3e-4, 1e-3, 3e-3),
@@ -90,7 +85,7 @@ CFG = {
                  models=("flam", "lam", "lam-vq"), decoder_c=DECODER_C, arms=("flam-one-latent", "flam-no-temporal"), tok=dict(grid=8, channels=16, hidden=32, steps=3000),
                  starts=2, start_steps=750, start_floor=START_FLOOR, start_max=3),  # quick's starts at the same share [R]
 }
-# ``long`` (issue 57 item 8; CPU, ~45-60 CPU-min estimated, run once and committed): quick's recipe plus what
+# ``long`` (issue 57 item 8; CPU, ~65 CPU-min, run once and committed): quick's recipe plus what
 # does not fit quick, in the issue's order -- E = 1 (the gap), no-temporal, identifiable data (E = 4,
 # ``generate(identifiable=True)``, its own BC environment), 10% labels, the longer schedule (FLAM at
 # ``schedule_x`` times the steps, "flam-x2") -- and the token-level lam-token beside lam. The dev grid of
@@ -128,7 +123,7 @@ def _evaluate(model, video, acts, sl, horizon, grid=PROBE_C, fit_clips=None) -> 
     hits = np.stack([_probe_hits(lat["train"][:, best[j]], act["train"][:, j], lat["test"][:, best[j]],
                                  act["test"][:, j], best_c) for j in range(acc.shape[1])], 1)
     out["best_probe_clips"] = hits.mean(1).reshape(len(video[te]), -1).mean(1).tolist()
-    # 0.9.5, a secondary score: the same probes to the action as the frames show it (the oracle's reading:
+    # a secondary score: the same probes to the action as the frames show it (the oracle's reading:
     # a move into a wall, or a sprite hidden in either frame, reads as stay); same C, same clips [R]
     vis = {k: visible_actions(video[s], acts[s]).reshape(-1, acts.shape[-1]) for k, s in (("train", tr), ("test", te))}
     out["corr_visible"] = correspondence(probe_matrix(lat["train"], vis["train"], lat["test"], vis["test"], best_c),
@@ -183,8 +178,8 @@ def _model_cfg(name: str, e: int, width: int, choice: dict, tok=None, unroll: in
                                      token_hidden=tok.hidden)
     cfg = build(name, e, width=width, latent_dim=LATENT_DIM, beta=choice["beta"], k_offset=choice.get("k_offset", 1),
                 **kw)
-    # FLAM's slots only: local attention (0.9); any model whose choice names one: a KL floor per slot (0.9.1;
-    # lam 0.9.2, its one latent a single slot)
+    # FLAM's slots only: local attention; any model whose choice names one: a KL floor per slot (lam's one latent
+    # a single slot)
     local = {"local_sigma": local_sigma} if cfg.model == "flam" else {}
     # flam-one-latent's one latent gets the K slots' floors together (the same total free bits as FLAM's) [R]
     fb = choice.get("free_bits", 0.0) * (cfg.slots if cfg.one_latent else 1)
@@ -267,7 +262,7 @@ def _starts(cfg: dict, steps: int) -> dict:
 def _candidates(name: str, cfg: dict, best: dict | None) -> list[dict]:
     """The dev search, one coordinate at a time [R]: stage 1 (``best`` None) every lr at the first beta,
     K offset and free-bits floor; stage 2 every other beta, every other K offset (FLAM) and every other
-    floor (``cfg["free_bits"]``, models with a KL; 0.9.2) around stage 1's winner.
+    floor (``cfg["free_bits"]``, models with a KL) around stage 1's winner.
     lam-vq has no KL (lr only); the monolithic models have no K."""
     if name == "flam" and "flam_choice" in cfg:  # chosen on dev beforehand: no search
         return [cfg["flam_choice"]] if best is None else []
@@ -366,23 +361,23 @@ def _loss_curve(trace: list, start: int, every: int = CURVE_BIN) -> tuple[list, 
     return steps, vals
 
 
-# the stop rule read from each run's dev PSNR-10 curve (issue 57 item 6): the core's EarlyStopping, max mode, at
-# the curve points (every CURVE_BIN steps), stop after 4 points without a 0.1 dB gain, never before 8 points. FLAM's
-# dev PSNR dips while its latents come into use, so the rule is armed only from the first point whose relative
-# latent-use gap reaches START_FLOOR (frames only); a run whose latents never reach it is never stopped. Reported,
-# not applied: the budgets stay fixed (docs/experiments.md)
-STOP_RULE = {"patience": 4, "min_delta": 0.1, "min_steps": 8}
+# the checkpoint rule read from each run's dev PSNR-10 curve (issue 57 item 6), preset: every run trains its whole
+# budget (the same CPU for every model) and is scored with its weights at the curve point of highest dev PSNR-10
+# among the points from the first one whose relative latent-use gap reaches START_FLOOR (frames only) -- FLAM's
+# dev PSNR dips while its latents come into use, so a patience rule stops it on the dip and the points before the
+# latents are used are copy-like models --, among all points when the gap never reaches it (docs/experiments.md)
 
 
 class _CurveProbe:
     """``on_step`` hook recording, every ``every`` steps, the dev PSNR at ``horizon`` (``rollout_metrics`` without
     SSIM, dev clips) and the latent-use gap, absolute and relative (``latent_use_gap``, the start rule's
-    ``GAP_CLIPS`` training clips): (step, candidate or None, PSNR, gap, relative gap). Reads no label and
-    consumes no training stream, so the run is unchanged."""
+    ``GAP_CLIPS`` training clips): (step, candidate or None, PSNR, gap, relative gap), and the weights at each
+    point (``weights``: the stop rule's best point is scored). Reads no label and consumes no training stream,
+    so the run is unchanged."""
 
     def __init__(self, video: np.ndarray, sl: tuple, horizon: int, every: int):
         self.dev, self.train, self.h, self.every = video[sl[1]], video[sl[0]][:GAP_CLIPS, :5], horizon, every
-        self.z, self.points = None, []
+        self.z, self.points, self.states = None, [], {}
 
     def __call__(self, step: int, model, info: dict) -> None:
         if step % self.every:
@@ -392,25 +387,23 @@ class _CurveProbe:
         psnr = rollout_metrics(model, self.dev, self.h, z=self.z[0], ssim=False)
         self.points.append((step, info.get("start"), psnr[f"psnr_{psnr['horizon']}"],
                             latent_use_gap(model, self.z[1]), latent_use_gap(model, self.z[1], relative=True)))
+        self.states[(info.get("start"), step)] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+    def weights(self, start: int, at: int) -> dict:
+        """The weights of the run that continued from candidate ``start`` at step ``at``."""
+        return self.states[(None, at)] if (None, at) in self.states else self.states[(start, at)]
 
 
 def _dev_curves(points: list, start: int) -> dict:
     """The run that continued (the winning candidate's points, then the rest): steps, dev PSNR-h, latent-use
-    gap (absolute, relative), where ``STOP_RULE`` would stop on the dev PSNR curve (None: not within the
-    budget) and where it was armed (None: the relative gap never reached ``START_FLOOR``)."""
-    from icml26_shared.train import EarlyStopping
-
+    gap (absolute, relative), where the checkpoint rule was armed (None: the relative gap never reached
+    ``START_FLOOR``) and the step of the weights it scores (``best_at``; None without points)."""
     kept = sorted((st, p, g, q) for st, r, p, g, q in points if r is None or r == start)
-    rule, armed = EarlyStopping(mode="max", **STOP_RULE), None
-    for st, p, _, q in kept:
-        if armed is None and q >= START_FLOOR:
-            armed = st
-        if armed is not None and rule.step(p, at=st):
-            break
+    armed = next((st for st, _, _, q in kept if q >= START_FLOOR), None)
+    pool = [(p, st) for st, p, _, _ in kept if armed is None or st >= armed]
+    best = max(pool, key=lambda x: (x[0], -x[1]), default=None)  # the highest PSNR, the earliest of equals
     return {"steps": [k[0] for k in kept], "psnr": [k[1] for k in kept], "gap": [k[2] for k in kept],
-            "gap_rel": [k[3] for k in kept], "armed_at": armed,
-            "would_stop_at": None if rule.stopped_at is None else int(rule.stopped_at),
-            "best_at": None if rule.best_at is None else int(rule.best_at)}
+            "gap_rel": [k[3] for k in kept], "armed_at": armed, "best_at": None if best is None else int(best[1])}
 
 
 def _one_run(name, e, sd, mcfg, lr, cfg, video, acts, sl, tok, controlled, done=None, data="",
@@ -437,6 +430,11 @@ def _one_run(name, e, sd, mcfg, lr, cfg, video, acts, sl, tok, controlled, done=
         model.load_state_dict({k: torch.from_numpy(v) for k, v in done[0].items()})
         model.eval()
         train_cpu, start = done[1], done[2]["start"]
+    curves = _dev_curves(probe.points, start)
+    final = None
+    if curves["best_at"] is not None:  # the checkpoint rule: the weights at its best dev point are scored
+        final = rollout_metrics(model, video[sl[2]], cfg["horizon"], ssim=False)
+        model.load_state_dict(probe.weights(start, curves["best_at"]))
     ev = _evaluate(model, video, acts, sl, cfg["horizon"], cfg["probe_c"], cfg["fit_clips"])
     t, d, h = ev["test"], ev["dev"], ev["test"]["horizon"]
     rec = {"data": data or f"sprites_E{e}", "identifiable": identifiable,
@@ -458,9 +456,11 @@ def _one_run(name, e, sd, mcfg, lr, cfg, video, acts, sl, tok, controlled, done=
            # per test clip (item 6): PSNR at h and copying frame 0, the units of the clustered intervals
            "psnr_clips_h": t[f"psnr_clips_{h}"], "copy_clips_h": t[f"copy_clips_{h}"],
            "loss_curve": _loss_curve(trace, start, cfg.get("curve_every", CURVE_BIN)) if trace else ([], []),
-           "dev_curve": _dev_curves(probe.points, start)}
-    rec["would_stop_at"], rec["dev_best_at"] = rec["dev_curve"]["would_stop_at"], rec["dev_curve"]["best_at"]
-    rec["stop_armed_at"] = rec["dev_curve"]["armed_at"]
+           "dev_curve": curves,
+           "weights_at": cfg["steps"] if curves["best_at"] is None else curves["best_at"],
+           # the test PSNR-h of the final weights, beside the scored ones: what the checkpoint rule moved
+           "psnr_h_final": t[f"psnr_{h}"] if final is None else final[f"psnr_{final['horizon']}"]}
+    rec["rule_armed_at"] = rec["dev_curve"]["armed_at"]
     # item 5: every candidate's relative latent-use gap (the start rule's score), whether the winner met the floor
     info = model.train_info if done is None else done[2]
     rec["start_gaps"] = " ".join(f"{g:.4g}" for g in info.get("gaps") or [])
@@ -603,6 +603,48 @@ def idm_input_dev(seed: int = 10) -> list[dict]:
         rows = _map(pool, _idm_dev_arm, [(k, cfg, video, acts, sl, tok, seed) for k in ("absolute", "delta")])
     finally:
         torch.set_num_threads(threads)
+        if pool is not None:
+            pool.shutdown()
+    print_json(rows)
+    return rows
+
+
+def _baseline_idm_arm(arm: str, seed: int) -> dict:
+    """One arm of ``baseline_idm_dev``: lam-token with ``token_idm`` = arm's suffix, or flam-one-latent with
+    ``idm_input`` = arm's suffix, 800 steps at one start on dev seed ``seed``'s E = 4 controlled data; its dev
+    PSNR-10 and relative latent-use gap (the start rule's 32 training clips) every 100 steps."""
+    torch.set_num_threads(1)
+    cfg = CFG["quick"]
+    video, _ = generate(4, cfg["clips"], cfg["frames"], seed=seed * 1000 + 4, controlled=True)
+    sl = _split(cfg["clips"])
+    tok = _tokenizer(cfg, video, sl, seed)[0]
+    name, kind = ("lam-token", arm[len("lam-token-"):]) if arm.startswith("lam-token-") else (
+        "flam-one-latent", arm[len("flam-one-latent-"):])
+    choice = {"lr": 3e-3, "beta": 0.01, "free_bits": 0.0} if name == "lam-token" else cfg["flam_choice"]
+    mcfg = _model_cfg(name, 4, cfg["width"], choice, tok, cfg["unroll"], cfg["local_sigma"])
+    mcfg = ModelConfig(**{**mcfg.to_dict(), ("token_idm" if name == "lam-token" else "idm_input"): kind})
+    tcfg = TrainConfig(steps=cfg["steps"], batch_size=cfg["batch"], window=5, lr=choice["lr"], seed=seed,
+                       unroll_from=cfg["unroll_from"])
+    probe = _CurveProbe(video, sl, cfg["horizon"], 100)
+    t0 = time.process_time()
+    model = train(mcfg, tcfg, video[sl[0]], device="cpu", tokenizer=tok, on_step=probe)
+    return {"arm": arm, "seed": seed, "params": n_params(model), "train_cpu_s": round(time.process_time() - t0, 1),
+            "steps": [p[0] for p in probe.points], "dev_psnr_h": [round(p[2], 2) for p in probe.points],
+            "gap_rel": [round(p[4], 4) for p in probe.points]}
+
+
+def baseline_idm_dev(seeds: tuple = (10, 11)) -> list[dict]:
+    """The dev check of the ablation's and lam-token's IDM inputs (docs/experiments.md, "Dev check of the
+    baselines' IDMs"): lam-token's ``token_idm`` mean / query / query-delta and flam-one-latent's ``idm_input``
+    delta / absolute on dev seeds ``seeds``; prints and returns one row per arm and seed."""
+    from icml26_shared.io import print_json
+
+    arms = ["lam-token-mean", "lam-token-query", "lam-token-query-delta", "flam-one-latent-delta",
+            "flam-one-latent-absolute"]
+    pool = _pool(CFG["quick"])
+    try:
+        rows = _map(pool, _baseline_idm_arm, [(a, s) for a in arms for s in seeds])
+    finally:
         if pool is not None:
             pool.shutdown()
     print_json(rows)

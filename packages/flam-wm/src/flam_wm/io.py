@@ -190,6 +190,7 @@ def open_run(out: Path, config: dict) -> bool:
             old["model"].setdefault("local_sigma", 0.0)  # before 0.9: no local slot attention
             old["model"].setdefault("free_bits", 0.0)  # before 0.9.1: no KL floor
             old["model"].setdefault("idm_input", "absolute")  # before 0.12.0: the IDM read absolute positions
+            old["model"].setdefault("token_idm", "mean")  # before 0.13.0: lam-token's IDM pooled the tokens' mean
         if isinstance(old.get("train"), dict):
             old["train"].setdefault("unroll_from", 0)
             for k, v in (("starts", 1), ("start_steps", 0), ("start_floor", 0.0), ("start_max", 0)):
@@ -264,6 +265,7 @@ def load_run(run: Path):
             for key, old in (("pos_keys", True), ("decoder", "mlp"), ("seeding", "learned")):
                 config["model"].setdefault(key, old)
         config["model"].setdefault("idm_input", "absolute")  # a RUN written before 0.12.0: the absolute IDM
+        config["model"].setdefault("token_idm", "mean")  # before 0.13.0: lam-token's mean-pooled IDM
         _drop_removed(config, run)
         mcfg = ModelConfig(**config["model"])
     except (ValueError, TypeError, KeyError) as exc:

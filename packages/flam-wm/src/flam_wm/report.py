@@ -115,7 +115,7 @@ def claims(res: Results, recs: list[dict], bc_recs: list[dict], cfg: dict, seed:
            note=f"E={big}, interval over test clips nested in seeds; baseline chosen on dev ({dev_txt}, copy {copy_dev:.2f} "
                 f"dB); " + "; ".join(f"{a} {col(big, a, 'psnr_h').mean():.2f} dB" for a in cfg["arms"]))
     gap_big = col(big, "flam", "psnr_h") - col(big, mono, "psnr_h")
-    if small == big:  # quick (0.11.0): E = 1 runs in the long scale only
+    if small == big:  # quick: E = 1 runs in the long scale only
         res.claims.append(ClaimCheck.compare(CLAIM["gap_grows"], float(gap_big.mean())).mark_not_evaluated(
             "no E = 1 data in this scale: E = 1 runs in the long scale "
             "(icml26 reproduce flam-wm --scale long)"))
@@ -199,7 +199,7 @@ def notes(cfg: dict, elapsed: float) -> list[str]:
         "VQ lam-vq), the no-temporal-attention ablation (long and full), pseudo-label BC. Reconstructed [R]: the tokenizer "
         "(a small convolutional autoencoder fit once per data set on its training clips and frozen, "
         "instead of a VQ-VAE; tokens standardised per channel), the FDM's cross-slot attention, the "
-        "aggregator (0.7: each slot decoded alone at every token around its own position -- spatial broadcast "
+        "aggregator (each slot decoded alone at every token around its own position -- spatial broadcast "
         "in relative coordinates -- and alpha-composited by a softmax over slots), slots carrying their "
         "position (the centroid of their squared assignment, as Invariant Slot Attention), farthest-point "
         "seeding of the first frame's slots, the reconstruction term on every frame, "
@@ -227,9 +227,9 @@ def notes(cfg: dict, elapsed: float) -> list[str]:
         "(paired_interval_clustered); curves per model and seed in results.json: training loss, dev "
         "10-step PSNR and the latent-use gap on 32 training clips (error with each slot's latents shuffled "
         "across transitions minus with its own; also over the shuffled error, the relative gap), every 50 steps; "
-        "the preset stop rule (the core's EarlyStopping on dev PSNR-10: at least 8 points, patience 4, 0.1 dB, "
-        "armed from the first point whose relative gap reaches the start floor) is reported per run "
-        "(runs.csv stop_armed_at, would_stop_at), not applied: the step budgets stay fixed."
+        "the preset checkpoint rule: every run trains its whole budget and is scored with its weights at the "
+        "point of highest dev PSNR-10 from the first point whose relative gap reaches the start floor (all points "
+        "when it never does; runs.csv rule_armed_at, weights_at, and psnr_h_final: the final weights' test PSNR)."
         + (f" FLAM: {cfg['flam_choice']} and Slot Attention's locality sigma {cfg.get('local_sigma', 0)} "
            "token(s), chosen beforehand on dev by the binding check (dev seeds 10-12, mask ARI and "
            "correspondence on dev clips; README); the grid above searches the monolithic model only."

@@ -19,7 +19,7 @@ def step_positions(pos: np.ndarray, actions: np.ndarray, grid: int) -> np.ndarra
 
 def identifiable_step(pos: np.ndarray, want: np.ndarray, grid: int, rng: np.random.Generator | None = None,
                       fixed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """One step of the identifiable dynamics (0.10.0) [R]: sprites move in index order, each only into a cell
+    """One step of the identifiable dynamics [R]: sprites move in index order, each only into a cell
     inside the grid that no other sprite holds (earlier sprites at their new cells); stay is always legal, so
     every action shows as its move and sprites never overlap. The first ``fixed`` sprites take their wanted
     action ``want[e]`` if legal, else stay; the others draw uniformly among their legal actions (``rng``).
@@ -54,7 +54,7 @@ def generate(entities: int, clips: int, frames: int, size: int = 32, seed: int =
     ``controlled=True`` makes sprite 0 head for a target (a white dot in the middle of its cell,
     under the sprites) along the axis with the larger gap, a new target once reached [R]; the
     other sprites keep their random actions, and ``actions[..., 0]`` records sprite 0's moves.
-    ``identifiable=True`` (0.10.0) [R]: sprites start on distinct cells and act by ``identifiable_step`` (each
+    ``identifiable=True`` [R]: sprites start on distinct cells and act by ``identifiable_step`` (each
     draws among its moves that hit no wall and no other sprite; the controlled sprite stays when its move
     is blocked), so every action is visible in the frames: the visible-move ceiling is 1 at the same size
     and token cost (issue 57: chosen over 2-px cells, ceiling ~0.95 at 4x the tokens, before any model ran)."""
