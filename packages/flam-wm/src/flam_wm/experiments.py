@@ -649,3 +649,37 @@ def baseline_idm_dev(seeds: tuple = (10, 11)) -> list[dict]:
             pool.shutdown()
     print_json(rows)
     return rows
+
+
+def _start_gap_arm(name: str, seed: int) -> dict:
+    """One row of ``start_floor_dev``: ``name`` at quick's setting (lam at its usual choice) on dev seed ``seed``'s
+    E = 4 controlled data, two candidates of 200 steps; each candidate's relative latent-use gap (the start
+    rule's score) as ``train`` records it."""
+    torch.set_num_threads(1)
+    cfg = CFG["quick"]
+    video, _ = generate(4, cfg["clips"], cfg["frames"], seed=seed * 1000 + 4, controlled=True)
+    sl = _split(cfg["clips"])
+    tok = _tokenizer(cfg, video, sl, seed)[0]
+    choice = cfg["flam_choice"] if name.startswith("flam") else {"lr": 3e-3, "beta": 0.01, "free_bits": 0.0}
+    mcfg = _model_cfg(name, 4, cfg["width"], choice, tok, cfg["unroll"], cfg["local_sigma"])
+    tcfg = TrainConfig(steps=cfg["start_steps"] + 1, batch_size=cfg["batch"], window=5, lr=choice["lr"], seed=seed,
+                       unroll_from=cfg["unroll_from"], starts=cfg["starts"], start_steps=cfg["start_steps"])
+    model = train(mcfg, tcfg, video[sl[0]], device="cpu", tokenizer=tok)
+    return {"model": name, "seed": seed, "gaps": model.train_info["gaps"]}
+
+
+def start_floor_dev(seeds: tuple = (10, 11, 12, 13)) -> list[dict]:
+    """The dev survey of the start floor (docs/experiments.md, "Dev survey of the start floor"): every best-of-2
+    candidate's relative latent-use gap after its 200 steps, for flam, flam-one-latent, lam and lam-token on dev
+    seeds ``seeds``; prints and returns one row per model and seed."""
+    from icml26_shared.io import print_json
+
+    pool = _pool(CFG["quick"])
+    try:
+        rows = _map(pool, _start_gap_arm, [(n, s) for s in seeds for n in ("flam", "flam-one-latent", "lam",
+                                                                            "lam-token")])
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    print_json(rows)
+    return rows
