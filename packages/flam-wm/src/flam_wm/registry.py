@@ -15,6 +15,9 @@ CLAIMS = (
           paper_value=0.91, source="paper: factor-agent disentanglement 0.91 on MultiGrid; target from issue 57"),
     Claim("corr_vs_lam", "FLAM's matched correspondence beats the monolithic latent's best probe by >= 0.1",
           "corr", "higher", paper_value=None, source="issue 21 target ('well above the monolithic latent')"),
+    Claim("factored_vs_one_latent", "FLAM's matched correspondence beats flam-one-latent's (the same model with one "
+          "latent for all slots) by >= 0.1", "corr", "higher", paper_value=None,
+          source="issue 57 item 3: the factorisation's effect in the same run"),
     Claim("bc_ratio", "BC from FLAM's pseudo-labels (1% labels) reaches >= 80% of true-action BC success",
           "success_ratio", "higher", paper_value=None,
           source="paper: BC return 8.8 on Bigfish with 10k labels; target from issue 21"),

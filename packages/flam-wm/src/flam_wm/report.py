@@ -144,6 +144,14 @@ def claims(res: Results, recs: list[dict], bc_recs: list[dict], cfg: dict, seed:
            note="interval over test clips nested in seeds; "
                 "FLAM matched vs the monolithic latent's best per-entity probe (no one-to-one matching), a generous "
                 f"baseline; FLAM slot-index {col(big, 'flam', 'corr').mean():.3f}")
+    if "flam-one-latent" in cfg.get("arms", ()):  # item 3: the factorisation removed, same slots and matching
+        fiv = _clustered(recs, big, "flam", "flam-one-latent", "matched_clips", "matched_clips", seeds)
+        met = _col(recs, big, "flam-one-latent", "start_met", seeds)
+        _check(res, "factored_vs_one_latent", col(big, "flam", "corr_matched"), col(big, "flam-one-latent", "corr_matched"),
+               "flam-one-latent (matched)", margin=0.1, iv=fiv,
+               note="interval over test clips nested in seeds, both matched by masks on the same clips; "
+                    f"flam-one-latent's start met the latent-use floor in {int(np.nansum(met))} of {len(seeds)} "
+                    "seeds (a start under it: its latent unused, so the row also measures that collapse)")
     if not bc_recs:
         return
     frac = min(cfg["labels"])
