@@ -261,3 +261,22 @@ def test_a_start_under_the_floor_is_replaced(video, monkeypatch, gaps, floor, mo
     info = got.train_info
     assert info["starts"] == run and info["start"] == pick and info["met"] is met and info["floor"] == floor
     assert info["gaps"] == list(gaps[:run]) and seen == set(range(run)) | {None}
+
+
+def test_cli_start_floor_reaches_the_run_and_a_bad_one_is_one_line(tmp_path, capsys):
+    import json
+
+    data = tmp_path / "data"
+    assert main(["gen-data", "sprites", "--entities", "1", "--clips", "3", "--frames", "4", "--size", "16",
+                 "--seed", "1", "--out", str(data)]) == 0
+    base = ["train", "--data", str(data), "--size", "16", "--model", "lam", "--latent-dim", "4", "--batch-size", "2",
+            "--steps", "3", "--starts", "2", "--start-steps", "1"]
+    capsys.readouterr()
+    assert main([*base, "--start-floor", "2", "--out", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "start_floor" in err[0] and not (tmp_path / "bad").exists()
+    assert main([*base, "--start-floor", "0.99", "--start-max", "3", "--out", str(tmp_path / "run")]) == 0
+    cfg = json.loads((tmp_path / "run" / "config.json").read_text())["train"]
+    start = json.loads((tmp_path / "run" / "metrics.json").read_text())["start"]
+    assert cfg["start_floor"] == 0.99 and cfg["start_max"] == 3
+    assert start["starts"] == 3 and start["floor"] == 0.99 and start["met"] is False and len(start["gaps"]) == 3

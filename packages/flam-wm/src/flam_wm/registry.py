@@ -40,20 +40,19 @@ DESCRIPTOR = MethodDescriptor(
                  "tokenizer; FLAM (K=E+2, local slot attention sigma 1, beta 0.03, free bits 1.6: chosen by dev "
                  "checks) vs lam (params matched; beta and free-bits floor {0, 6.4} chosen on dev by half-length "
                  "runs) + flam-one-latent (one latent from all slots to every FDM: the factorisation's ablation), "
-                 "width 32, 800 steps x batch 32 (4-step unrolled from step 400), best-of-2 starts, 3 seeds, two "
+                 "width 32, 800 steps x batch 32 (4-step unrolled from step 400), best-of-2 starts ranked by the latent-use "
+                 "gap (a third under the 0.1 floor), each run scored at its dev-best point, 3 seeds, two "
                  "worker processes; correspondence with slots matched to sprites per clip by their masks, against "
                  "the visible-move ceiling; pseudo-label BC at 1% labels; intervals over test clips nested in seeds "
-                 "(about 9-10 CPU-min, 5-6 min wall on 2 CPUs)",
+                 "(10.4 CPU-min measured; roughly 6-8 min wall on 2 idle CPUs, estimated)",
         "long": "quick plus what does not fit it, CPU, run once and committed (results/long.json): E = 1 beside "
                 "E = 4 (the gap), the token-level lam-token (its dev grid on seed + 100) beside lam, "
                 "flam-no-temporal, identifiable data (E = 4, every action visible; its own BC environment), "
-                "10% labels, FLAM at twice the steps (flam-x2) (estimated 45-60 CPU-min, not yet run)",
+                "10% labels, FLAM at twice the steps (flam-x2) (61 CPU-min measured; roughly 35 min wall on 2 idle CPUs, estimated)",
         "full": "the same recipe scaled up on a CUDA device: E in {1, 2, 4, 6}, 2000 clips x 16 frames, "
                 "3000 steps x batch 32 (4-step unrolled loss from step 1500), width 64, lam-vq beside lam, 5 seeds, "
                 "an 8x8x16 conv autoencoder "
                 "tokenizer (not a VQ-VAE); refuses at once without CUDA",
     },
-    # 0.9.1: 11.1 CPU-min in two worker processes, 6.2 min wall (2 cores, mostly quiet);
-    # 0.9.2: 11.4 CPU-min, 6.2 min wall (quiet rerun; 10.0 min on cores shared with a CI run)
-    quick_minutes=6.0,
+    quick_minutes=7.0,
 )
