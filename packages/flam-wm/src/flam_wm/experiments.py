@@ -565,6 +565,31 @@ def _bc_rows(name, e, sd, lat, video, acts, sl, cfg, identifiable=False) -> list
     return rows
 
 
+def _dev_data(seed: int) -> tuple:
+    """Quick's E = 4 controlled data of dev seed ``seed``, its split and its frozen tokenizer (the dev checks)."""
+    cfg = CFG["quick"]
+    video, acts = generate(4, cfg["clips"], cfg["frames"], seed=seed * 1000 + 4, controlled=True)
+    sl = _split(cfg["clips"])
+    return video, acts, sl, _tokenizer(cfg, video, sl, seed)[0]
+
+
+def _dev_rows(fn, jobs: list) -> list[dict]:
+    """The dev checks' runs side by side in quick's worker pool, one torch thread each; printed and returned."""
+    from icml26_shared.io import print_json
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    pool = _pool(CFG["quick"])
+    try:
+        rows = _map(pool, fn, jobs)
+    finally:
+        torch.set_num_threads(threads)
+        if pool is not None:
+            pool.shutdown()
+    print_json(rows)
+    return rows
+
+
 def _idm_dev_arm(kind: str, cfg: dict, video, acts, sl, tok, seed: int) -> dict:
     """One arm of ``idm_input_dev``: FLAM at quick's setting with ``idm_input=kind``, scored on dev clips."""
     mcfg = ModelConfig(**{**_model_cfg("flam", 4, cfg["width"], cfg["flam_choice"], tok, cfg["unroll"],
@@ -590,23 +615,8 @@ def idm_input_dev(seed: int = 10) -> list[dict]:
     """The dev check of issue 57 item 0 (docs/experiments.md, "Dev check of the IDM's input"): FLAM at quick's
     setting on dev seed ``seed``'s E = 4 controlled data, ``idm_input`` absolute vs delta, scored on dev clips
     only; prints and returns one row per arm."""
-    from icml26_shared.io import print_json
-
-    cfg = CFG["quick"]
-    video, acts = generate(4, cfg["clips"], cfg["frames"], seed=seed * 1000 + 4, controlled=True)
-    sl = _split(cfg["clips"])
-    tok = _tokenizer(cfg, video, sl, seed)[0]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    pool = _pool(cfg)
-    try:
-        rows = _map(pool, _idm_dev_arm, [(k, cfg, video, acts, sl, tok, seed) for k in ("absolute", "delta")])
-    finally:
-        torch.set_num_threads(threads)
-        if pool is not None:
-            pool.shutdown()
-    print_json(rows)
-    return rows
+    video, acts, sl, tok = _dev_data(seed)
+    return _dev_rows(_idm_dev_arm, [(k, CFG["quick"], video, acts, sl, tok, seed) for k in ("absolute", "delta")])
 
 
 def _baseline_idm_arm(arm: str, seed: int) -> dict:
@@ -615,9 +625,7 @@ def _baseline_idm_arm(arm: str, seed: int) -> dict:
     PSNR-10 and relative latent-use gap (the start rule's 32 training clips) every 100 steps."""
     torch.set_num_threads(1)
     cfg = CFG["quick"]
-    video, _ = generate(4, cfg["clips"], cfg["frames"], seed=seed * 1000 + 4, controlled=True)
-    sl = _split(cfg["clips"])
-    tok = _tokenizer(cfg, video, sl, seed)[0]
+    video, _, sl, tok = _dev_data(seed)
     name, kind = ("lam-token", arm[len("lam-token-"):]) if arm.startswith("lam-token-") else (
         "flam-one-latent", arm[len("flam-one-latent-"):])
     choice = {"lr": 3e-3, "beta": 0.01, "free_bits": 0.0} if name == "lam-token" else cfg["flam_choice"]
@@ -637,18 +645,9 @@ def baseline_idm_dev(seeds: tuple = (10, 11)) -> list[dict]:
     """The dev check of the ablation's and lam-token's IDM inputs (docs/experiments.md, "Dev check of the
     baselines' IDMs"): lam-token's ``token_idm`` mean / query / query-delta and flam-one-latent's ``idm_input``
     delta / absolute on dev seeds ``seeds``; prints and returns one row per arm and seed."""
-    from icml26_shared.io import print_json
-
     arms = ["lam-token-mean", "lam-token-query", "lam-token-query-delta", "flam-one-latent-delta",
             "flam-one-latent-absolute"]
-    pool = _pool(CFG["quick"])
-    try:
-        rows = _map(pool, _baseline_idm_arm, [(a, s) for a in arms for s in seeds])
-    finally:
-        if pool is not None:
-            pool.shutdown()
-    print_json(rows)
-    return rows
+    return _dev_rows(_baseline_idm_arm, [(a, s) for a in arms for s in seeds])
 
 
 def _start_gap_arm(name: str, seed: int) -> dict:
@@ -657,9 +656,7 @@ def _start_gap_arm(name: str, seed: int) -> dict:
     rule's score) as ``train`` records it."""
     torch.set_num_threads(1)
     cfg = CFG["quick"]
-    video, _ = generate(4, cfg["clips"], cfg["frames"], seed=seed * 1000 + 4, controlled=True)
-    sl = _split(cfg["clips"])
-    tok = _tokenizer(cfg, video, sl, seed)[0]
+    video, _, sl, tok = _dev_data(seed)
     choice = cfg["flam_choice"] if name.startswith("flam") else {"lr": 3e-3, "beta": 0.01, "free_bits": 0.0}
     mcfg = _model_cfg(name, 4, cfg["width"], choice, tok, cfg["unroll"], cfg["local_sigma"])
     tcfg = TrainConfig(steps=cfg["start_steps"] + 1, batch_size=cfg["batch"], window=5, lr=choice["lr"], seed=seed,
@@ -672,14 +669,4 @@ def start_floor_dev(seeds: tuple = (10, 11, 12, 13)) -> list[dict]:
     """The dev survey of the start floor (docs/experiments.md, "Dev survey of the start floor"): every best-of-2
     candidate's relative latent-use gap after its 200 steps, for flam, flam-one-latent, lam and lam-token on dev
     seeds ``seeds``; prints and returns one row per model and seed."""
-    from icml26_shared.io import print_json
-
-    pool = _pool(CFG["quick"])
-    try:
-        rows = _map(pool, _start_gap_arm, [(n, s) for s in seeds for n in ("flam", "flam-one-latent", "lam",
-                                                                            "lam-token")])
-    finally:
-        if pool is not None:
-            pool.shutdown()
-    print_json(rows)
-    return rows
+    return _dev_rows(_start_gap_arm, [(n, s) for s in seeds for n in ("flam", "flam-one-latent", "lam", "lam-token")])
